@@ -1,0 +1,226 @@
+//! `expired-orders`: cancel PENDING orders past `expires_at + buffer`
+//! through seatflow's cancel chain — a conditional status update and
+//! `active = NULL` in one transaction (rule 3), then the seats `"1"` → `"0"`
+//! by fenced compare-and-set under the showtime's mutex.
+
+use std::collections::BTreeMap;
+
+use crate::error::Error;
+use crate::lease::Leases;
+use crate::model::{Kind, SeatState, ShowtimeId};
+use crate::plan::SeatRepair;
+use crate::store::mysql::{ExpiredOrder, FixRecord, Keyset};
+use crate::store::redis::Fenced;
+
+use super::audit::AuditLog;
+use super::report::JobReport;
+use super::{Context, RunOptions};
+
+pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> JobReport {
+    let mut report = JobReport::new(Kind::ExpiredOrders);
+    let leases = Leases::new(ctx.redis.clone(), ctx.settings.reconcile.lock_ttl);
+    if let Err(e) = sweep(ctx, opts, audit, &mut report, &leases).await {
+        tracing::error!(kind = "expired_orders", error = %e, "job stopped");
+        report.fail(&e);
+    }
+    if let Err(e) = leases.release_all().await {
+        report.error(&e);
+    }
+    report
+}
+
+async fn sweep(
+    ctx: &Context,
+    opts: &RunOptions,
+    audit: &mut AuditLog<'_>,
+    report: &mut JobReport,
+    leases: &Leases,
+) -> Result<(), Error> {
+    let job = ctx.settings.job(Kind::ExpiredOrders);
+    let buffer = chrono::Duration::from_std(ctx.settings.reconcile.expired_order_buffer)
+        .unwrap_or(chrono::Duration::MAX);
+    let now = ctx.retry("read clock", || ctx.mysql.now_utc()).await?;
+    let deadline = now - buffer;
+    let mut budget = job.batch_size;
+    let mut after: Option<Keyset> = None;
+    loop {
+        let want = ctx
+            .settings
+            .reconcile
+            .scan_chunk
+            .min(job.scan_limit - report.scanned as usize);
+        if want == 0 {
+            break;
+        }
+        let page = ctx
+            .retry("read expired orders", || {
+                ctx.mysql
+                    .expired_page(deadline, after, want, &opts.showtimes)
+            })
+            .await?;
+        if let Some(last) = page.last() {
+            after = Some(Keyset {
+                at: last.expires_at,
+                id: last.id,
+            });
+        }
+        let short = page.len() < want;
+        report.scanned += page.len() as u64;
+        report.drift += page.len() as u64;
+        for o in page.iter().take(super::report::MAX_EXAMPLES) {
+            report.example(|| {
+                format!(
+                    "order {} of showtime {} expired at {}",
+                    o.id, o.showtime_id, o.expires_at
+                )
+            });
+        }
+        let take = page.len().min(budget);
+        budget -= take;
+        report.backlog += (page.len() - take) as u64;
+        if !opts.dry_run && take > 0 {
+            if let Err(e) = cancel_chunk(ctx, &page[..take], deadline, audit, report, leases).await
+            {
+                tracing::warn!(error = %e, "expired-order chunk failed; skipped for this run");
+                report.error(&e);
+            }
+        }
+        if short {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn cancel_chunk(
+    ctx: &Context,
+    orders: &[ExpiredOrder],
+    deadline: chrono::NaiveDateTime,
+    audit: &mut AuditLog<'_>,
+    report: &mut JobReport,
+    leases: &Leases,
+) -> Result<(), Error> {
+    let mut by_showtime: BTreeMap<ShowtimeId, Vec<i64>> = BTreeMap::new();
+    for o in orders {
+        by_showtime.entry(o.showtime_id).or_default().push(o.id);
+    }
+    let ids: Vec<ShowtimeId> = by_showtime.keys().copied().collect();
+    let acquired = leases.acquire(&ids).await?;
+    for busy in &acquired.busy {
+        report.skipped_busy += 1;
+        report.backlog += by_showtime[busy].len() as u64;
+        tracing::info!(
+            kind = "expired_orders",
+            showtime_id = busy,
+            "showtime busy (mutex held elsewhere); skipped this run"
+        );
+    }
+    let result = cancel_locked(
+        ctx,
+        &acquired.taken,
+        &by_showtime,
+        deadline,
+        audit,
+        report,
+        leases,
+    )
+    .await;
+    let released = leases.release(&acquired.taken).await;
+    result?;
+    released
+}
+
+async fn cancel_locked(
+    ctx: &Context,
+    taken: &[ShowtimeId],
+    by_showtime: &BTreeMap<ShowtimeId, Vec<i64>>,
+    deadline: chrono::NaiveDateTime,
+    audit: &mut AuditLog<'_>,
+    report: &mut JobReport,
+    leases: &Leases,
+) -> Result<(), Error> {
+    let order_ids: Vec<i64> = taken
+        .iter()
+        .flat_map(|s| by_showtime[s].iter().copied())
+        .collect();
+    if order_ids.is_empty() {
+        return Ok(());
+    }
+    let cancelled = ctx
+        .retry("cancel expired orders", || {
+            ctx.mysql.cancel_expired(&order_ids, deadline)
+        })
+        .await?;
+    let skipped = order_ids.len() - cancelled.len();
+    if skipped > 0 {
+        tracing::info!(
+            skipped,
+            "orders paid or cancelled by seatflow since the scan; left alone"
+        );
+    }
+    let at = chrono::Utc::now().naive_utc();
+    let mut batches: BTreeMap<ShowtimeId, (Vec<SeatRepair>, Vec<i64>)> = BTreeMap::new();
+    for order in &cancelled {
+        report.fixed += 1;
+        audit
+            .push(FixRecord {
+                job: Kind::ExpiredOrders,
+                kind: "order_cancelled",
+                showtime_id: Some(order.showtime_id),
+                seat_no: None,
+                order_id: Some(order.id),
+                before: Some("PENDING".into()),
+                after: Some("CANCELLED".into()),
+                at,
+            })
+            .await;
+        let entry = batches.entry(order.showtime_id).or_default();
+        for seat in &order.seats {
+            entry.0.push(SeatRepair {
+                kind: Kind::ExpiredOrders,
+                seat: seat.clone(),
+                observed: Some(SeatState::Locked),
+                target: SeatState::Free,
+            });
+            entry.1.push(order.id);
+        }
+    }
+    // The MySQL side is committed; a failure below leaves "1"s that the
+    // orphan-locks job releases later, as after any crash in this window.
+    let ids: Vec<ShowtimeId> = batches.keys().copied().collect();
+    let lost = leases.renew_due(&ids).await?;
+    for id in &lost {
+        report.error(&Error::LeaseLost(*id));
+    }
+    let batches: Vec<(ShowtimeId, (Vec<SeatRepair>, Vec<i64>))> = batches
+        .into_iter()
+        .filter(|(id, _)| !lost.contains(id))
+        .collect();
+    let calls: Vec<(ShowtimeId, Vec<SeatRepair>)> = batches
+        .iter()
+        .map(|(id, (r, _))| (*id, r.clone()))
+        .collect();
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let token = leases.token().to_string();
+    let results = ctx
+        .retry("release seats", || ctx.redis.repair_seats(&token, &calls))
+        .await?;
+    for ((id, (repairs, orders)), result) in batches.iter().zip(results) {
+        match result {
+            Ok(Fenced::Done(applied)) => {
+                for ((r, order), ok) in repairs.iter().zip(orders).zip(applied) {
+                    if ok {
+                        audit
+                            .seat(*id, &r.seat, Some(*order), r.observed, r.target)
+                            .await;
+                    }
+                }
+            }
+            Ok(Fenced::LeaseLost) => report.error(&Error::LeaseLost(*id)),
+            Err(e) => report.error(&e),
+        }
+    }
+    Ok(())
+}

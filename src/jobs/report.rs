@@ -1,0 +1,288 @@
+//! What a job run reports: the `once --output json` shape, the text table,
+//! and the counters metrics and exit codes are derived from.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::model::Kind;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Success,
+    Partial,
+    Failure,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Partial => "partial",
+            Outcome::Failure => "failure",
+        }
+    }
+}
+
+/// Most examples of drift a report keeps per job (for the text report).
+pub const MAX_EXAMPLES: usize = 5;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobReport {
+    #[serde(serialize_with = "serialize_kind")]
+    pub kind: Kind,
+    pub outcome: Outcome,
+    /// Showtimes scanned (orders, for expired_orders).
+    pub scanned: u64,
+    /// Drift found: seats, hashes or orders.
+    pub drift: u64,
+    /// Repairs applied.
+    pub fixed: u64,
+    /// Suspects waiting out the grace period.
+    pub deferred: u64,
+    /// Showtimes skipped because another holder had their mutex.
+    pub skipped_busy: u64,
+    /// Operational errors (mysql, redis, lock, audit) after retries.
+    pub errors: u64,
+    /// Drift left for later runs, plus showtimes not scanned this run.
+    pub backlog: u64,
+    /// Bad data seen and left alone.
+    pub invalid_data: u64,
+    #[serde(skip)]
+    pub errors_by_stage: BTreeMap<&'static str, u64>,
+    #[serde(skip)]
+    pub examples: Vec<String>,
+    #[serde(skip)]
+    pub duration_ms: u64,
+    /// Set when the job could not go on (its last error).
+    #[serde(skip)]
+    pub fatal: Option<String>,
+}
+
+fn serialize_kind<S: serde::Serializer>(k: &Kind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(k.label())
+}
+
+impl JobReport {
+    pub fn new(kind: Kind) -> JobReport {
+        JobReport {
+            kind,
+            outcome: Outcome::Success,
+            scanned: 0,
+            drift: 0,
+            fixed: 0,
+            deferred: 0,
+            skipped_busy: 0,
+            errors: 0,
+            backlog: 0,
+            invalid_data: 0,
+            errors_by_stage: BTreeMap::new(),
+            examples: Vec::new(),
+            duration_ms: 0,
+            fatal: None,
+        }
+    }
+
+    /// Counts an operational error under its stage.
+    pub fn error(&mut self, e: &Error) {
+        self.error_at(e.stage());
+    }
+
+    pub fn error_at(&mut self, stage: &'static str) {
+        self.errors += 1;
+        *self.errors_by_stage.entry(stage).or_default() += 1;
+    }
+
+    pub fn invalid(&mut self) {
+        self.invalid_data += 1;
+        *self.errors_by_stage.entry("invalid_data").or_default() += 1;
+    }
+
+    pub fn example(&mut self, text: impl FnOnce() -> String) {
+        if self.examples.len() < MAX_EXAMPLES {
+            self.examples.push(text());
+        }
+    }
+
+    /// The job stopped early on an error it could not get past.
+    pub fn fail(&mut self, e: &Error) {
+        self.error(e);
+        self.fatal = Some(e.to_string());
+    }
+
+    /// Settles the outcome: failure when it stopped before doing anything,
+    /// partial when it stopped later or some items failed, else success.
+    pub fn finish(&mut self) {
+        self.outcome = match (&self.fatal, self.errors) {
+            (Some(_), _) if self.scanned == 0 => Outcome::Failure,
+            (Some(_), _) => Outcome::Partial,
+            (None, 0) => Outcome::Success,
+            (None, _) => Outcome::Partial,
+        };
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub run_id: String,
+    pub dry_run: bool,
+    pub duration_ms: u64,
+    pub fixed: BTreeMap<&'static str, u64>,
+    pub jobs: Vec<JobReport>,
+}
+
+impl RunReport {
+    pub fn new(run_id: String, dry_run: bool, jobs: Vec<JobReport>, duration_ms: u64) -> RunReport {
+        let fixed = Kind::ALL
+            .iter()
+            .map(|k| {
+                let n = jobs.iter().filter(|j| j.kind == *k).map(|j| j.fixed).sum();
+                (k.fixed_counter(), n)
+            })
+            .collect();
+        RunReport {
+            run_id,
+            dry_run,
+            duration_ms,
+            fixed,
+            jobs,
+        }
+    }
+
+    pub fn total_fixed(&self) -> u64 {
+        self.jobs.iter().map(|j| j.fixed).sum()
+    }
+
+    /// The worst job outcome.
+    pub fn outcome(&self) -> Outcome {
+        if self.jobs.iter().any(|j| j.outcome == Outcome::Failure) {
+            Outcome::Failure
+        } else if self.jobs.iter().any(|j| j.outcome == Outcome::Partial) {
+            Outcome::Partial
+        } else {
+            Outcome::Success
+        }
+    }
+
+    /// `once` exits 0 when every job completed, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self.outcome() {
+            Outcome::Success => 0,
+            _ => 1,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("report serializes")
+    }
+
+    /// A readable table, then drift examples and failures.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let mode = if self.dry_run {
+            " (dry run: nothing written)"
+        } else {
+            ""
+        };
+        let _ = writeln!(s, "run {}{mode} in {} ms", self.run_id, self.duration_ms);
+        let _ = writeln!(
+            s,
+            "{:<15} {:<8} {:>8} {:>7} {:>7} {:>8} {:>5} {:>7} {:>8} {:>8}",
+            "job",
+            "outcome",
+            "scanned",
+            "drift",
+            "fixed",
+            "deferred",
+            "busy",
+            "errors",
+            "backlog",
+            "invalid"
+        );
+        for j in &self.jobs {
+            let _ = writeln!(
+                s,
+                "{:<15} {:<8} {:>8} {:>7} {:>7} {:>8} {:>5} {:>7} {:>8} {:>8}",
+                j.kind.cli_name(),
+                j.outcome.label(),
+                j.scanned,
+                j.drift,
+                j.fixed,
+                j.deferred,
+                j.skipped_busy,
+                j.errors,
+                j.backlog,
+                j.invalid_data
+            );
+        }
+        for j in &self.jobs {
+            if !j.examples.is_empty() {
+                let _ = writeln!(s, "\n{} — first drift found:", j.kind.cli_name());
+                for e in &j.examples {
+                    let _ = writeln!(s, "  {e}");
+                }
+            }
+            if let Some(f) = &j.fatal {
+                let _ = writeln!(s, "\n{} stopped: {f}", j.kind.cli_name());
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_the_spec_shape() {
+        let mut j = JobReport::new(Kind::OrphanLocks);
+        j.fixed = 3;
+        j.finish();
+        let r = RunReport::new("r1".into(), false, vec![j], 12);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["fixed"]["orphan_locks_released"], 3);
+        assert_eq!(v["fixed"]["expired_cancelled"], 0);
+        let job = &v["jobs"][0];
+        assert_eq!(job["kind"], "orphan_locks");
+        assert_eq!(job["outcome"], "success");
+        for key in [
+            "scanned",
+            "drift",
+            "fixed",
+            "deferred",
+            "skipped_busy",
+            "errors",
+            "backlog",
+        ] {
+            assert!(job[key].is_u64(), "{key}");
+        }
+        assert_eq!(r.exit_code(), 0);
+    }
+
+    #[test]
+    fn outcomes_follow_errors() {
+        let mut j = JobReport::new(Kind::PaidSeats);
+        j.invalid();
+        j.finish();
+        assert_eq!(
+            j.outcome,
+            Outcome::Success,
+            "bad data alone is not a failure"
+        );
+        j.error_at("redis");
+        j.finish();
+        assert_eq!(j.outcome, Outcome::Partial);
+        let mut k = JobReport::new(Kind::PaidSeats);
+        k.fail(&Error::Protocol("down".into()));
+        k.finish();
+        assert_eq!(k.outcome, Outcome::Failure);
+        assert_eq!(
+            RunReport::new("r".into(), false, vec![j, k], 0).exit_code(),
+            1
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! The per-showtime mutex (safety rule 2): `SET NX PX` with a random token,
+//! renewed while a batch runs, released by compare-and-delete. Every repair
+//! script re-checks the token itself, so a holder that paused past its lease
+//! writes nothing even if it does not know yet.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::model::ShowtimeId;
+use crate::store::redis::RedisStore;
+
+pub struct Leases {
+    redis: RedisStore,
+    token: String,
+    ttl: Duration,
+    /// Held showtimes and when each lease was last set or renewed.
+    held: Mutex<HashMap<ShowtimeId, Instant>>,
+}
+
+/// The outcome of trying to take several showtimes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    pub taken: Vec<ShowtimeId>,
+    /// Held by someone else: skipped this run, never waited on.
+    pub busy: Vec<ShowtimeId>,
+}
+
+impl Leases {
+    pub fn new(redis: RedisStore, ttl: Duration) -> Leases {
+        Leases {
+            redis,
+            token: uuid::Uuid::new_v4().to_string(),
+            ttl,
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis() as u64
+    }
+
+    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<ShowtimeId, Instant>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The showtimes we hold now.
+    pub fn held(&self) -> Vec<ShowtimeId> {
+        self.held_map().keys().copied().collect()
+    }
+
+    /// Tries every showtime once, in one round trip.
+    pub async fn acquire(&self, ids: &[ShowtimeId]) -> Result<Acquired> {
+        let mut out = Acquired::default();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let now = Instant::now();
+        let got = self
+            .redis
+            .acquire_leases(&self.token, ids, self.ttl_ms())
+            .await?;
+        for (&id, ok) in ids.iter().zip(got) {
+            if ok {
+                self.held_map().insert(id, now);
+                out.taken.push(id);
+            } else {
+                out.busy.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Renews the leases among `ids` that have used a third of their TTL.
+    /// Returns the showtimes whose lease turned out to be lost.
+    pub async fn renew_due(&self, ids: &[ShowtimeId]) -> Result<Vec<ShowtimeId>> {
+        let now = Instant::now();
+        let due: Vec<ShowtimeId> = {
+            let held = self.held_map();
+            ids.iter()
+                .copied()
+                .filter(|id| {
+                    held.get(id)
+                        .is_some_and(|t| now.duration_since(*t) >= self.ttl / 3)
+                })
+                .collect()
+        };
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        let renewed = self
+            .redis
+            .renew_leases(&self.token, &due, self.ttl_ms())
+            .await?;
+        let mut lost = Vec::new();
+        for (id, ok) in due.into_iter().zip(renewed) {
+            if ok {
+                self.held_map().insert(id, now);
+            } else {
+                self.held_map().remove(&id);
+                lost.push(id);
+            }
+        }
+        Ok(lost)
+    }
+
+    /// Compare-and-delete of these leases.
+    pub async fn release(&self, ids: &[ShowtimeId]) -> Result<()> {
+        let mine: Vec<ShowtimeId> = {
+            let held = self.held_map();
+            ids.iter()
+                .copied()
+                .filter(|id| held.contains_key(id))
+                .collect()
+        };
+        if mine.is_empty() {
+            return Ok(());
+        }
+        let released = self.redis.release_leases(&self.token, &mine).await;
+        let mut held = self.held_map();
+        for id in &mine {
+            held.remove(id);
+        }
+        released.map(|_| ())
+    }
+
+    /// Releases everything still held (end of a job, shutdown).
+    pub async fn release_all(&self) -> Result<()> {
+        let ids = self.held();
+        self.release(&ids).await
+    }
+}

@@ -1,0 +1,162 @@
+//! `seatflow-reconciler`: parse the command line, load settings, dispatch.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use seatflow_reconciler::config::Settings;
+use seatflow_reconciler::jobs::{self, Context, RunOptions};
+use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::{demo, telemetry};
+
+/// Exit codes of `once` (and of every command that connects).
+const EXIT_FAILED: u8 = 1;
+const EXIT_CONFIG: u8 = 2;
+const EXIT_UNREACHABLE: u8 = 3;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Keeps seatflow's Redis seat hashes and MySQL orders consistent"
+)]
+struct Cli {
+    /// TOML file with the settings to override (see config/default.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every job once and exit: 0 all completed, 1 a job failed or was
+    /// partial, 2 bad configuration or usage, 3 MySQL or Redis unreachable.
+    Once {
+        /// Job to run (repeatable): expired-orders, paid-seats,
+        /// missing-hashes, orphan-locks, sold-orphans. Default: all five.
+        #[arg(long = "job", value_name = "JOB", value_parser = parse_kind)]
+        jobs: Vec<Kind>,
+        /// Detect and report drift; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only these showtimes (repeatable).
+        #[arg(long = "showtime", value_name = "ID")]
+        showtimes: Vec<i64>,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Apply the reconciler's own tables (audit).
+    Migrate {
+        /// Also create seatflow's reference tables (tests, demo, local development).
+        #[arg(long)]
+        reference_schema: bool,
+    },
+    /// Validate the configuration and print it (secrets redacted).
+    CheckConfig,
+    /// Self-contained demo on the local services (database seatflow_demo,
+    /// key prefix seatflow-demo:): seed every kind of drift, repair it.
+    Demo,
+}
+
+fn parse_kind(s: &str) -> Result<Kind, String> {
+    s.parse()
+}
+
+fn main() -> ExitCode {
+    // One process-wide TLS provider, before any rediss:// or TLS MySQL connection.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let mut log = settings.log.clone();
+    if matches!(cli.command, Command::Demo) {
+        // The demo speaks on stdout; keep stderr to warnings.
+        log.level = "warn".into();
+    }
+    telemetry::init(&log);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(dispatch(cli.command, settings))
+}
+
+async fn dispatch(command: Command, settings: Settings) -> ExitCode {
+    match command {
+        Command::CheckConfig => {
+            println!("configuration is valid:\n{settings:#?}");
+            ExitCode::SUCCESS
+        }
+        Command::Demo => match demo::run(settings).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("demo failed: {e:#}");
+                ExitCode::from(EXIT_FAILED)
+            }
+        },
+        Command::Migrate { reference_schema } => {
+            let Some(ctx) = connect(settings).await else {
+                return ExitCode::from(EXIT_UNREACHABLE);
+            };
+            match ctx.mysql.migrate(reference_schema).await {
+                Ok(()) => {
+                    eprintln!("migrations applied");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_FAILED)
+                }
+            }
+        }
+        Command::Once {
+            jobs,
+            dry_run,
+            showtimes,
+            output,
+        } => {
+            let dry_run = dry_run || settings.reconcile.dry_run;
+            let kinds = selected_kinds(&jobs);
+            let Some(ctx) = connect(settings).await else {
+                return ExitCode::from(EXIT_UNREACHABLE);
+            };
+            let opts = RunOptions { dry_run, showtimes };
+            let report = jobs::run_once(&ctx, &kinds, &opts).await;
+            match output {
+                Output::Json => println!("{}", report.to_json()),
+                Output::Text => print!("{}", report.to_text()),
+            }
+            ExitCode::from(report.exit_code() as u8)
+        }
+    }
+}
+
+/// The requested jobs in the contract's order; all five when none named.
+fn selected_kinds(requested: &[Kind]) -> Vec<Kind> {
+    Kind::ALL
+        .into_iter()
+        .filter(|k| requested.is_empty() || requested.contains(k))
+        .collect()
+}
+
+async fn connect(settings: Settings) -> Option<Context> {
+    let (mysql, redis) = (settings.mysql.url.clone(), settings.redis.url.clone());
+    match Context::connect(settings).await {
+        Ok(ctx) => Some(ctx),
+        Err(e) => {
+            eprintln!("error: cannot reach {} ({mysql} / {redis}): {e}", e.stage());
+            None
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! The planner: pure decisions, no I/O. Given one showtime's hall template,
+//! its MySQL occupancy and what Redis holds, it says which drift exists and
+//! which compare-and-set repairs restore the contract's expected state.
+//! Every job's decisions come from here, so they are property-tested without
+//! any server (see the tests at the bottom and `tests/planner_props.rs`).
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::{Kind, OrderStatus, SeatNo, SeatState};
+
+/// What the scan found at `{prefix}seat:{S}`.
+#[derive(Debug, Clone, Copy)]
+pub enum HashObservation<'a> {
+    /// The key does not exist.
+    Missing,
+    /// A hash; field → raw value.
+    Present(&'a HashMap<String, String>),
+    /// The key exists but is not a hash (bad data: left alone).
+    WrongType,
+}
+
+/// One showtime as the scan saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct ShowtimeInput<'a> {
+    /// Enabled seats of the hall template.
+    pub template: &'a [SeatNo],
+    /// Seats occupied by a valid order (`active = 1`, PENDING or PAID).
+    pub occupancy: &'a HashMap<SeatNo, OrderStatus>,
+    pub hash: HashObservation<'a>,
+}
+
+/// A per-seat compare-and-set: change `observed` (None = field absent) to `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeatRepair {
+    pub kind: Kind,
+    pub seat: SeatNo,
+    pub observed: Option<SeatState>,
+    pub target: SeatState,
+}
+
+/// Bad data: reported (`errors_total{stage="invalid_data"}`), never repaired
+/// on a guess, never fatal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anomaly {
+    /// The hall of an ON_SALE showtime has no enabled seats.
+    EmptyTemplate,
+    /// The seat key exists but is not a hash.
+    WrongType,
+    /// A field whose value is not `0`, `1` or `2`.
+    InvalidValue { seat: SeatNo, raw: String },
+    /// A field that is not an enabled template seat.
+    UnknownField { seat: SeatNo },
+    /// A free template seat absent from an existing hash: unsellable, but
+    /// nothing in the contract says who removed it, so an operator decides.
+    MissingField { seat: SeatNo },
+    /// A valid occupancy of a seat that is not an enabled template seat.
+    OccupancyOutsideTemplate { seat: SeatNo },
+}
+
+impl Anomaly {
+    pub fn describe(&self) -> String {
+        match self {
+            Anomaly::EmptyTemplate => "hall template has no enabled seats".into(),
+            Anomaly::WrongType => "seat key is not a hash".into(),
+            Anomaly::InvalidValue { seat, raw } => format!("seat {seat} has invalid value {raw:?}"),
+            Anomaly::UnknownField { seat } => format!("field {seat} is not a template seat"),
+            Anomaly::MissingField { seat } => {
+                format!("template seat {seat} is absent from the hash")
+            }
+            Anomaly::OccupancyOutsideTemplate { seat } => {
+                format!("seat {seat} is occupied but not an enabled template seat")
+            }
+        }
+    }
+}
+
+/// Everything the planner concluded about one showtime.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShowtimePlan {
+    /// Some when the hash is missing: the full hash to create (only if still absent).
+    pub rebuild: Option<Vec<(SeatNo, SeatState)>>,
+    pub repairs: Vec<SeatRepair>,
+    pub anomalies: Vec<Anomaly>,
+}
+
+impl ShowtimePlan {
+    pub fn repairs_of(&self, kind: Kind) -> impl Iterator<Item = &SeatRepair> {
+        self.repairs.iter().filter(move |r| r.kind == kind)
+    }
+}
+
+/// Which job owns the disagreement between what Redis shows and what MySQL
+/// implies, and so which repair fixes it. `None` when they agree, or when the
+/// disagreement is bad data (a free seat missing from its hash).
+///
+/// The occupancy direction (Redis shows less than an order holds) belongs to
+/// `paid-seats`; the Redis direction (Redis shows more than any order holds)
+/// to `orphan-locks` (`"1"`) and `sold-orphans` (`"2"`).
+pub fn classify(observed: Option<SeatState>, expected: SeatState) -> Option<Kind> {
+    use SeatState::*;
+    match (observed, expected) {
+        (Some(o), e) if o == e => None,
+        (_, Sold) => Some(Kind::PaidSeats),
+        (Some(Sold), _) => Some(Kind::SoldOrphans),
+        (Some(Locked), Free) => Some(Kind::OrphanLocks),
+        (Some(Free) | None, Locked) => Some(Kind::PaidSeats),
+        (None, Free) => None,
+        (Some(Free), Free) | (Some(Locked), Locked) => unreachable!("equal states return early"),
+    }
+}
+
+/// The expected hash of a showtime: every template seat at the state its occupancy implies.
+pub fn expected_hash(
+    template: &[SeatNo],
+    occupancy: &HashMap<SeatNo, OrderStatus>,
+) -> Vec<(SeatNo, SeatState)> {
+    template
+        .iter()
+        .map(|seat| {
+            (
+                seat.clone(),
+                SeatState::expected(occupancy.get(seat).copied()),
+            )
+        })
+        .collect()
+}
+
+/// Plans one showtime. Pure and total: any input yields a plan.
+pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
+    let mut plan = ShowtimePlan::default();
+    if input.template.is_empty() {
+        plan.anomalies.push(Anomaly::EmptyTemplate);
+        return plan;
+    }
+    let template: HashSet<&str> = input.template.iter().map(String::as_str).collect();
+    let mut outside: Vec<&SeatNo> = input
+        .occupancy
+        .keys()
+        .filter(|seat| !template.contains(seat.as_str()))
+        .collect();
+    outside.sort();
+    plan.anomalies.extend(
+        outside
+            .into_iter()
+            .map(|seat| Anomaly::OccupancyOutsideTemplate { seat: seat.clone() }),
+    );
+
+    let fields = match input.hash {
+        HashObservation::WrongType => {
+            plan.anomalies.push(Anomaly::WrongType);
+            return plan;
+        }
+        HashObservation::Missing => {
+            plan.rebuild = Some(expected_hash(input.template, input.occupancy));
+            return plan;
+        }
+        HashObservation::Present(fields) => fields,
+    };
+
+    for seat in input.template {
+        let expected = SeatState::expected(input.occupancy.get(seat).copied());
+        let observed = match fields.get(seat) {
+            None => None,
+            Some(raw) => match SeatState::from_redis(raw) {
+                Some(state) => Some(state),
+                None => {
+                    plan.anomalies.push(Anomaly::InvalidValue {
+                        seat: seat.clone(),
+                        raw: raw.clone(),
+                    });
+                    continue;
+                }
+            },
+        };
+        match classify(observed, expected) {
+            Some(kind) => plan.repairs.push(SeatRepair {
+                kind,
+                seat: seat.clone(),
+                observed,
+                target: expected,
+            }),
+            None if observed.is_none() => plan
+                .anomalies
+                .push(Anomaly::MissingField { seat: seat.clone() }),
+            None => {}
+        }
+    }
+    let mut unknown: Vec<&String> = fields
+        .keys()
+        .filter(|f| !template.contains(f.as_str()))
+        .collect();
+    unknown.sort();
+    plan.anomalies.extend(
+        unknown
+            .into_iter()
+            .map(|seat| Anomaly::UnknownField { seat: seat.clone() }),
+    );
+    plan
+}
+
+/// True when a repair planned from the scan is still right given a fresh read
+/// of the seat's occupancy (safety rule 4's re-check right before repairing).
+pub fn still_valid(repair: &SeatRepair, fresh_occupant: Option<OrderStatus>) -> bool {
+    let expected = SeatState::expected(fresh_occupant);
+    expected == repair.target && classify(repair.observed, expected) == Some(repair.kind)
+}
+
+// ---------------------------------------------------------------------------
+// Grace period (safety rule 4)
+// ---------------------------------------------------------------------------
+
+/// A suspect record: the orphaned value first seen at `first_seen_ms`
+/// (Redis server time). Stored as `"<value>@<ms>"` in `{prefix}reconcile:suspect:{S}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Suspect {
+    pub state: SeatState,
+    pub first_seen_ms: i64,
+}
+
+impl Suspect {
+    pub fn encode(&self) -> String {
+        format!("{}@{}", self.state.as_redis(), self.first_seen_ms)
+    }
+
+    pub fn decode(raw: &str) -> Option<Suspect> {
+        let (state, ms) = raw.split_once('@')?;
+        Some(Suspect {
+            state: SeatState::from_redis(state)?,
+            first_seen_ms: ms.parse().ok()?,
+        })
+    }
+}
+
+/// The orphaned value a grace-period job watches.
+pub fn suspect_state(kind: Kind) -> Option<SeatState> {
+    match kind {
+        Kind::OrphanLocks => Some(SeatState::Locked),
+        Kind::SoldOrphans => Some(SeatState::Sold),
+        _ => None,
+    }
+}
+
+/// What to do with one showtime's orphan candidates of one kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GracePlan {
+    /// Orphaned continuously for at least the grace period: repair now.
+    pub ready: Vec<SeatRepair>,
+    /// Still inside the grace period.
+    pub deferred: Vec<SeatRepair>,
+    /// New or restarted suspect records to write.
+    pub record: Vec<(SeatNo, Suspect)>,
+    /// Suspect records of this kind whose seat is no longer an orphan.
+    pub clear: Vec<SeatNo>,
+}
+
+/// Splits candidates into ready and deferred. A candidate is ready when a
+/// suspect record with the same orphaned value is at least `grace_ms` old (or
+/// the grace is zero). Records of this kind whose seat is no longer a
+/// candidate, and unreadable records, are cleared.
+pub fn apply_grace(
+    kind: Kind,
+    candidates: Vec<SeatRepair>,
+    suspects: &HashMap<SeatNo, String>,
+    now_ms: i64,
+    grace_ms: i64,
+) -> GracePlan {
+    let mut plan = GracePlan::default();
+    let Some(watched) = suspect_state(kind) else {
+        plan.ready = candidates;
+        return plan;
+    };
+    let candidate_seats: HashSet<&str> = candidates.iter().map(|c| c.seat.as_str()).collect();
+    for (seat, raw) in suspects {
+        let stale = match Suspect::decode(raw) {
+            None => true,
+            Some(s) => s.state == watched && !candidate_seats.contains(seat.as_str()),
+        };
+        if stale {
+            plan.clear.push(seat.clone());
+        }
+    }
+    plan.clear.sort();
+    for candidate in candidates {
+        let known = suspects
+            .get(&candidate.seat)
+            .and_then(|raw| Suspect::decode(raw))
+            .filter(|s| Some(s.state) == candidate.observed);
+        match known {
+            _ if grace_ms <= 0 => plan.ready.push(candidate),
+            Some(s) if now_ms.saturating_sub(s.first_seen_ms) >= grace_ms => {
+                plan.ready.push(candidate)
+            }
+            Some(_) => plan.deferred.push(candidate),
+            None => {
+                let state = candidate.observed.unwrap_or(watched);
+                plan.record.push((
+                    candidate.seat.clone(),
+                    Suspect {
+                        state,
+                        first_seen_ms: now_ms,
+                    },
+                ));
+                plan.deferred.push(candidate);
+            }
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use SeatState::*;
+
+    fn seats(names: &[&str]) -> Vec<SeatNo> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn hash(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn classify_covers_the_five_contract_cases() {
+        assert_eq!(classify(Some(Free), Sold), Some(Kind::PaidSeats));
+        assert_eq!(classify(Some(Locked), Sold), Some(Kind::PaidSeats));
+        assert_eq!(classify(Some(Locked), Free), Some(Kind::OrphanLocks));
+        assert_eq!(classify(Some(Sold), Free), Some(Kind::SoldOrphans));
+        assert_eq!(classify(Some(Sold), Locked), Some(Kind::SoldOrphans));
+        assert_eq!(classify(Some(Free), Locked), Some(Kind::PaidSeats));
+        assert_eq!(classify(None, Free), None);
+        for s in SeatState::ALL {
+            assert_eq!(classify(Some(s), s), None);
+        }
+    }
+
+    #[test]
+    fn sold_orphan_goes_to_expected_not_blindly_free() {
+        let template = seats(&["A-1", "A-2"]);
+        let occ = HashMap::from([("A-1".to_string(), OrderStatus::Pending)]);
+        let h = hash(&[("A-1", "2"), ("A-2", "2")]);
+        let plan = plan_showtime(ShowtimeInput {
+            template: &template,
+            occupancy: &occ,
+            hash: HashObservation::Present(&h),
+        });
+        let targets: Vec<_> = plan
+            .repairs
+            .iter()
+            .map(|r| (r.seat.as_str(), r.target))
+            .collect();
+        assert_eq!(targets, vec![("A-1", Locked), ("A-2", Free)]);
+        assert!(plan.repairs.iter().all(|r| r.kind == Kind::SoldOrphans));
+    }
+
+    #[test]
+    fn missing_hash_is_rebuilt_with_occupancy_overlay() {
+        let template = seats(&["A-1", "A-2", "A-3"]);
+        let occ = HashMap::from([
+            ("A-1".to_string(), OrderStatus::Pending),
+            ("A-3".to_string(), OrderStatus::Paid),
+        ]);
+        let plan = plan_showtime(ShowtimeInput {
+            template: &template,
+            occupancy: &occ,
+            hash: HashObservation::Missing,
+        });
+        assert_eq!(
+            plan.rebuild.unwrap(),
+            vec![
+                ("A-1".into(), Locked),
+                ("A-2".into(), Free),
+                ("A-3".into(), Sold)
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_data_is_reported_and_left_alone() {
+        let template = seats(&["A-1", "A-2", "A-3"]);
+        let occ = HashMap::from([("Z-9".to_string(), OrderStatus::Paid)]);
+        let h = hash(&[("A-1", "x"), ("A-2", "0"), ("B-7", "1")]);
+        let plan = plan_showtime(ShowtimeInput {
+            template: &template,
+            occupancy: &occ,
+            hash: HashObservation::Present(&h),
+        });
+        assert!(plan.repairs.is_empty());
+        assert_eq!(
+            plan.anomalies,
+            vec![
+                Anomaly::OccupancyOutsideTemplate { seat: "Z-9".into() },
+                Anomaly::InvalidValue {
+                    seat: "A-1".into(),
+                    raw: "x".into()
+                },
+                Anomaly::MissingField { seat: "A-3".into() },
+                Anomaly::UnknownField { seat: "B-7".into() },
+            ]
+        );
+        let empty = plan_showtime(ShowtimeInput {
+            template: &[],
+            occupancy: &occ,
+            hash: HashObservation::Missing,
+        });
+        assert_eq!(empty.anomalies, vec![Anomaly::EmptyTemplate]);
+        assert!(empty.rebuild.is_none());
+    }
+
+    fn orphan(seat: &str) -> SeatRepair {
+        SeatRepair {
+            kind: Kind::OrphanLocks,
+            seat: seat.into(),
+            observed: Some(Locked),
+            target: Free,
+        }
+    }
+
+    #[test]
+    fn grace_defers_new_suspects_and_releases_old_ones() {
+        let suspects = hash(&[
+            ("A-1", "1@1000"),
+            ("A-2", "1@9000"),
+            ("A-9", "1@1"),
+            ("B-1", "2@1"),
+        ]);
+        let plan = apply_grace(
+            Kind::OrphanLocks,
+            vec![orphan("A-1"), orphan("A-2"), orphan("A-3")],
+            &suspects,
+            10_000,
+            5_000,
+        );
+        assert_eq!(plan.ready, vec![orphan("A-1")]);
+        assert_eq!(plan.deferred, vec![orphan("A-2"), orphan("A-3")]);
+        assert_eq!(
+            plan.record,
+            vec![(
+                "A-3".into(),
+                Suspect {
+                    state: Locked,
+                    first_seen_ms: 10_000
+                }
+            )]
+        );
+        // A-9 is no longer an orphan lock; B-1 belongs to sold-orphans.
+        assert_eq!(plan.clear, vec!["A-9".to_string()]);
+    }
+
+    #[test]
+    fn a_suspect_of_another_value_restarts_the_clock() {
+        let suspects = hash(&[("A-1", "2@0")]);
+        let plan = apply_grace(
+            Kind::OrphanLocks,
+            vec![orphan("A-1")],
+            &suspects,
+            10_000,
+            5_000,
+        );
+        assert!(plan.ready.is_empty());
+        assert_eq!(plan.record[0].1.first_seen_ms, 10_000);
+    }
+
+    #[test]
+    fn zero_grace_repairs_at_once() {
+        let plan = apply_grace(
+            Kind::OrphanLocks,
+            vec![orphan("A-1")],
+            &HashMap::new(),
+            5,
+            0,
+        );
+        assert_eq!(plan.ready, vec![orphan("A-1")]);
+        assert!(plan.record.is_empty());
+    }
+
+    #[test]
+    fn recheck_rejects_a_seat_whose_order_committed_meanwhile() {
+        assert!(still_valid(&orphan("A-1"), None));
+        assert!(!still_valid(&orphan("A-1"), Some(OrderStatus::Pending)));
+        assert!(!still_valid(&orphan("A-1"), Some(OrderStatus::Paid)));
+    }
+
+    #[test]
+    fn suspects_round_trip() {
+        let s = Suspect {
+            state: Sold,
+            first_seen_ms: 1_700_000_000_123,
+        };
+        assert_eq!(Suspect::decode(&s.encode()), Some(s));
+        assert_eq!(Suspect::decode("garbage"), None);
+        assert_eq!(Suspect::decode("7@1"), None);
+    }
+}

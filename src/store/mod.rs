@@ -1,0 +1,3 @@
+//! I/O at the edges: one file per store.
+pub mod mysql;
+pub mod redis;

@@ -1,0 +1,454 @@
+//! MySQL: keyset-paginated reads, the conditional cancel of expired orders
+//! (safety rule 3), migrations and the audit trail (safety rule 10).
+//! Every query is bounded by a LIMIT or by an IN list of one chunk.
+
+use std::collections::HashMap;
+
+use chrono::NaiveDateTime;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::{MySql, QueryBuilder, Row};
+
+use crate::config::MysqlSettings;
+use crate::error::Result;
+use crate::model::{Kind, OrderStatus, SeatNo, ShowtimeId};
+
+/// The cancel reason the reconciler writes, so seatflow can tell its cancels apart.
+pub const CANCEL_REASON: &str = "RECONCILE_EXPIRED";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShowtimeRow {
+    pub id: ShowtimeId,
+    pub hall_id: i64,
+    pub starts_at: NaiveDateTime,
+}
+
+/// Keyset position: the last (sort key, id) read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Keyset {
+    pub at: NaiveDateTime,
+    pub id: i64,
+}
+
+impl Keyset {
+    /// `"<unix ms>:<id>"`, as kept in the Redis cursor key.
+    pub fn encode(&self) -> String {
+        format!("{}:{}", self.at.and_utc().timestamp_millis(), self.id)
+    }
+
+    pub fn decode(raw: &str) -> Option<Keyset> {
+        let (ms, id) = raw.split_once(':')?;
+        let at = chrono::DateTime::from_timestamp_millis(ms.parse().ok()?)?.naive_utc();
+        Some(Keyset {
+            at,
+            id: id.parse().ok()?,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredOrder {
+    pub id: i64,
+    pub showtime_id: ShowtimeId,
+    pub expires_at: NaiveDateTime,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelledOrder {
+    pub id: i64,
+    pub showtime_id: ShowtimeId,
+    pub seats: Vec<SeatNo>,
+}
+
+/// One audit row of `reconcile_fix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixRecord {
+    pub job: Kind,
+    /// What was done: `order_cancelled`, `seat_set`, `seat_released`, `hash_rebuilt`.
+    pub kind: &'static str,
+    pub showtime_id: Option<ShowtimeId>,
+    pub seat_no: Option<SeatNo>,
+    pub order_id: Option<i64>,
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub at: NaiveDateTime,
+}
+
+#[derive(Clone)]
+pub struct MysqlStore {
+    pool: MySqlPool,
+}
+
+/// (showtime, seat) → status of the valid order occupying it.
+pub type Occupancy = HashMap<ShowtimeId, HashMap<SeatNo, OrderStatus>>;
+
+impl MysqlStore {
+    pub async fn connect(settings: &MysqlSettings) -> Result<MysqlStore> {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.connect_timeout)
+            .connect(settings.url.expose())
+            .await?;
+        Ok(MysqlStore { pool })
+    }
+
+    pub fn from_pool(pool: MySqlPool) -> MysqlStore {
+        MysqlStore { pool }
+    }
+
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// The reconciler's own tables; with `reference`, seatflow's too.
+    pub async fn migrate(&self, reference: bool) -> Result<()> {
+        if reference {
+            sqlx::raw_sql(include_str!(
+                "../../migrations/reference/seatflow_schema.sql"
+            ))
+            .execute(&self.pool)
+            .await?;
+        }
+        let mut migrator = sqlx::migrate!("migrations/reconciler");
+        migrator.set_ignore_missing(true);
+        migrator.run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// The database's clock, in UTC: the one clock `expires_at` is compared to.
+    pub async fn now_utc(&self) -> Result<NaiveDateTime> {
+        Ok(sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// ON_SALE showtimes after `after` in (starts_at, id) order, soonest first.
+    /// `only`, when not empty, restricts to those ids.
+    pub async fn on_sale_page(
+        &self,
+        after: Option<Keyset>,
+        limit: usize,
+        only: &[ShowtimeId],
+    ) -> Result<Vec<ShowtimeRow>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE'",
+        );
+        push_after(&mut q, "starts_at", "id", after);
+        push_in(&mut q, "id", only);
+        q.push(" ORDER BY starts_at, id LIMIT ")
+            .push_bind(limit as u64);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ShowtimeRow {
+                id: r.get("id"),
+                hall_id: r.get("hall_id"),
+                starts_at: r.get("starts_at"),
+            })
+            .collect())
+    }
+
+    /// How many ON_SALE showtimes lie after `after` (the unscanned backlog).
+    pub async fn count_on_sale_after(&self, after: Keyset, only: &[ShowtimeId]) -> Result<u64> {
+        let mut q =
+            QueryBuilder::<MySql>::new("SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE'");
+        push_after(&mut q, "starts_at", "id", Some(after));
+        push_in(&mut q, "id", only);
+        let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+        Ok(n as u64)
+    }
+
+    /// Enabled template seats of each hall, in seat-map order.
+    pub async fn templates(&self, hall_ids: &[i64]) -> Result<HashMap<i64, Vec<SeatNo>>> {
+        let mut out: HashMap<i64, Vec<SeatNo>> =
+            hall_ids.iter().map(|&h| (h, Vec::new())).collect();
+        if hall_ids.is_empty() {
+            return Ok(out);
+        }
+        let mut q =
+            QueryBuilder::<MySql>::new("SELECT hall_id, seat_no FROM hall_seat WHERE enabled = 1");
+        push_in(&mut q, "hall_id", hall_ids);
+        q.push(" ORDER BY hall_id, row_label, col_no, seat_no");
+        let rows = q.build().fetch_all(&self.pool).await?;
+        for r in rows {
+            out.entry(r.get("hall_id"))
+                .or_default()
+                .push(r.get("seat_no"));
+        }
+        Ok(out)
+    }
+
+    /// Occupancy of whole showtimes: `active = 1` rows of PENDING/PAID orders.
+    pub async fn occupancy(&self, showtimes: &[ShowtimeId]) -> Result<Occupancy> {
+        let mut out = Occupancy::new();
+        if showtimes.is_empty() {
+            return Ok(out);
+        }
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
+             JOIN ticket_order o ON o.id = os.order_id \
+             WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID')",
+        );
+        push_in(&mut q, "os.showtime_id", showtimes);
+        collect_occupancy(q.build().fetch_all(&self.pool).await?, &mut out);
+        Ok(out)
+    }
+
+    /// Occupancy of exactly these seats, read now (the re-check before a repair).
+    pub async fn occupancy_of_seats(&self, seats: &[(ShowtimeId, SeatNo)]) -> Result<Occupancy> {
+        let mut out = Occupancy::new();
+        if seats.is_empty() {
+            return Ok(out);
+        }
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
+             JOIN ticket_order o ON o.id = os.order_id \
+             WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID') \
+             AND (os.showtime_id, os.seat_no) IN (",
+        );
+        let mut sep = q.separated(", ");
+        for (s, seat) in seats {
+            sep.push("(")
+                .push_bind_unseparated(*s)
+                .push_unseparated(", ")
+                .push_bind_unseparated(seat.as_str())
+                .push_unseparated(")");
+        }
+        q.push(")");
+        collect_occupancy(q.build().fetch_all(&self.pool).await?, &mut out);
+        Ok(out)
+    }
+
+    /// PENDING orders whose `expires_at` is before `deadline`, after `after`
+    /// in (expires_at, id) order.
+    pub async fn expired_page(
+        &self,
+        deadline: NaiveDateTime,
+        after: Option<Keyset>,
+        limit: usize,
+        only: &[ShowtimeId],
+    ) -> Result<Vec<ExpiredOrder>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT id, showtime_id, expires_at FROM ticket_order \
+             WHERE status = 'PENDING' AND expires_at < ",
+        );
+        q.push_bind(deadline);
+        push_after(&mut q, "expires_at", "id", after);
+        push_in(&mut q, "showtime_id", only);
+        q.push(" ORDER BY expires_at, id LIMIT ")
+            .push_bind(limit as u64);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ExpiredOrder {
+                id: r.get("id"),
+                showtime_id: r.get("showtime_id"),
+                expires_at: r.get("expires_at"),
+            })
+            .collect())
+    }
+
+    /// Cancels those of `ids` that are still PENDING and expired before
+    /// `deadline`, with their seats' `active = NULL`, in one transaction.
+    /// Orders paid or cancelled meanwhile are skipped (rule 3): the rows are
+    /// locked first, and the UPDATE repeats the condition.
+    pub async fn cancel_expired(
+        &self,
+        ids: &[i64],
+        deadline: NaiveDateTime,
+    ) -> Result<Vec<CancelledOrder>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.pool.begin().await?;
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT id, showtime_id FROM ticket_order WHERE status = 'PENDING' AND expires_at < ",
+        );
+        q.push_bind(deadline);
+        push_in(&mut q, "id", ids);
+        q.push(" ORDER BY id FOR UPDATE");
+        let won: Vec<(i64, i64)> = q
+            .build()
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|r| (r.get("id"), r.get("showtime_id")))
+            .collect();
+        if won.is_empty() {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        }
+        let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
+
+        let mut q =
+            QueryBuilder::<MySql>::new("SELECT order_id, seat_no FROM order_seat WHERE active = 1");
+        push_in(&mut q, "order_id", &won_ids);
+        q.push(" ORDER BY order_id, seat_no");
+        let mut seats: HashMap<i64, Vec<SeatNo>> = HashMap::new();
+        for r in q.build().fetch_all(&mut *tx).await? {
+            seats
+                .entry(r.get("order_id"))
+                .or_default()
+                .push(r.get("seat_no"));
+        }
+
+        let mut q = QueryBuilder::<MySql>::new(
+            "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = ",
+        );
+        q.push_bind(CANCEL_REASON)
+            .push(" WHERE status = 'PENDING' AND expires_at < ")
+            .push_bind(deadline);
+        push_in(&mut q, "id", &won_ids);
+        let updated = q.build().execute(&mut *tx).await?.rows_affected();
+        if updated != won_ids.len() as u64 {
+            // Impossible while we hold the row locks; refuse rather than guess.
+            tx.rollback().await?;
+            return Err(crate::error::Error::Protocol(format!(
+                "cancel updated {updated} of {} locked orders",
+                won_ids.len()
+            )));
+        }
+        let mut q =
+            QueryBuilder::<MySql>::new("UPDATE order_seat SET active = NULL WHERE active = 1");
+        push_in(&mut q, "order_id", &won_ids);
+        q.build().execute(&mut *tx).await?;
+        tx.commit().await?;
+
+        Ok(won
+            .into_iter()
+            .map(|(id, showtime_id)| CancelledOrder {
+                id,
+                showtime_id,
+                seats: seats.remove(&id).unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    pub async fn insert_run(
+        &self,
+        run_id: &str,
+        instance: &str,
+        kinds: &str,
+        dry_run: bool,
+        started_at: NaiveDateTime,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(run_id)
+        .bind(instance)
+        .bind(kinds)
+        .bind(dry_run)
+        .bind(started_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn finish_run(
+        &self,
+        run_id: &str,
+        outcome: &str,
+        fixed: u64,
+        report: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE reconcile_run SET finished_at = UTC_TIMESTAMP(3), outcome = ?, fixed = ?, report = ? \
+             WHERE run_id = ?",
+        )
+        .bind(outcome)
+        .bind(fixed)
+        .bind(report)
+        .bind(run_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// One multi-row INSERT per call.
+    pub async fn insert_fixes(
+        &self,
+        run_id: &str,
+        instance: &str,
+        fixes: &[FixRecord],
+    ) -> Result<()> {
+        if fixes.is_empty() {
+            return Ok(());
+        }
+        let mut q = QueryBuilder::<MySql>::new(
+            "INSERT INTO reconcile_fix (run_id, job, kind, showtime_id, seat_no, order_id, \
+             before_value, after_value, fixed_at, instance) ",
+        );
+        q.push_values(fixes, |mut b, f| {
+            b.push_bind(run_id)
+                .push_bind(f.job.label())
+                .push_bind(f.kind)
+                .push_bind(f.showtime_id)
+                .push_bind(f.seat_no.as_deref())
+                .push_bind(f.order_id)
+                .push_bind(f.before.as_deref())
+                .push_bind(f.after.as_deref())
+                .push_bind(f.at)
+                .push_bind(instance);
+        });
+        q.build().execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+/// ` AND (col_at > ? OR (col_at = ? AND col_id > ?))`
+fn push_after(q: &mut QueryBuilder<MySql>, col_at: &str, col_id: &str, after: Option<Keyset>) {
+    if let Some(k) = after {
+        q.push(format_args!(" AND ({col_at} > "))
+            .push_bind(k.at)
+            .push(format_args!(" OR ({col_at} = "))
+            .push_bind(k.at)
+            .push(format_args!(" AND {col_id} > "))
+            .push_bind(k.id)
+            .push("))");
+    }
+}
+
+/// ` AND col IN (?, ?, …)` unless `values` is empty.
+fn push_in(q: &mut QueryBuilder<MySql>, col: &str, values: &[i64]) {
+    if values.is_empty() {
+        return;
+    }
+    q.push(format_args!(" AND {col} IN ("));
+    let mut sep = q.separated(", ");
+    for v in values {
+        sep.push_bind(*v);
+    }
+    q.push(")");
+}
+
+fn collect_occupancy(rows: Vec<sqlx::mysql::MySqlRow>, out: &mut Occupancy) {
+    for r in rows {
+        let status: String = r.get("status");
+        if let Some(status) = OrderStatus::from_db(&status) {
+            out.entry(r.get("showtime_id"))
+                .or_default()
+                .insert(r.get("seat_no"), status);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyset_round_trips() {
+        let at = chrono::DateTime::from_timestamp_millis(1_767_000_000_123)
+            .unwrap()
+            .naive_utc();
+        let k = Keyset { at, id: 42 };
+        assert_eq!(Keyset::decode(&k.encode()), Some(k));
+        assert_eq!(Keyset::decode("nope"), None);
+    }
+}

@@ -1,0 +1,474 @@
+//! Redis: key layout, pipelined reads, and every write as a Lua
+//! compare-and-set (safety rule 1). Keys of one showtime share the hash tag
+//! `{S}`, so one script can touch the seat hash, our lease and our suspects.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, Script, Value};
+
+use crate::config::RedisSettings;
+use crate::error::{Error, Result};
+use crate::model::{SeatNo, SeatState, ShowtimeId};
+use crate::plan::SeatRepair;
+
+/// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
+pub struct Lua {
+    code: &'static str,
+    script: LazyLock<Script>,
+}
+
+macro_rules! lua {
+    ($name:ident, $file:literal) => {
+        static $name: Lua = Lua {
+            code: include_str!($file),
+            script: LazyLock::new(|| Script::new(include_str!($file))),
+        };
+    };
+}
+
+lua!(REPAIR_SEATS, "lua/repair_seats.lua");
+lua!(REBUILD_HASH, "lua/rebuild_hash.lua");
+lua!(RECORD_SUSPECTS, "lua/record_suspects.lua");
+lua!(LEASE_RENEW, "lua/lease_renew.lua");
+lua!(LEASE_RELEASE, "lua/lease_release.lua");
+lua!(CURSOR_CAS, "lua/cursor_cas.lua");
+
+const ALL_SCRIPTS: [&Lua; 6] = [
+    &REPAIR_SEATS,
+    &REBUILD_HASH,
+    &RECORD_SUSPECTS,
+    &LEASE_RENEW,
+    &LEASE_RELEASE,
+    &CURSOR_CAS,
+];
+
+/// The key layout. `{prefix}seat:{S}` is seatflow's; the rest are ours.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Keys {
+            prefix: prefix.into(),
+        }
+    }
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+    pub fn seat(&self, s: ShowtimeId) -> String {
+        format!("{}seat:{{{s}}}", self.prefix)
+    }
+    pub fn lock(&self, s: ShowtimeId) -> String {
+        format!("{}reconcile:lock:{{{s}}}", self.prefix)
+    }
+    pub fn suspect(&self, s: ShowtimeId) -> String {
+        format!("{}reconcile:suspect:{{{s}}}", self.prefix)
+    }
+    pub fn cursor(&self, job: &str) -> String {
+        format!("{}reconcile:cursor:{job}", self.prefix)
+    }
+}
+
+/// What a scan read at one showtime's seat key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashRead {
+    Missing,
+    WrongType,
+    Fields(HashMap<String, String>),
+}
+
+/// One showtime's scan result.
+#[derive(Debug, Clone)]
+pub struct ShowtimeRead {
+    pub hash: HashRead,
+    /// Suspect records (empty unless asked for).
+    pub suspects: HashMap<SeatNo, String>,
+}
+
+/// Result of one fenced script call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fenced<T> {
+    Done(T),
+    /// The lease was not ours: nothing was written.
+    LeaseLost,
+}
+
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    pub keys: Keys,
+}
+
+impl RedisStore {
+    pub async fn connect(settings: &RedisSettings) -> Result<RedisStore> {
+        let client = redis::Client::open(settings.url.expose())?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(settings.response_timeout))
+            .set_connection_timeout(Some(settings.response_timeout))
+            .set_number_of_retries(2);
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let store = RedisStore {
+            conn,
+            keys: Keys::new(settings.key_prefix.clone()),
+        };
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        let mut c = self.conn.clone();
+        redis::cmd("PING").query_async::<String>(&mut c).await?;
+        Ok(())
+    }
+
+    /// Loads every script, so pipelines can use EVALSHA.
+    pub async fn load_scripts(&self) -> Result<()> {
+        let mut pipe = redis::pipe();
+        for s in ALL_SCRIPTS {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(s.code).ignore();
+        }
+        let mut c = self.conn.clone();
+        pipe.query_async::<()>(&mut c).await?;
+        Ok(())
+    }
+
+    /// Runs commands in one pipeline, each with its own result. Scripts the
+    /// server lost (restart, SCRIPT FLUSH) are reloaded and only those
+    /// commands re-run, so no script runs twice.
+    async fn pipeline(&self, cmds: &[Cmd]) -> Result<Vec<RedisResult<Value>>> {
+        let mut pipe = Pipeline::with_capacity(cmds.len());
+        pipe.ignore_errors();
+        for c in cmds {
+            pipe.add_command(c.clone());
+        }
+        let mut conn = self.conn.clone();
+        let mut results: Vec<RedisResult<Value>> = pipe.query_async(&mut conn).await?;
+        let lost: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r, Err(e) if e.code() == Some("NOSCRIPT")))
+            .map(|(i, _)| i)
+            .collect();
+        if !lost.is_empty() {
+            self.load_scripts().await?;
+            let mut again = Pipeline::with_capacity(lost.len());
+            again.ignore_errors();
+            for &i in &lost {
+                again.add_command(cmds[i].clone());
+            }
+            let rerun: Vec<RedisResult<Value>> = again.query_async(&mut conn).await?;
+            for (i, r) in lost.into_iter().zip(rerun) {
+                results[i] = r;
+            }
+        }
+        if results.len() != cmds.len() {
+            return Err(Error::Protocol(format!(
+                "pipeline of {} commands returned {} replies",
+                cmds.len(),
+                results.len()
+            )));
+        }
+        Ok(results)
+    }
+
+    /// Redis server time in milliseconds: one clock for every replica.
+    pub async fn server_time_ms(&self) -> Result<i64> {
+        let mut c = self.conn.clone();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// One round trip: server time plus HGETALL of each showtime's seat hash
+    /// (and suspect hash when `with_suspects`).
+    pub async fn read_showtimes(
+        &self,
+        ids: &[ShowtimeId],
+        with_suspects: bool,
+    ) -> Result<(i64, Vec<ShowtimeRead>)> {
+        let mut cmds = Vec::with_capacity(1 + ids.len() * 2);
+        cmds.push(redis::cmd("TIME"));
+        for &id in ids {
+            cmds.push(redis::cmd("HGETALL").arg(self.keys.seat(id)).clone());
+            if with_suspects {
+                cmds.push(redis::cmd("HGETALL").arg(self.keys.suspect(id)).clone());
+            }
+        }
+        let mut results = self.pipeline(&cmds).await?.into_iter();
+        let (secs, micros): (i64, i64) = from_value(results.next().expect("TIME reply")?)?;
+        let now_ms = secs * 1000 + micros / 1000;
+        let mut out = Vec::with_capacity(ids.len());
+        for _ in ids {
+            let hash = match results.next().expect("HGETALL reply") {
+                Ok(v) => {
+                    let fields = string_map(v)?;
+                    if fields.is_empty() {
+                        HashRead::Missing
+                    } else {
+                        HashRead::Fields(fields)
+                    }
+                }
+                Err(e) if e.code() == Some("WRONGTYPE") => HashRead::WrongType,
+                Err(e) => return Err(e.into()),
+            };
+            let suspects = if with_suspects {
+                match results.next().expect("HGETALL reply") {
+                    Ok(v) => string_map(v)?,
+                    // Our own key of the wrong type: treat as no records.
+                    Err(e) if e.code() == Some("WRONGTYPE") => HashMap::new(),
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                HashMap::new()
+            };
+            out.push(ShowtimeRead { hash, suspects });
+        }
+        Ok((now_ms, out))
+    }
+
+    /// Writes and clears suspect records of several showtimes in one round trip.
+    pub async fn update_suspects(
+        &self,
+        updates: &[(ShowtimeId, Vec<SuspectOp>)],
+        ttl_ms: i64,
+    ) -> Result<()> {
+        let cmds: Vec<Cmd> = updates
+            .iter()
+            .filter(|(_, ops)| !ops.is_empty())
+            .map(|(id, ops)| {
+                let mut c = evalsha(&RECORD_SUSPECTS, &[self.keys.suspect(*id)]);
+                c.arg(ttl_ms);
+                for op in ops {
+                    match op {
+                        SuspectOp::Record { seat, encoded } => c.arg("r").arg(seat).arg(encoded),
+                        SuspectOp::Clear { seat, state } => c
+                            .arg("c")
+                            .arg(seat)
+                            .arg(state.map(SeatState::as_redis).unwrap_or("")),
+                    };
+                }
+                c
+            })
+            .collect();
+        for r in self.pipeline(&cmds).await? {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Applies fenced per-seat compare-and-sets, one script per showtime, all
+    /// in one round trip. Per showtime: which repairs were applied, or
+    /// `LeaseLost`; or the script's own error (e.g. the key changed type).
+    pub async fn repair_seats(
+        &self,
+        token: &str,
+        batches: &[(ShowtimeId, Vec<SeatRepair>)],
+    ) -> Result<Vec<Result<Fenced<Vec<bool>>>>> {
+        let cmds: Vec<Cmd> = batches
+            .iter()
+            .map(|(id, repairs)| {
+                let mut c = evalsha(
+                    &REPAIR_SEATS,
+                    &[
+                        self.keys.seat(*id),
+                        self.keys.lock(*id),
+                        self.keys.suspect(*id),
+                    ],
+                );
+                c.arg(token);
+                for r in repairs {
+                    c.arg(&r.seat)
+                        .arg(r.observed.map(SeatState::as_redis).unwrap_or(""))
+                        .arg(r.target.as_redis());
+                }
+                c
+            })
+            .collect();
+        let results = self.pipeline(&cmds).await?;
+        Ok(results
+            .into_iter()
+            .zip(batches)
+            .map(|(r, (_, repairs))| {
+                let codes: Vec<i64> = from_value(r?)?;
+                match codes.split_first() {
+                    Some((1, rest)) if rest.len() == repairs.len() => {
+                        Ok(Fenced::Done(rest.iter().map(|&c| c == 1).collect()))
+                    }
+                    Some((-1, _)) => Ok(Fenced::LeaseLost),
+                    _ => Err(Error::Protocol(format!("repair script replied {codes:?}"))),
+                }
+            })
+            .collect())
+    }
+
+    /// Creates a missing hash, fenced, only if it is still missing.
+    /// `Done(true)` created, `Done(false)` a hash appeared meanwhile.
+    pub async fn rebuild_hash(
+        &self,
+        token: &str,
+        showtime: ShowtimeId,
+        fields: &[(SeatNo, SeatState)],
+    ) -> Result<Fenced<bool>> {
+        let mut c = evalsha(
+            &REBUILD_HASH,
+            &[self.keys.seat(showtime), self.keys.lock(showtime)],
+        );
+        c.arg(token);
+        for (seat, state) in fields {
+            c.arg(seat).arg(state.as_redis());
+        }
+        let code: i64 = from_value(self.pipeline(&[c]).await?.remove(0)?)?;
+        match code {
+            1 => Ok(Fenced::Done(true)),
+            0 => Ok(Fenced::Done(false)),
+            -1 => Ok(Fenced::LeaseLost),
+            other => Err(Error::Protocol(format!("rebuild script replied {other}"))),
+        }
+    }
+
+    /// `SET NX PX` for each showtime in one round trip; true where acquired.
+    pub async fn acquire_leases(
+        &self,
+        token: &str,
+        ids: &[ShowtimeId],
+        ttl_ms: u64,
+    ) -> Result<Vec<bool>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| {
+                redis::cmd("SET")
+                    .arg(self.keys.lock(id))
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .clone()
+            })
+            .collect();
+        self.pipeline(&cmds)
+            .await?
+            .into_iter()
+            .map(|r| Ok(matches!(r?, Value::Okay | Value::SimpleString(_))))
+            .collect()
+    }
+
+    /// Extends our leases; false where the lease is no longer ours.
+    pub async fn renew_leases(
+        &self,
+        token: &str,
+        ids: &[ShowtimeId],
+        ttl_ms: u64,
+    ) -> Result<Vec<bool>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| {
+                let mut c = evalsha(&LEASE_RENEW, &[self.keys.lock(id)]);
+                c.arg(token).arg(ttl_ms);
+                c
+            })
+            .collect();
+        self.int_results(&cmds).await
+    }
+
+    /// Compare-and-delete of our leases; false where it was not ours any more.
+    pub async fn release_leases(&self, token: &str, ids: &[ShowtimeId]) -> Result<Vec<bool>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| {
+                let mut c = evalsha(&LEASE_RELEASE, &[self.keys.lock(id)]);
+                c.arg(token);
+                c
+            })
+            .collect();
+        self.int_results(&cmds).await
+    }
+
+    async fn int_results(&self, cmds: &[Cmd]) -> Result<Vec<bool>> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pipeline(cmds)
+            .await?
+            .into_iter()
+            .map(|r| Ok(from_value::<i64>(r?)? == 1))
+            .collect()
+    }
+
+    pub async fn get_string(&self, key: &str) -> Result<Option<String>> {
+        let mut c = self.conn.clone();
+        Ok(redis::cmd("GET").arg(key).query_async(&mut c).await?)
+    }
+
+    /// Moves a cursor from `seen` (None = absent) to `next` (None = delete).
+    pub async fn set_cursor(
+        &self,
+        key: &str,
+        seen: Option<&str>,
+        next: Option<&str>,
+    ) -> Result<bool> {
+        let mut c = evalsha(&CURSOR_CAS, &[key.to_string()]);
+        c.arg(seen.unwrap_or("")).arg(next.unwrap_or(""));
+        Ok(self.int_results(&[c]).await?[0])
+    }
+}
+
+/// One change to a showtime's suspect records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SuspectOp {
+    Record {
+        seat: SeatNo,
+        encoded: String,
+    },
+    /// Delete the record if it is of `state` (None = whatever it holds).
+    Clear {
+        seat: SeatNo,
+        state: Option<SeatState>,
+    },
+}
+
+fn evalsha(lua: &Lua, keys: &[String]) -> Cmd {
+    let mut c = redis::cmd("EVALSHA");
+    c.arg(lua.script.get_hash()).arg(keys.len());
+    for k in keys {
+        c.arg(k);
+    }
+    c
+}
+
+fn from_value<T: FromRedisValue>(v: Value) -> Result<T> {
+    T::from_redis_value(v).map_err(|e| Error::Protocol(e.to_string()))
+}
+
+/// HGETALL reply → map; non-UTF-8 bytes become U+FFFD and fail validation later.
+fn string_map(v: Value) -> Result<HashMap<String, String>> {
+    let raw: HashMap<Vec<u8>, Vec<u8>> = from_value(v)?;
+    Ok(raw
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8_lossy(&k).into_owned(),
+                String::from_utf8_lossy(&v).into_owned(),
+            )
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_one_showtime_share_its_hash_tag() {
+        let k = Keys::new("seatflow:");
+        assert_eq!(k.seat(42), "seatflow:seat:{42}");
+        assert_eq!(k.lock(42), "seatflow:reconcile:lock:{42}");
+        assert_eq!(k.suspect(42), "seatflow:reconcile:suspect:{42}");
+    }
+}
