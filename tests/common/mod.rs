@@ -1,0 +1,239 @@
+//! Test harness: every test gets its own MariaDB database and Redis key
+//! prefix on the real local services, removed again when it ends.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use seatflow_reconciler::config::{SecretUrl, Settings};
+use seatflow_reconciler::fixtures::{self, Fixtures};
+use seatflow_reconciler::jobs::report::{JobReport, RunReport};
+use seatflow_reconciler::jobs::{self, Context, RunOptions};
+use seatflow_reconciler::model::Kind;
+
+pub fn mysql_base_url() -> String {
+    std::env::var("SEATFLOW_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("SEATFLOW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub struct TestEnv {
+    pub ctx: Context,
+    pub fx: Fixtures,
+    pub db: String,
+    pub db_url: String,
+    pub prefix: String,
+}
+
+/// Settings for a test: defaults, the test's database and prefix, zero grace.
+pub fn test_settings(db_url: &str, prefix: &str) -> Settings {
+    let mut s = Settings::load_with_env(None, Vec::new()).expect("default settings");
+    s.mysql.url = SecretUrl::new(db_url);
+    s.redis.url = SecretUrl::new(redis_url());
+    s.redis.key_prefix = prefix.to_string();
+    s.reconcile.orphan_grace = Duration::ZERO;
+    s.reconcile.retry.base_delay = Duration::from_millis(5);
+    s.reconcile.instance = "test".into();
+    s
+}
+
+/// A fresh, empty database named `sf_test_…`; returns (name, URL).
+pub async fn fresh_database() -> (String, String) {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let db = format!("sf_test_{}", &id[..12]);
+    let db_url = fixtures::with_database(&mysql_base_url(), &db).unwrap();
+    fixtures::recreate_database(&db_url, &db)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "MariaDB is not reachable at {} ({e}). Start it with \
+                 `start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd` \
+                 or set SEATFLOW_TEST_MYSQL_URL",
+                mysql_base_url()
+            )
+        });
+    (db, db_url)
+}
+
+impl TestEnv {
+    pub async fn new() -> TestEnv {
+        Self::with(|_| {}).await
+    }
+
+    /// A fresh database and prefix; `tweak` adjusts the settings.
+    pub async fn with(tweak: impl FnOnce(&mut Settings)) -> TestEnv {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (db, db_url) = fresh_database().await;
+        let prefix = format!("sftest:{}:", &db["sf_test_".len()..]);
+        let mut settings = test_settings(&db_url, &prefix);
+        tweak(&mut settings);
+        let ctx = Context::connect(settings).await.unwrap_or_else(|e| {
+            panic!(
+                "cannot connect to Redis at {} or MariaDB ({e}). Start Redis with \
+                 `redis-server --daemonize yes --port 6379 --save ''` or set SEATFLOW_TEST_REDIS_URL",
+                redis_url()
+            )
+        });
+        ctx.mysql.migrate(true).await.expect("migrations");
+        let fx = Fixtures {
+            pool: ctx.mysql.pool().clone(),
+            redis: ctx.redis.connection(),
+            keys: ctx.redis.keys.clone(),
+        };
+        TestEnv {
+            ctx,
+            fx,
+            db,
+            db_url,
+            prefix,
+        }
+    }
+
+    pub async fn once(&self, kinds: &[Kind]) -> RunReport {
+        jobs::run_once(&self.ctx, kinds, &RunOptions::default()).await
+    }
+
+    pub async fn job(&self, kind: Kind) -> JobReport {
+        self.once(&[kind]).await.jobs.remove(0)
+    }
+
+    pub async fn dry(&self, kinds: &[Kind]) -> RunReport {
+        jobs::run_once(
+            &self.ctx,
+            kinds,
+            &RunOptions {
+                dry_run: true,
+                showtimes: vec![],
+            },
+        )
+        .await
+    }
+
+    /// Audit rows, sorted.
+    pub async fn audit(&self) -> Vec<AuditRow> {
+        let mut rows: Vec<AuditRow> = sqlx::query_as(
+            "SELECT job, kind, showtime_id, seat_no, order_id, before_value, after_value FROM reconcile_fix",
+        )
+        .fetch_all(self.ctx.mysql.pool())
+        .await
+        .unwrap();
+        rows.sort();
+        rows
+    }
+
+    pub async fn redis<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let mut c = self.ctx.redis.connection();
+        cmd.query_async(&mut c).await.unwrap()
+    }
+
+    /// Every key under the prefix with a dump of its value (for checksums).
+    pub async fn redis_snapshot(&self) -> BTreeMap<String, Vec<u8>> {
+        let keys: Vec<String> = self
+            .redis(redis::cmd("KEYS").arg(format!("{}*", self.prefix)))
+            .await;
+        let mut out = BTreeMap::new();
+        for k in keys {
+            let dump: Vec<u8> = self.redis(redis::cmd("DUMP").arg(&k)).await;
+            out.insert(k, dump);
+        }
+        out
+    }
+
+    /// CHECKSUM TABLE of every table in the test database.
+    pub async fn mysql_snapshot(&self) -> Vec<(String, Option<i64>)> {
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY table_name",
+        )
+        .fetch_all(self.ctx.mysql.pool())
+        .await
+        .unwrap();
+        let mut out = Vec::new();
+        for t in tables {
+            let row: (String, Option<i64>) =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("CHECKSUM TABLE `{t}` EXTENDED")))
+                    .fetch_one(self.ctx.mysql.pool())
+                    .await
+                    .unwrap();
+            out.push((t, row.1));
+        }
+        out
+    }
+}
+
+pub type AuditRow = (
+    String,
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+);
+
+pub fn audit_row(
+    job: &str,
+    kind: &str,
+    showtime: i64,
+    seat: Option<&str>,
+    order: Option<i64>,
+    before: &str,
+    after: &str,
+) -> AuditRow {
+    (
+        job.into(),
+        kind.into(),
+        Some(showtime),
+        seat.map(Into::into),
+        order,
+        Some(before.into()),
+        Some(after.into()),
+    )
+}
+
+/// Drops a test database and deletes a key prefix (best effort).
+pub fn cleanup(db: String, db_url: String, prefix: String) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut server = url::Url::parse(&db_url).unwrap();
+            server.set_path("/");
+            if let Ok(pool) = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(1)
+                .connect(server.as_str())
+                .await
+            {
+                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS `{db}`"
+                )))
+                .execute(&pool)
+                .await;
+            }
+            if let Ok(client) = redis::Client::open(redis_url())
+                && let Ok(mut c) = client.get_multiplexed_async_connection().await
+            {
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("{prefix}*"))
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or_default();
+                if !keys.is_empty() {
+                    let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut c).await;
+                }
+            }
+        });
+    })
+    .join();
+}
+
+impl Drop for TestEnv {
+    /// Removes the database and the keys, even when the test failed.
+    fn drop(&mut self) {
+        cleanup(self.db.clone(), self.db_url.clone(), self.prefix.clone());
+    }
+}
