@@ -16,17 +16,29 @@ async fn expired_orders_are_cancelled_through_the_cancel_chain() {
     let env = TestEnv::new().await;
     let seats = env.fx.hall(1, 1, 6).await.unwrap();
     env.fx.showtime(10, 1, 60, "ON_SALE").await.unwrap();
-    let expired = env.fx.order(10, "PENDING", &["A-1", "A-2"], -600).await.unwrap();
+    let expired = env
+        .fx
+        .order(10, "PENDING", &["A-1", "A-2"], -600)
+        .await
+        .unwrap();
     // Past its deadline, but inside the 60 s buffer: left alone.
     let in_buffer = env.fx.order(10, "PENDING", &["A-3"], -20).await.unwrap();
     let live = env.fx.order(10, "PENDING", &["A-4"], 600).await.unwrap();
     env.fx
-        .warm_all(10, &seats, &[("A-1", "1"), ("A-2", "1"), ("A-3", "1"), ("A-4", "1")])
+        .warm_all(
+            10,
+            &seats,
+            &[("A-1", "1"), ("A-2", "1"), ("A-3", "1"), ("A-4", "1")],
+        )
         .await
         .unwrap();
 
     let r = env.job(Kind::ExpiredOrders).await;
-    assert_eq!((r.outcome, r.drift, r.fixed), (Outcome::Success, 1, 1), "{r:?}");
+    assert_eq!(
+        (r.outcome, r.drift, r.fixed),
+        (Outcome::Success, 1, 1),
+        "{r:?}"
+    );
     assert_eq!(env.fx.order_status(expired).await.unwrap(), "CANCELLED");
     let (reason, active): (Option<String>, i64) = sqlx::query_as(
         "SELECT o.cancel_reason, COUNT(os.active) FROM ticket_order o JOIN order_seat os ON os.order_id = o.id WHERE o.id = ? GROUP BY o.id",
@@ -45,9 +57,33 @@ async fn expired_orders_are_cancelled_through_the_cancel_chain() {
     assert_eq!(
         env.audit().await,
         vec![
-            audit_row("expired_orders", "order_cancelled", 10, None, Some(expired), "PENDING", "CANCELLED"),
-            audit_row("expired_orders", "seat_released", 10, Some("A-1"), Some(expired), "1", "0"),
-            audit_row("expired_orders", "seat_released", 10, Some("A-2"), Some(expired), "1", "0"),
+            audit_row(
+                "expired_orders",
+                "order_cancelled",
+                10,
+                None,
+                Some(expired),
+                "PENDING",
+                "CANCELLED"
+            ),
+            audit_row(
+                "expired_orders",
+                "seat_released",
+                10,
+                Some("A-1"),
+                Some(expired),
+                "1",
+                "0"
+            ),
+            audit_row(
+                "expired_orders",
+                "seat_released",
+                10,
+                Some("A-2"),
+                Some(expired),
+                "1",
+                "0"
+            ),
         ]
     );
     let again = env.job(Kind::ExpiredOrders).await;
@@ -59,7 +95,11 @@ async fn paid_seats_are_set_sold_and_lost_holds_restored() {
     let env = TestEnv::new().await;
     let seats = env.fx.hall(1, 1, 5).await.unwrap();
     env.fx.showtime(20, 1, 60, "ON_SALE").await.unwrap();
-    let paid = env.fx.order(20, "PAID", &["A-1", "A-2", "A-3"], -600).await.unwrap();
+    let paid = env
+        .fx
+        .order(20, "PAID", &["A-1", "A-2", "A-3"], -600)
+        .await
+        .unwrap();
     let pending = env.fx.order(20, "PENDING", &["A-4"], 600).await.unwrap();
     // A-1 "1" (pay → "2" window crashed), A-2 "0", A-3 already "2", A-4 pending but "0".
     env.fx
@@ -68,7 +108,11 @@ async fn paid_seats_are_set_sold_and_lost_holds_restored() {
         .unwrap();
 
     let r = env.job(Kind::PaidSeats).await;
-    assert_eq!((r.outcome, r.drift, r.fixed), (Outcome::Success, 3, 3), "{r:?}");
+    assert_eq!(
+        (r.outcome, r.drift, r.fixed),
+        (Outcome::Success, 3, 3),
+        "{r:?}"
+    );
     let h = env.fx.hash(20).await.unwrap();
     assert_eq!(
         ["A-1", "A-2", "A-3", "A-4", "A-5"].map(|s| h[s].as_str()),
@@ -98,15 +142,30 @@ async fn missing_hashes_are_rebuilt_with_occupancy() {
     env.fx.order(30, "CANCELLED", &["B-3"], -600).await.unwrap();
 
     let r = env.job(Kind::MissingHashes).await;
-    assert_eq!((r.outcome, r.drift, r.fixed), (Outcome::Success, 1, 1), "{r:?}");
+    assert_eq!(
+        (r.outcome, r.drift, r.fixed),
+        (Outcome::Success, 1, 1),
+        "{r:?}"
+    );
     let h = env.fx.hash(30).await.unwrap();
     let mut got: Vec<_> = h.iter().map(|(k, v)| format!("{k}={v}")).collect();
     got.sort();
     assert_eq!(got, ["A-1=2", "A-2=0", "A-3=0", "B-1=0", "B-2=1", "B-3=0"]);
-    assert!(env.fx.hash(31).await.unwrap().is_empty(), "CLOSED showtimes are not warmed");
+    assert!(
+        env.fx.hash(31).await.unwrap().is_empty(),
+        "CLOSED showtimes are not warmed"
+    );
     assert_eq!(
         env.audit().await,
-        vec![audit_row("missing_hashes", "hash_rebuilt", 30, None, None, "absent", "6 seats")]
+        vec![audit_row(
+            "missing_hashes",
+            "hash_rebuilt",
+            30,
+            None,
+            None,
+            "absent",
+            "6 seats"
+        )]
     );
     let again = env.job(Kind::MissingHashes).await;
     assert_eq!((again.drift, again.fixed), (0, 0));
@@ -125,14 +184,37 @@ async fn orphan_locks_are_released_and_real_holds_kept() {
         .unwrap();
 
     let r = env.job(Kind::OrphanLocks).await;
-    assert_eq!((r.outcome, r.drift, r.fixed), (Outcome::Success, 2, 2), "{r:?}");
+    assert_eq!(
+        (r.outcome, r.drift, r.fixed),
+        (Outcome::Success, 2, 2),
+        "{r:?}"
+    );
     let h = env.fx.hash(40).await.unwrap();
-    assert_eq!(["A-1", "A-2", "A-3", "A-4"].map(|s| h[s].as_str()), ["0", "1", "0", "0"]);
+    assert_eq!(
+        ["A-1", "A-2", "A-3", "A-4"].map(|s| h[s].as_str()),
+        ["0", "1", "0", "0"]
+    );
     assert_eq!(
         env.audit().await,
         vec![
-            audit_row("orphan_locks", "seat_released", 40, Some("A-1"), None, "1", "0"),
-            audit_row("orphan_locks", "seat_released", 40, Some("A-3"), None, "1", "0"),
+            audit_row(
+                "orphan_locks",
+                "seat_released",
+                40,
+                Some("A-1"),
+                None,
+                "1",
+                "0"
+            ),
+            audit_row(
+                "orphan_locks",
+                "seat_released",
+                40,
+                Some("A-3"),
+                None,
+                "1",
+                "0"
+            ),
         ]
     );
     let again = env.job(Kind::OrphanLocks).await;
@@ -153,13 +235,28 @@ async fn sold_orphans_go_to_the_expected_value() {
         .unwrap();
 
     let r = env.job(Kind::SoldOrphans).await;
-    assert_eq!((r.outcome, r.drift, r.fixed), (Outcome::Success, 2, 2), "{r:?}");
+    assert_eq!(
+        (r.outcome, r.drift, r.fixed),
+        (Outcome::Success, 2, 2),
+        "{r:?}"
+    );
     let h = env.fx.hash(50).await.unwrap();
-    assert_eq!(["A-1", "A-2", "A-3", "A-4"].map(|s| h[s].as_str()), ["0", "1", "2", "0"]);
+    assert_eq!(
+        ["A-1", "A-2", "A-3", "A-4"].map(|s| h[s].as_str()),
+        ["0", "1", "2", "0"]
+    );
     assert_eq!(
         env.audit().await,
         vec![
-            audit_row("sold_orphans", "seat_released", 50, Some("A-1"), None, "2", "0"),
+            audit_row(
+                "sold_orphans",
+                "seat_released",
+                50,
+                Some("A-1"),
+                None,
+                "2",
+                "0"
+            ),
             audit_row("sold_orphans", "seat_set", 50, Some("A-2"), None, "2", "1"),
         ]
     );
@@ -177,22 +274,35 @@ async fn seed_every_drift(env: &TestEnv) {
     env.fx.order(60, "REFUNDED", &["A-4"], -600).await.unwrap();
     env.fx.order(61, "PAID", &["B-1"], -600).await.unwrap();
     env.fx
-        .warm_all(60, &seats, &[("A-1", "1"), ("A-2", "1"), ("A-3", "1"), ("A-4", "2")])
+        .warm_all(
+            60,
+            &seats,
+            &[("A-1", "1"), ("A-2", "1"), ("A-3", "1"), ("A-4", "2")],
+        )
         .await
         .unwrap();
 }
 
 #[tokio::test]
 async fn dry_run_writes_nothing_but_reports_every_drift() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = std::time::Duration::from_secs(120)).await;
+    let env =
+        TestEnv::with(|s| s.reconcile.orphan_grace = std::time::Duration::from_secs(120)).await;
     seed_every_drift(&env).await;
     let redis_before = env.redis_snapshot().await;
     let mysql_before = env.mysql_snapshot().await;
 
     let report = env.dry(&Kind::ALL).await;
 
-    assert_eq!(env.redis_snapshot().await, redis_before, "dry run wrote to Redis");
-    assert_eq!(env.mysql_snapshot().await, mysql_before, "dry run wrote to MySQL");
+    assert_eq!(
+        env.redis_snapshot().await,
+        redis_before,
+        "dry run wrote to Redis"
+    );
+    assert_eq!(
+        env.mysql_snapshot().await,
+        mysql_before,
+        "dry run wrote to MySQL"
+    );
     assert!(report.dry_run);
     for job in &report.jobs {
         assert!(job.drift > 0, "{:?} found no drift", job.kind);
@@ -214,15 +324,21 @@ async fn a_full_run_converges_and_a_second_fixes_nothing() {
     let h = env.fx.hash(60).await.unwrap();
     let mut got: Vec<_> = h.iter().map(|(k, v)| format!("{k}={v}")).collect();
     got.sort();
-    assert_eq!(got, ["A-1=2", "A-2=0", "A-3=0", "A-4=0", "B-1=0", "B-2=0", "B-3=0", "B-4=0"]);
+    assert_eq!(
+        got,
+        [
+            "A-1=2", "A-2=0", "A-3=0", "A-4=0", "B-1=0", "B-2=0", "B-3=0", "B-4=0"
+        ]
+    );
     assert_eq!(env.fx.hash(61).await.unwrap()["B-1"], "2");
     let second = env.once(&Kind::ALL).await;
     assert_eq!(second.total_fixed(), 0, "{}", second.to_text());
     assert!(second.jobs.iter().all(|j| j.drift == 0));
-    let runs: Vec<(String, i64)> = sqlx::query_as("SELECT outcome, fixed FROM reconcile_run ORDER BY started_at")
-        .fetch_all(env.ctx.mysql.pool())
-        .await
-        .unwrap();
+    let runs: Vec<(String, i64)> =
+        sqlx::query_as("SELECT outcome, fixed FROM reconcile_run ORDER BY started_at")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0], ("success".into(), first.total_fixed() as i64));
 }
@@ -252,8 +368,14 @@ async fn scan_limit_spreads_the_sweep_over_runs_with_a_cursor() {
     .await;
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     for i in 0..5 {
-        env.fx.showtime(80 + i, 1, 10 * (i + 1), "ON_SALE").await.unwrap();
-        env.fx.warm_all(80 + i, &seats, &[("A-1", "1")]).await.unwrap();
+        env.fx
+            .showtime(80 + i, 1, 10 * (i + 1), "ON_SALE")
+            .await
+            .unwrap();
+        env.fx
+            .warm_all(80 + i, &seats, &[("A-1", "1")])
+            .await
+            .unwrap();
     }
     let mut seen = Vec::new();
     for _ in 0..3 {
@@ -266,7 +388,11 @@ async fn scan_limit_spreads_the_sweep_over_runs_with_a_cursor() {
         assert_eq!(value(&env, 80 + i, "A-1").await.as_deref(), Some("0"));
     }
     let r = env.job(Kind::OrphanLocks).await;
-    assert_eq!((r.scanned, r.fixed), (2, 0), "the cursor wrapped to the soonest showtimes");
+    assert_eq!(
+        (r.scanned, r.fixed),
+        (2, 0),
+        "the cursor wrapped to the soonest showtimes"
+    );
 }
 
 #[tokio::test]

@@ -26,22 +26,40 @@ async fn a_seat_changed_between_scan_and_repair_is_not_overwritten() {
     let env = TestEnv::new().await;
     let redis = &env.ctx.redis;
     env.fx.warm(1, &[("A-1", "1"), ("A-2", "1")]).await.unwrap();
-    assert_eq!(redis.acquire_leases("me", &[1], 10_000).await.unwrap(), vec![true]);
+    assert_eq!(
+        redis.acquire_leases("me", &[1], 10_000).await.unwrap(),
+        vec![true]
+    );
     // The customer pays A-1 after our scan saw "1".
     env.fx.warm(1, &[("A-1", "2")]).await.unwrap();
     let out = redis
         .repair_seats(
             "me",
-            &[(1, vec![release("A-1", Some(SeatState::Locked)), release("A-2", Some(SeatState::Locked))])],
+            &[(
+                1,
+                vec![
+                    release("A-1", Some(SeatState::Locked)),
+                    release("A-2", Some(SeatState::Locked)),
+                ],
+            )],
         )
         .await
         .unwrap();
     assert_eq!(out[0].as_ref().unwrap(), &Fenced::Done(vec![false, true]));
-    assert_eq!(env.fx.seat_value(1, "A-1").await.unwrap().as_deref(), Some("2"));
-    assert_eq!(env.fx.seat_value(1, "A-2").await.unwrap().as_deref(), Some("0"));
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        env.fx.seat_value(1, "A-2").await.unwrap().as_deref(),
+        Some("0")
+    );
 
     // Filling an absent field never creates a hash that vanished meanwhile.
-    assert_eq!(redis.acquire_leases("me", &[2], 10_000).await.unwrap(), vec![true]);
+    assert_eq!(
+        redis.acquire_leases("me", &[2], 10_000).await.unwrap(),
+        vec![true]
+    );
     let out = redis
         .repair_seats("me", &[(2, vec![release("A-1", None)])])
         .await
@@ -59,7 +77,13 @@ async fn a_showtime_locked_by_another_token_is_skipped_and_counted() {
     env.fx.warm_all(5, &seats, &[("A-1", "1")]).await.unwrap();
     let lock = env.ctx.redis.keys.lock(5);
     let _: () = env
-        .redis(redis::cmd("SET").arg(&lock).arg("someone-else").arg("PX").arg(30_000))
+        .redis(
+            redis::cmd("SET")
+                .arg(&lock)
+                .arg("someone-else")
+                .arg("PX")
+                .arg(30_000),
+        )
         .await;
 
     let r = env.job(Kind::OrphanLocks).await;
@@ -67,7 +91,10 @@ async fn a_showtime_locked_by_another_token_is_skipped_and_counted() {
         (r.outcome, r.drift, r.fixed, r.skipped_busy, r.backlog),
         (Outcome::Success, 1, 0, 1, 1)
     );
-    assert_eq!(env.fx.seat_value(5, "A-1").await.unwrap().as_deref(), Some("1"));
+    assert_eq!(
+        env.fx.seat_value(5, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
     let holder: Option<String> = env.redis(redis::cmd("GET").arg(&lock)).await;
     assert_eq!(holder.as_deref(), Some("someone-else"));
 
@@ -84,16 +111,25 @@ async fn a_holder_whose_lease_expired_cannot_write() {
     let env = TestEnv::new().await;
     let redis = &env.ctx.redis;
     env.fx.warm(7, &[("A-1", "1")]).await.unwrap();
-    assert_eq!(redis.acquire_leases("old", &[7], 50).await.unwrap(), vec![true]);
+    assert_eq!(
+        redis.acquire_leases("old", &[7], 50).await.unwrap(),
+        vec![true]
+    );
     tokio::time::sleep(Duration::from_millis(120)).await;
-    assert_eq!(redis.acquire_leases("new", &[7], 10_000).await.unwrap(), vec![true]);
+    assert_eq!(
+        redis.acquire_leases("new", &[7], 10_000).await.unwrap(),
+        vec![true]
+    );
 
     let out = redis
         .repair_seats("old", &[(7, vec![release("A-1", Some(SeatState::Locked))])])
         .await
         .unwrap();
     assert_eq!(out[0].as_ref().unwrap(), &Fenced::LeaseLost);
-    assert_eq!(env.fx.seat_value(7, "A-1").await.unwrap().as_deref(), Some("1"));
+    assert_eq!(
+        env.fx.seat_value(7, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
     let rebuilt = redis
         .rebuild_hash("old", 8, &[("A-1".into(), SeatState::Free)])
         .await
@@ -101,8 +137,14 @@ async fn a_holder_whose_lease_expired_cannot_write() {
     assert_eq!(rebuilt, Fenced::LeaseLost);
     assert!(env.fx.hash(8).await.unwrap().is_empty());
     // Neither renewal nor release by the old holder touches the new lease.
-    assert_eq!(redis.renew_leases("old", &[7], 10_000).await.unwrap(), vec![false]);
-    assert_eq!(redis.release_leases("old", &[7]).await.unwrap(), vec![false]);
+    assert_eq!(
+        redis.renew_leases("old", &[7], 10_000).await.unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        redis.release_leases("old", &[7]).await.unwrap(),
+        vec![false]
+    );
     let holder: Option<String> = env.redis(redis::cmd("GET").arg(redis.keys.lock(7))).await;
     assert_eq!(holder.as_deref(), Some("new"));
 }
@@ -116,12 +158,28 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
     let order = env.fx.order(3, "PENDING", &["A-1"], -600).await.unwrap();
     let other = env.fx.order(3, "PENDING", &["A-2"], -600).await.unwrap();
     let deadline = env.ctx.mysql.now_utc().await.unwrap() - chrono::Duration::seconds(60);
-    let found = env.ctx.mysql.expired_page(deadline, None, 10, &[]).await.unwrap();
+    let found = env
+        .ctx
+        .mysql
+        .expired_page(deadline, None, 10, &[])
+        .await
+        .unwrap();
     assert_eq!(found.len(), 2);
 
-    assert!(env.fx.pay(order).await.unwrap(), "the customer pays after our scan");
-    let cancelled = env.ctx.mysql.cancel_expired(&[order, other], deadline).await.unwrap();
-    assert_eq!(cancelled.iter().map(|c| c.id).collect::<Vec<_>>(), vec![other]);
+    assert!(
+        env.fx.pay(order).await.unwrap(),
+        "the customer pays after our scan"
+    );
+    let cancelled = env
+        .ctx
+        .mysql
+        .cancel_expired(&[order, other], deadline)
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.iter().map(|c| c.id).collect::<Vec<_>>(),
+        vec![other]
+    );
     assert_eq!(env.fx.order_status(order).await.unwrap(), "PAID");
     let active: Option<i8> = sqlx::query_scalar("SELECT active FROM order_seat WHERE order_id = ?")
         .bind(order)
@@ -136,19 +194,28 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
 async fn a_hash_created_between_detection_and_rebuild_is_not_replaced() {
     let env = TestEnv::new().await;
     let redis = &env.ctx.redis;
-    assert_eq!(redis.acquire_leases("me", &[4], 10_000).await.unwrap(), vec![true]);
+    assert_eq!(
+        redis.acquire_leases("me", &[4], 10_000).await.unwrap(),
+        vec![true]
+    );
     // seatflow warms the hash and sells A-1 after our scan saw it missing.
     env.fx.warm(4, &[("A-1", "1"), ("A-2", "0")]).await.unwrap();
     let out = redis
         .rebuild_hash(
             "me",
             4,
-            &[("A-1".into(), SeatState::Free), ("A-2".into(), SeatState::Free)],
+            &[
+                ("A-1".into(), SeatState::Free),
+                ("A-2".into(), SeatState::Free),
+            ],
         )
         .await
         .unwrap();
     assert_eq!(out, Fenced::Done(false));
-    assert_eq!(env.fx.seat_value(4, "A-1").await.unwrap().as_deref(), Some("1"));
+    assert_eq!(
+        env.fx.seat_value(4, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
 }
 
 /// Rule 8: bad data is counted, logged and left alone; the run goes on.
@@ -166,29 +233,56 @@ async fn bad_data_is_reported_and_the_run_goes_on() {
         .await
         .unwrap();
     let _: () = env
-        .redis(redis::cmd("SET").arg(env.ctx.redis.keys.seat(12)).arg("not a hash"))
+        .redis(
+            redis::cmd("SET")
+                .arg(env.ctx.redis.keys.seat(12))
+                .arg("not a hash"),
+        )
         .await;
     env.fx.warm_all(14, &seats, &[("A-2", "1")]).await.unwrap(); // real drift
 
     let report = env.once(&Kind::ALL).await;
     assert_eq!(report.exit_code(), 0, "{}", report.to_text());
-    let orphan = report.jobs.iter().find(|j| j.kind == Kind::OrphanLocks).unwrap();
+    let orphan = report
+        .jobs
+        .iter()
+        .find(|j| j.kind == Kind::OrphanLocks)
+        .unwrap();
     // "x", Z-9, the string key and the empty hall.
     assert_eq!(orphan.invalid_data, 4, "{orphan:?}");
     assert_eq!(orphan.fixed, 1);
-    assert_eq!(env.fx.seat_value(11, "A-1").await.unwrap().as_deref(), Some("x"));
-    assert_eq!(env.fx.seat_value(11, "Z-9").await.unwrap().as_deref(), Some("1"));
-    assert_eq!(env.fx.seat_value(14, "A-2").await.unwrap().as_deref(), Some("0"));
-    let kind: String = env.redis(redis::cmd("TYPE").arg(env.ctx.redis.keys.seat(12))).await;
+    assert_eq!(
+        env.fx.seat_value(11, "A-1").await.unwrap().as_deref(),
+        Some("x")
+    );
+    assert_eq!(
+        env.fx.seat_value(11, "Z-9").await.unwrap().as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        env.fx.seat_value(14, "A-2").await.unwrap().as_deref(),
+        Some("0")
+    );
+    let kind: String = env
+        .redis(redis::cmd("TYPE").arg(env.ctx.redis.keys.seat(12)))
+        .await;
     assert_eq!(kind, "string");
-    assert!(env.fx.hash(13).await.unwrap().is_empty(), "no hash for a hall without seats");
+    assert!(
+        env.fx.hash(13).await.unwrap().is_empty(),
+        "no hash for a hall without seats"
+    );
 }
 
 async fn age_suspect(env: &TestEnv, showtime: i64, seat: &str, state: &str, age: Duration) {
     let now = env.ctx.redis.server_time_ms().await.unwrap();
     let value = format!("{state}@{}", now - age.as_millis() as i64);
     let _: () = env
-        .redis(redis::cmd("HSET").arg(env.ctx.redis.keys.suspect(showtime)).arg(seat).arg(value))
+        .redis(
+            redis::cmd("HSET")
+                .arg(env.ctx.redis.keys.suspect(showtime))
+                .arg(seat)
+                .arg(value),
+        )
         .await;
 }
 
@@ -200,14 +294,18 @@ async fn orphans_wait_out_the_grace_period_and_in_flight_holds_survive() {
     let seats = env.fx.hall(1, 1, 3).await.unwrap();
     env.fx.showtime(9, 1, 60, "ON_SALE").await.unwrap();
     // a real orphan. A-2: a customer's hold whose order is being written.
-    env.fx.warm_all(9, &seats, &[("A-1", "1"), ("A-2", "1")]).await.unwrap();
+    env.fx
+        .warm_all(9, &seats, &[("A-1", "1"), ("A-2", "1")])
+        .await
+        .unwrap();
 
     for _ in 0..2 {
         let r = env.job(Kind::OrphanLocks).await;
         assert_eq!((r.drift, r.deferred, r.fixed), (2, 2, 0), "{r:?}");
     }
-    let suspects: std::collections::HashMap<String, String> =
-        env.redis(redis::cmd("HGETALL").arg(env.ctx.redis.keys.suspect(9))).await;
+    let suspects: std::collections::HashMap<String, String> = env
+        .redis(redis::cmd("HGETALL").arg(env.ctx.redis.keys.suspect(9)))
+        .await;
     assert_eq!(suspects.len(), 2);
     assert!(suspects["A-1"].starts_with("1@"));
 
@@ -218,11 +316,21 @@ async fn orphans_wait_out_the_grace_period_and_in_flight_holds_survive() {
 
     let r = env.job(Kind::OrphanLocks).await;
     assert_eq!((r.drift, r.deferred, r.fixed), (1, 0, 1), "{r:?}");
-    assert_eq!(env.fx.seat_value(9, "A-1").await.unwrap().as_deref(), Some("0"));
-    assert_eq!(env.fx.seat_value(9, "A-2").await.unwrap().as_deref(), Some("1"));
-    let suspects: std::collections::HashMap<String, String> =
-        env.redis(redis::cmd("HGETALL").arg(env.ctx.redis.keys.suspect(9))).await;
-    assert!(suspects.is_empty(), "records are cleared once repaired or no longer orphaned: {suspects:?}");
+    assert_eq!(
+        env.fx.seat_value(9, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        env.fx.seat_value(9, "A-2").await.unwrap().as_deref(),
+        Some("1")
+    );
+    let suspects: std::collections::HashMap<String, String> = env
+        .redis(redis::cmd("HGETALL").arg(env.ctx.redis.keys.suspect(9)))
+        .await;
+    assert!(
+        suspects.is_empty(),
+        "records are cleared once repaired or no longer orphaned: {suspects:?}"
+    );
 }
 
 /// Rule 4: a suspect whose value changed restarts its clock.
@@ -234,8 +342,15 @@ async fn a_suspect_seen_non_orphan_starts_over() {
     env.fx.warm_all(6, &seats, &[("A-1", "2")]).await.unwrap();
     age_suspect(&env, 6, "A-1", "1", Duration::from_secs(600)).await; // an old orphan-lock record
     let r = env.job(Kind::SoldOrphans).await;
-    assert_eq!((r.deferred, r.fixed), (1, 0), "an orphan-lock record does not count for a sold orphan");
-    assert_eq!(env.fx.seat_value(6, "A-1").await.unwrap().as_deref(), Some("2"));
+    assert_eq!(
+        (r.deferred, r.fixed),
+        (1, 0),
+        "an orphan-lock record does not count for a sold orphan"
+    );
+    assert_eq!(
+        env.fx.seat_value(6, "A-1").await.unwrap().as_deref(),
+        Some("2")
+    );
 }
 
 /// Rule 5 and 8 together: dry run over bad data writes nothing either.
@@ -247,6 +362,8 @@ async fn dry_run_records_no_suspects() {
     env.fx.warm_all(2, &seats, &[("A-1", "1")]).await.unwrap();
     let r = env.dry(&[Kind::OrphanLocks]).await;
     assert_eq!((r.jobs[0].drift, r.jobs[0].deferred), (1, 1));
-    let exists: i64 = env.redis(redis::cmd("EXISTS").arg(env.ctx.redis.keys.suspect(2))).await;
+    let exists: i64 = env
+        .redis(redis::cmd("EXISTS").arg(env.ctx.redis.keys.suspect(2)))
+        .await;
     assert_eq!(exists, 0);
 }

@@ -78,12 +78,12 @@ async fn sweep(
         let take = page.len().min(budget);
         budget -= take;
         report.backlog += (page.len() - take) as u64;
-        if !opts.dry_run && take > 0 {
-            if let Err(e) = cancel_chunk(ctx, &page[..take], deadline, audit, report, leases).await
-            {
-                tracing::warn!(error = %e, "expired-order chunk failed; skipped for this run");
-                report.error(&e);
-            }
+        if !opts.dry_run
+            && take > 0
+            && let Err(e) = cancel_chunk(ctx, &page[..take], deadline, audit, report, leases).await
+        {
+            tracing::warn!(error = %e, "expired-order chunk failed; skipped for this run");
+            report.error(&e);
         }
         if short {
             break;
@@ -159,7 +159,8 @@ async fn cancel_locked(
         );
     }
     let at = chrono::Utc::now().naive_utc();
-    let mut batches: BTreeMap<ShowtimeId, (Vec<SeatRepair>, Vec<i64>)> = BTreeMap::new();
+    // Per showtime: the seat releases and, in step, the order each seat belonged to.
+    let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
     for order in &cancelled {
         report.fixed += 1;
         audit
@@ -176,13 +177,13 @@ async fn cancel_locked(
             .await;
         let entry = batches.entry(order.showtime_id).or_default();
         for seat in &order.seats {
-            entry.0.push(SeatRepair {
+            entry.repairs.push(SeatRepair {
                 kind: Kind::ExpiredOrders,
                 seat: seat.clone(),
                 observed: Some(SeatState::Locked),
                 target: SeatState::Free,
             });
-            entry.1.push(order.id);
+            entry.orders.push(order.id);
         }
     }
     // The MySQL side is committed; a failure below leaves "1"s that the
@@ -192,13 +193,13 @@ async fn cancel_locked(
     for id in &lost {
         report.error(&Error::LeaseLost(*id));
     }
-    let batches: Vec<(ShowtimeId, (Vec<SeatRepair>, Vec<i64>))> = batches
+    let batches: Vec<(ShowtimeId, SeatReleases)> = batches
         .into_iter()
         .filter(|(id, _)| !lost.contains(id))
         .collect();
     let calls: Vec<(ShowtimeId, Vec<SeatRepair>)> = batches
         .iter()
-        .map(|(id, (r, _))| (*id, r.clone()))
+        .map(|(id, b)| (*id, b.repairs.clone()))
         .collect();
     if calls.is_empty() {
         return Ok(());
@@ -207,10 +208,10 @@ async fn cancel_locked(
     let results = ctx
         .retry("release seats", || ctx.redis.repair_seats(&token, &calls))
         .await?;
-    for ((id, (repairs, orders)), result) in batches.iter().zip(results) {
+    for ((id, batch), result) in batches.iter().zip(results) {
         match result {
             Ok(Fenced::Done(applied)) => {
-                for ((r, order), ok) in repairs.iter().zip(orders).zip(applied) {
+                for ((r, order), ok) in batch.repairs.iter().zip(&batch.orders).zip(applied) {
                     if ok {
                         audit
                             .seat(*id, &r.seat, Some(*order), r.observed, r.target)
@@ -223,4 +224,10 @@ async fn cancel_locked(
         }
     }
     Ok(())
+}
+
+#[derive(Default)]
+struct SeatReleases {
+    repairs: Vec<SeatRepair>,
+    orders: Vec<i64>,
 }

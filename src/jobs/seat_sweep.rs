@@ -121,14 +121,12 @@ impl Sweep<'_> {
                 break;
             }
         }
-        if !reached_end {
-            if let Some(after) = after {
-                self.report.backlog += ctx
-                    .retry("count backlog", || {
-                        ctx.mysql.count_on_sale_after(after, &self.opts.showtimes)
-                    })
-                    .await?;
-            }
+        if !reached_end && let Some(after) = after {
+            self.report.backlog += ctx
+                .retry("count backlog", || {
+                    ctx.mysql.count_on_sale_after(after, &self.opts.showtimes)
+                })
+                .await?;
         }
         if use_cursor && !self.opts.dry_run {
             let next = match resume {

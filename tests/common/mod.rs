@@ -152,11 +152,12 @@ impl TestEnv {
         .unwrap();
         let mut out = Vec::new();
         for t in tables {
-            let row: (String, Option<i64>) =
-                sqlx::query_as(sqlx::AssertSqlSafe(format!("CHECKSUM TABLE `{t}` EXTENDED")))
-                    .fetch_one(self.ctx.mysql.pool())
-                    .await
-                    .unwrap();
+            let row: (String, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "CHECKSUM TABLE `{t}` EXTENDED"
+            )))
+            .fetch_one(self.ctx.mysql.pool())
+            .await
+            .unwrap();
             out.push((t, row.1));
         }
         out
