@@ -138,6 +138,15 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone)]
+pub struct DaemonSettings {
+    /// How long running batches may take to finish after SIGTERM.
+    pub shutdown_timeout: Duration,
+    /// Each scheduled run starts after a random delay up to this, so that
+    /// replicas do not fire in lockstep.
+    pub start_jitter: Duration,
+}
+
+#[derive(Debug, Clone)]
 pub struct LogSettings {
     pub format: LogFormat,
     pub level: String,
@@ -157,6 +166,7 @@ pub struct Settings {
     pub redis: RedisSettings,
     pub http: HttpSettings,
     pub reconcile: ReconcileSettings,
+    pub daemon: DaemonSettings,
     pub log: LogSettings,
     jobs: [JobSettings; 5],
 }
@@ -270,6 +280,7 @@ struct RawSettings {
     redis: RawRedis,
     http: RawHttp,
     reconcile: RawReconcile,
+    daemon: RawDaemon,
     log: RawLog,
     jobs: std::collections::HashMap<String, RawJob>,
 }
@@ -306,6 +317,12 @@ struct RawReconcile {
     retry_attempts: i64,
     retry_base_delay: String,
     retry_max_delay: String,
+}
+
+#[derive(Deserialize)]
+struct RawDaemon {
+    shutdown_timeout: String,
+    start_jitter: String,
 }
 
 #[derive(Deserialize)]
@@ -360,11 +377,19 @@ pub fn check_schedule(key: &str, raw: &str) -> Result<(), ConfigError> {
             format!("cron expression {raw:?} must have 6 fields (seconds first), has {fields}"),
         ));
     }
-    croner::Cron::new(raw)
-        .with_seconds_required()
-        .parse()
+    parse_schedule(raw)
         .map(|_| ())
         .map_err(|e| ConfigError::new(key, format!("invalid cron expression {raw:?}: {e}")))
+}
+
+/// Parses a schedule exactly as `tokio-cron-scheduler` does (seconds
+/// required, day-of-month AND day-of-week), so next-fire times agree.
+pub fn parse_schedule(raw: &str) -> Result<croner::Cron, croner::errors::CronError> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .dom_and_dow(true)
+        .build()
+        .parse(raw)
 }
 
 impl RawSettings {
@@ -442,6 +467,13 @@ impl RawSettings {
                 max_delay: parse_duration("reconcile.retry_max_delay", &r.retry_max_delay)?,
             },
         };
+        let daemon = DaemonSettings {
+            shutdown_timeout: positive(
+                "daemon.shutdown_timeout",
+                parse_duration("daemon.shutdown_timeout", &self.daemon.shutdown_timeout)?,
+            )?,
+            start_jitter: parse_duration("daemon.start_jitter", &self.daemon.start_jitter)?,
+        };
         let format = match self.log.format.as_str() {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
@@ -478,6 +510,7 @@ impl RawSettings {
             redis,
             http,
             reconcile,
+            daemon,
             log,
             jobs: [a?, b?, c?, d?, e?],
         })

@@ -90,6 +90,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         &RunOptions {
             dry_run: true,
             showtimes: vec![],
+            ..Default::default()
         },
     )
     .await;

@@ -4,7 +4,7 @@
 //! writes nothing even if it does not know yet.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,8 +13,41 @@ use crate::error::Result;
 use crate::model::ShowtimeId;
 use crate::store::redis::RedisStore;
 
+/// The leases held by the whole process (showtime → token), so that a
+/// shutdown can release what a cancelled run still held.
+#[derive(Clone, Default)]
+pub struct LeaseBook(Arc<Mutex<HashMap<ShowtimeId, String>>>);
+
+impl LeaseBook {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowtimeId, String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Compare-and-deletes every lease still recorded.
+    pub async fn release_all(&self, redis: &RedisStore) -> Result<()> {
+        let held: Vec<(ShowtimeId, String)> = self.lock().drain().collect();
+        let mut by_token: HashMap<String, Vec<ShowtimeId>> = HashMap::new();
+        for (id, token) in held {
+            by_token.entry(token).or_default().push(id);
+        }
+        for (token, ids) in by_token {
+            redis.release_leases(&token, &ids).await?;
+        }
+        Ok(())
+    }
+}
+
 pub struct Leases {
     redis: RedisStore,
+    book: LeaseBook,
     token: String,
     ttl: Duration,
     /// Held showtimes and when each lease was last set or renewed.
@@ -30,9 +63,10 @@ pub struct Acquired {
 }
 
 impl Leases {
-    pub fn new(redis: RedisStore, ttl: Duration) -> Leases {
+    pub fn new(redis: RedisStore, ttl: Duration, book: LeaseBook) -> Leases {
         Leases {
             redis,
+            book,
             token: uuid::Uuid::new_v4().to_string(),
             ttl,
             held: Mutex::new(HashMap::new()),
@@ -70,6 +104,7 @@ impl Leases {
         for (&id, ok) in ids.iter().zip(got) {
             if ok {
                 self.held_map().insert(id, now);
+                self.book.lock().insert(id, self.token.clone());
                 out.taken.push(id);
             } else {
                 out.busy.push(id);
@@ -105,6 +140,7 @@ impl Leases {
                 self.held_map().insert(id, now);
             } else {
                 self.held_map().remove(&id);
+                self.book.lock().remove(&id);
                 lost.push(id);
             }
         }
@@ -125,8 +161,10 @@ impl Leases {
         }
         let released = self.redis.release_leases(&self.token, &mine).await;
         let mut held = self.held_map();
+        let mut book = self.book.lock();
         for id in &mine {
             held.remove(id);
+            book.remove(id);
         }
         released.map(|_| ())
     }

@@ -2,13 +2,17 @@
 //! seat hashes and its MySQL orders. See ARCHITECTURE.md for the map.
 
 pub mod config;
+pub mod daemon;
 pub mod demo;
 pub mod error;
 pub mod fixtures;
+pub mod http;
 pub mod jobs;
 pub mod lease;
+pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod push;
 pub mod retry;
 pub mod store;
 pub mod telemetry;

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::jobs::{self, Context, RunOptions};
+use seatflow_reconciler::metrics::Metrics;
 use seatflow_reconciler::model::Kind;
-use seatflow_reconciler::{demo, telemetry};
+use seatflow_reconciler::{demo, push, telemetry};
 
 /// Exit codes of `once` (and of every command that connects).
 const EXIT_FAILED: u8 = 1;
@@ -35,6 +36,9 @@ enum Output {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The daemon: each job on its cron schedule, HTTP on http.listen
+    /// (/metrics, /healthz, /readyz, /status, POST /jobs/{job}/run).
+    Run,
     /// Run every job once and exit: 0 all completed, 1 a job failed or was
     /// partial, 2 bad configuration or usage, 3 MySQL or Redis unreachable.
     Once {
@@ -50,6 +54,9 @@ enum Command {
         showtimes: Vec<i64>,
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
+        /// Push this run's metrics to a Prometheus Pushgateway (push-add).
+        #[arg(long, value_name = "URL")]
+        pushgateway: Option<String>,
     },
     /// Apply the reconciler's own tables (audit).
     Migrate {
@@ -94,6 +101,18 @@ fn main() -> ExitCode {
 
 async fn dispatch(command: Command, settings: Settings) -> ExitCode {
     match command {
+        Command::Run => {
+            let Some(ctx) = connect(settings).await else {
+                return ExitCode::from(EXIT_UNREACHABLE);
+            };
+            match seatflow_reconciler::daemon::run(ctx).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "daemon failed");
+                    ExitCode::from(EXIT_FAILED)
+                }
+            }
+        }
         Command::CheckConfig => {
             println!("configuration is valid:\n{settings:#?}");
             ExitCode::SUCCESS
@@ -125,17 +144,32 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             dry_run,
             showtimes,
             output,
+            pushgateway,
         } => {
             let dry_run = dry_run || settings.reconcile.dry_run;
             let kinds = selected_kinds(&jobs);
             let Some(ctx) = connect(settings).await else {
                 return ExitCode::from(EXIT_UNREACHABLE);
             };
-            let opts = RunOptions { dry_run, showtimes };
+            let opts = RunOptions {
+                dry_run,
+                showtimes,
+                ..RunOptions::default()
+            };
             let report = jobs::run_once(&ctx, &kinds, &opts).await;
             match output {
                 Output::Json => println!("{}", report.to_json()),
                 Output::Text => print!("{}", report.to_text()),
+            }
+            if let Some(url) = pushgateway {
+                let metrics = Metrics::new();
+                for job in &report.jobs {
+                    metrics.record(job);
+                }
+                if let Err(e) = push::push_add(&url, &metrics).await {
+                    eprintln!("error: pushing metrics to the Pushgateway: {e}");
+                    return ExitCode::from(EXIT_FAILED);
+                }
             }
             ExitCode::from(report.exit_code() as u8)
         }

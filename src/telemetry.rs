@@ -1,5 +1,7 @@
 //! Logging: `tracing` to stderr, text or JSON per `log.format`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, LogSettings};
@@ -12,6 +14,7 @@ pub fn init(settings: &LogSettings) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
     let _ = match settings.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -409,6 +409,7 @@ async fn showtime_filter_limits_the_run() {
         &seatflow_reconciler::jobs::RunOptions {
             dry_run: false,
             showtimes: vec![91],
+            ..Default::default()
         },
     )
     .await;

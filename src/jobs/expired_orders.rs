@@ -18,7 +18,11 @@ use super::{Context, RunOptions};
 
 pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> JobReport {
     let mut report = JobReport::new(Kind::ExpiredOrders);
-    let leases = Leases::new(ctx.redis.clone(), ctx.settings.reconcile.lock_ttl);
+    let leases = Leases::new(
+        ctx.redis.clone(),
+        ctx.settings.reconcile.lock_ttl,
+        ctx.leases.clone(),
+    );
     if let Err(e) = sweep(ctx, opts, audit, &mut report, &leases).await {
         tracing::error!(kind = "expired_orders", error = %e, "job stopped");
         report.fail(&e);
@@ -44,6 +48,10 @@ async fn sweep(
     let mut budget = job.batch_size;
     let mut after: Option<Keyset> = None;
     loop {
+        if opts.stop.is_cancelled() {
+            report.fatal = Some("interrupted by shutdown".into());
+            return Ok(());
+        }
         let want = ctx
             .settings
             .reconcile

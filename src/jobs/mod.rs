@@ -9,8 +9,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Settings;
 use crate::error::Result;
+use crate::lease::LeaseBook;
 use crate::model::{Kind, ShowtimeId};
 use crate::retry::with_retry;
 use crate::store::mysql::MysqlStore;
@@ -23,6 +26,8 @@ pub struct Context {
     pub settings: Arc<Settings>,
     pub mysql: MysqlStore,
     pub redis: RedisStore,
+    /// Every showtime lease this process holds, so shutdown can release them.
+    pub leases: LeaseBook,
 }
 
 /// What one run is asked to do.
@@ -31,6 +36,8 @@ pub struct RunOptions {
     pub dry_run: bool,
     /// Restrict to these showtimes (no cursor is read or moved).
     pub showtimes: Vec<ShowtimeId>,
+    /// Cancelled on shutdown: the job stops after the chunk in hand.
+    pub stop: CancellationToken,
 }
 
 impl Context {
@@ -42,6 +49,7 @@ impl Context {
             settings: Arc::new(settings),
             mysql,
             redis,
+            leases: LeaseBook::default(),
         })
     }
 

@@ -42,7 +42,11 @@ pub async fn run(
         kind,
         opts,
         report: JobReport::new(kind),
-        leases: Leases::new(ctx.redis.clone(), ctx.settings.reconcile.lock_ttl),
+        leases: Leases::new(
+            ctx.redis.clone(),
+            ctx.settings.reconcile.lock_ttl,
+            ctx.leases.clone(),
+        ),
         templates: HashMap::new(),
         budget: ctx.settings.job(kind).batch_size,
     };
@@ -86,6 +90,10 @@ impl Sweep<'_> {
         let mut resume: Option<Option<Keyset>> = None;
         let mut reached_end = false;
         loop {
+            if self.opts.stop.is_cancelled() {
+                self.report.fatal = Some("interrupted by shutdown".into());
+                return Ok(());
+            }
             let want = chunk.min(job.scan_limit - self.report.scanned as usize);
             if want == 0 {
                 break;

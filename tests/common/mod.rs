@@ -107,6 +107,7 @@ impl TestEnv {
             &RunOptions {
                 dry_run: true,
                 showtimes: vec![],
+                ..Default::default()
             },
         )
         .await

@@ -1,0 +1,143 @@
+//! HTTP endpoints of the daemon: `/metrics`, `/healthz`, `/readyz`,
+//! `/status`, and the admin trigger `POST /jobs/{job}/run`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+
+use crate::daemon::{NotStarted, Runner};
+use crate::model::Kind;
+
+/// How long a readiness probe waits for each dependency.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub fn router(runner: Arc<Runner>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .route("/jobs/{job}/run", post(run_job))
+        .with_state(runner)
+}
+
+async fn metrics(State(r): State<Arc<Runner>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        r.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Ready when both stores answer; each failure is named, never its URL.
+async fn readyz(State(r): State<Arc<Runner>>) -> Response {
+    let (mysql, redis) = tokio::join!(
+        tokio::time::timeout(PROBE_TIMEOUT, r.ctx.mysql.ping()),
+        tokio::time::timeout(PROBE_TIMEOUT, r.ctx.redis.ping()),
+    );
+    let mysql_ok = matches!(mysql, Ok(Ok(())));
+    let redis_ok = matches!(redis, Ok(Ok(())));
+    r.metrics.set_dependency("mysql", mysql_ok);
+    r.metrics.set_dependency("redis", redis_ok);
+    let word = |ok| if ok { "ok" } else { "unreachable" };
+    let body = Json(json!({"mysql": word(mysql_ok), "redis": word(redis_ok)}));
+    if mysql_ok && redis_ok {
+        (StatusCode::OK, body).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    }
+}
+
+async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
+    let s = &r.ctx.settings;
+    let jobs: serde_json::Map<String, serde_json::Value> = r
+        .status()
+        .into_iter()
+        .map(|(k, st)| {
+            (
+                k.label().to_string(),
+                serde_json::to_value(st).expect("status"),
+            )
+        })
+        .collect();
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "instance": s.reconcile.instance,
+        "dry_run": s.reconcile.dry_run,
+        "key_prefix": s.redis.key_prefix,
+        "jobs": jobs,
+    }))
+}
+
+/// Constant-time comparison, so the token cannot be guessed byte by byte.
+fn same_token(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+async fn run_job(
+    State(r): State<Arc<Runner>>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let expected = &r.ctx.settings.http.admin_token;
+    if expected.is_empty() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !same_token(given.as_bytes(), expected.as_bytes()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+        )
+            .into_response();
+    }
+    let Ok(kind) = job.parse::<Kind>() else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("unknown job {job:?}")})),
+        )
+            .into_response();
+    };
+    match r.start(kind, false) {
+        Ok(()) => (
+            StatusCode::ACCEPTED,
+            Json(json!({"job": kind.label(), "started": true})),
+        )
+            .into_response(),
+        Err(NotStarted::AlreadyRunning) => (
+            StatusCode::CONFLICT,
+            Json(json!({"job": kind.label(), "error": "already running"})),
+        )
+            .into_response(),
+        Err(NotStarted::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn token_comparison() {
+        assert!(super::same_token(b"abc", b"abc"));
+        assert!(!super::same_token(b"abd", b"abc"));
+        assert!(!super::same_token(b"ab", b"abc"));
+        assert!(!super::same_token(b"", b"abc"));
+    }
+}

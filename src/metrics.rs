@@ -1,0 +1,302 @@
+//! Every metric family in one place, with exactly the spec's names, types
+//! and labels. Every labelled series exists (as 0) from start, so dashboards
+//! and alerts see a series before the first repair. Both `run` and `once`
+//! record through [`Metrics::record`], so both modes report alike.
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::jobs::report::{JobReport, Outcome};
+use crate::model::Kind;
+
+/// Run outcomes as labelled on `seatflow_reconcile_runs_total`.
+pub const OUTCOMES: [&str; 4] = ["success", "partial", "failure", "skipped_overlap"];
+/// Error stages as labelled on `seatflow_reconcile_errors_total`.
+pub const STAGES: [&str; 5] = ["mysql", "redis", "lock", "audit", "invalid_data"];
+/// Dependencies reported by `seatflow_reconciler_dependency_up`.
+pub const DEPENDENCIES: [&str; 2] = ["mysql", "redis"];
+/// Run durations from milliseconds (a tiny estate) to minutes (a backlog).
+const DURATION_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub fixes: IntCounterVec,
+    pub drift: IntGaugeVec,
+    pub deferred: IntGaugeVec,
+    pub runs: IntCounterVec,
+    pub run_duration: HistogramVec,
+    pub last_success: GaugeVec,
+    pub errors: IntCounterVec,
+    pub mutex_busy: IntCounterVec,
+    pub backlog: IntGaugeVec,
+    pub scanned: IntCounterVec,
+    pub build_info: IntGaugeVec,
+    pub dependency_up: IntGaugeVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let kind = &["kind"];
+        let fixes = IntCounterVec::new(
+            Opts::new("seatflow_reconcile_fixes_total", "Repairs applied, by job."),
+            kind,
+        )
+        .unwrap();
+        let drift = IntGaugeVec::new(
+            Opts::new(
+                "seatflow_reconcile_drift",
+                "Drift found by the last completed scan, by job.",
+            ),
+            kind,
+        )
+        .unwrap();
+        let deferred = IntGaugeVec::new(
+            Opts::new(
+                "seatflow_reconcile_deferred",
+                "Orphan suspects waiting out the grace period, by job.",
+            ),
+            kind,
+        )
+        .unwrap();
+        let runs = IntCounterVec::new(
+            Opts::new(
+                "seatflow_reconcile_runs_total",
+                "Job runs, by job and outcome.",
+            ),
+            &["kind", "outcome"],
+        )
+        .unwrap();
+        let run_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "seatflow_reconcile_run_duration_seconds",
+                "Wall time of a job run, by job.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            kind,
+        )
+        .unwrap();
+        let last_success = GaugeVec::new(
+            Opts::new(
+                "seatflow_reconcile_last_success_timestamp_seconds",
+                "Unix time of the last successful run, by job (0 = never).",
+            ),
+            kind,
+        )
+        .unwrap();
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "seatflow_reconcile_errors_total",
+                "Errors by job and stage (mysql, redis, lock, audit, invalid_data).",
+            ),
+            &["kind", "stage"],
+        )
+        .unwrap();
+        let mutex_busy = IntCounterVec::new(
+            Opts::new(
+                "seatflow_reconcile_mutex_busy_total",
+                "Showtimes skipped because another holder had their mutex, by job.",
+            ),
+            kind,
+        )
+        .unwrap();
+        let backlog = IntGaugeVec::new(
+            Opts::new(
+                "seatflow_reconcile_backlog",
+                "Drift and showtimes left for later runs after the last run, by job.",
+            ),
+            kind,
+        )
+        .unwrap();
+        let scanned = IntCounterVec::new(
+            Opts::new(
+                "seatflow_reconcile_scanned_total",
+                "Showtimes (orders, for expired_orders) scanned, by job.",
+            ),
+            kind,
+        )
+        .unwrap();
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "seatflow_reconciler_build_info",
+                "Always 1; the version label tells the build.",
+            ),
+            &["version"],
+        )
+        .unwrap();
+        let dependency_up = IntGaugeVec::new(
+            Opts::new(
+                "seatflow_reconciler_dependency_up",
+                "1 when the last readiness probe reached the dependency, else 0.",
+            ),
+            &["dependency"],
+        )
+        .unwrap();
+        let m = Metrics {
+            registry,
+            fixes,
+            drift,
+            deferred,
+            runs,
+            run_duration,
+            last_success,
+            errors,
+            mutex_busy,
+            backlog,
+            scanned,
+            build_info,
+            dependency_up,
+        };
+        m.register_all();
+        m.zero_all();
+        m
+    }
+
+    fn register_all(&self) {
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(self.fixes.clone()),
+            Box::new(self.drift.clone()),
+            Box::new(self.deferred.clone()),
+            Box::new(self.runs.clone()),
+            Box::new(self.run_duration.clone()),
+            Box::new(self.last_success.clone()),
+            Box::new(self.errors.clone()),
+            Box::new(self.mutex_busy.clone()),
+            Box::new(self.backlog.clone()),
+            Box::new(self.scanned.clone()),
+            Box::new(self.build_info.clone()),
+            Box::new(self.dependency_up.clone()),
+        ];
+        for c in collectors {
+            self.registry.register(c).expect("metric names are unique");
+        }
+    }
+
+    /// Creates every labelled series at 0.
+    fn zero_all(&self) {
+        for k in Kind::ALL.map(Kind::label) {
+            self.fixes.with_label_values(&[k]);
+            self.drift.with_label_values(&[k]);
+            self.deferred.with_label_values(&[k]);
+            self.run_duration.with_label_values(&[k]);
+            self.last_success.with_label_values(&[k]);
+            self.mutex_busy.with_label_values(&[k]);
+            self.backlog.with_label_values(&[k]);
+            self.scanned.with_label_values(&[k]);
+            for o in OUTCOMES {
+                self.runs.with_label_values(&[k, o]);
+            }
+            for s in STAGES {
+                self.errors.with_label_values(&[k, s]);
+            }
+        }
+        for d in DEPENDENCIES {
+            self.dependency_up.with_label_values(&[d]);
+        }
+        self.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+    }
+
+    /// Records a finished job run.
+    pub fn record(&self, r: &JobReport) {
+        let k = r.kind.label();
+        self.fixes.with_label_values(&[k]).inc_by(r.fixed);
+        self.scanned.with_label_values(&[k]).inc_by(r.scanned);
+        self.mutex_busy
+            .with_label_values(&[k])
+            .inc_by(r.skipped_busy);
+        for (stage, n) in &r.errors_by_stage {
+            self.errors.with_label_values(&[k, stage]).inc_by(*n);
+        }
+        self.runs.with_label_values(&[k, r.outcome.label()]).inc();
+        self.run_duration
+            .with_label_values(&[k])
+            .observe(r.duration_ms as f64 / 1000.0);
+        // Gauges describe the last *completed* scan: a failed run leaves them.
+        if r.outcome != Outcome::Failure {
+            self.drift.with_label_values(&[k]).set(r.drift as i64);
+            self.deferred.with_label_values(&[k]).set(r.deferred as i64);
+            self.backlog.with_label_values(&[k]).set(r.backlog as i64);
+        }
+        if r.outcome == Outcome::Success {
+            let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
+            self.last_success.with_label_values(&[k]).set(now);
+        }
+    }
+
+    pub fn record_skipped_overlap(&self, kind: Kind) {
+        self.runs
+            .with_label_values(&[kind.label(), "skipped_overlap"])
+            .inc();
+    }
+
+    pub fn set_dependency(&self, dependency: &str, up: bool) {
+        self.dependency_up
+            .with_label_values(&[dependency])
+            .set(up as i64);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding");
+        String::from_utf8(buf).expect("utf-8 exposition")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_labelled_series_exists_from_start() {
+        let text = Metrics::new().encode();
+        for k in Kind::ALL.map(Kind::label) {
+            assert!(text.contains(&format!("seatflow_reconcile_fixes_total{{kind=\"{k}\"}} 0")));
+            assert!(text.contains(&format!(
+                "seatflow_reconcile_runs_total{{kind=\"{k}\",outcome=\"skipped_overlap\"}} 0"
+            )));
+            assert!(text.contains(&format!(
+                "seatflow_reconcile_errors_total{{kind=\"{k}\",stage=\"invalid_data\"}} 0"
+            )));
+        }
+        assert!(text.contains("seatflow_reconciler_build_info{version="));
+        assert!(!text.contains("job=") && !text.contains("instance="));
+    }
+
+    #[test]
+    fn a_report_moves_the_counters() {
+        let m = Metrics::new();
+        let mut r = JobReport::new(Kind::OrphanLocks);
+        r.fixed = 3;
+        r.drift = 4;
+        r.skipped_busy = 1;
+        r.invalid();
+        r.finish();
+        m.record(&r);
+        let text = m.encode();
+        assert!(text.contains("seatflow_reconcile_fixes_total{kind=\"orphan_locks\"} 3"));
+        assert!(text.contains("seatflow_reconcile_drift{kind=\"orphan_locks\"} 4"));
+        assert!(text.contains("seatflow_reconcile_mutex_busy_total{kind=\"orphan_locks\"} 1"));
+        assert!(text.contains(
+            "seatflow_reconcile_runs_total{kind=\"orphan_locks\",outcome=\"success\"} 1"
+        ));
+        assert!(text.contains(
+            "seatflow_reconcile_errors_total{kind=\"orphan_locks\",stage=\"invalid_data\"} 1"
+        ));
+    }
+}
