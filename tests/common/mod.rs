@@ -2,6 +2,8 @@
 //! prefix on the real local services, removed again when it ends.
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

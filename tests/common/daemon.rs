@@ -1,0 +1,134 @@
+//! Starts the real binary as a daemon on a free port, and talks HTTP to it.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::TestEnv;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+/// Every job every second, zero grace, the test's database and prefix.
+pub fn daemon_command(env: &TestEnv, port: u16) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
+        c.env_remove(k);
+    }
+    c.arg("run")
+        .env("SEATFLOW__MYSQL__URL", &env.db_url)
+        .env("SEATFLOW__REDIS__URL", super::redis_url())
+        .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
+        .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s")
+        .env("SEATFLOW__HTTP__LISTEN", format!("127.0.0.1:{port}"))
+        .env("SEATFLOW__LOG__LEVEL", "warn,seatflow_reconciler=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    for kind in ["expired_orders", "paid_seats", "missing_hashes", "orphan_locks", "sold_orphans"] {
+        c.env(format!("SEATFLOW__JOBS__{}__SCHEDULE", kind.to_uppercase()), "* * * * * *");
+    }
+    c
+}
+
+impl Daemon {
+    pub async fn start(mut cmd: Command, port: u16) -> Daemon {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let child = cmd.spawn().expect("daemon starts");
+        let d = Daemon {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+        };
+        d.wait_until("healthz answers", Duration::from_secs(20), || async {
+            d.get("/healthz").await.map(|(s, _)| s == 200).unwrap_or(false)
+        })
+        .await;
+        d
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Result<(u16, String)> {
+        let r = self.client.get(format!("{}{path}", self.base)).send().await?;
+        Ok((r.status().as_u16(), r.text().await?))
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut req = self.client.post(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let r = req.send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").await.unwrap().1
+    }
+
+    pub async fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.get("/status").await.unwrap().1).unwrap()
+    }
+
+    /// Polls `check` every 100 ms; panics with `what` after `limit`.
+    pub async fn wait_until<F, Fut>(&self, what: &str, limit: Duration, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let start = Instant::now();
+        while !check().await {
+            assert!(start.elapsed() < limit, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// Waits for the process to exit; None if it is still running after `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if start.elapsed() > limit {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of one series in a Prometheus exposition (0 if absent).
+pub fn sample(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}

@@ -1,0 +1,286 @@
+//! The daemon as users run it: the real binary on a free port with a
+//! one-second schedule against the real services.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::TestEnv;
+use common::daemon::{Daemon, daemon_command, free_port, sample};
+
+#[tokio::test]
+async fn scheduled_runs_repair_drift_and_report_it() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.order(1, "PAID", &["A-2"], -600).await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1"), ("A-2", "0")]).await.unwrap();
+    let port = free_port();
+    let d = Daemon::start(daemon_command(&env, port), port).await;
+
+    let before = d.metrics().await;
+    assert_eq!(sample(&before, r#"seatflow_reconcile_fixes_total{kind="orphan_locks"}"#), 0.0);
+    d.wait_until("both repairs are counted", Duration::from_secs(20), || async {
+        let m = d.metrics().await;
+        sample(&m, r#"seatflow_reconcile_fixes_total{kind="orphan_locks"}"#) >= 1.0
+            && sample(&m, r#"seatflow_reconcile_fixes_total{kind="paid_seats"}"#) >= 1.0
+    })
+    .await;
+    let m = d.metrics().await;
+    for kind in ["expired_orders", "paid_seats", "missing_hashes", "orphan_locks", "sold_orphans"] {
+        let ts = sample(&m, &format!(r#"seatflow_reconcile_last_success_timestamp_seconds{{kind="{kind}"}}"#));
+        assert!(ts > 1.7e9, "{kind} last success {ts}");
+    }
+    let h = env.fx.hash(1).await.unwrap();
+    assert_eq!((h["A-1"].as_str(), h["A-2"].as_str()), ("0", "2"));
+
+    d.wait_until("a later run finds no drift", Duration::from_secs(10), || async {
+        d.status().await["jobs"]["orphan_locks"]["current_drift"] == 0
+    })
+    .await;
+    let status = d.status().await;
+    let orphan = &status["jobs"]["orphan_locks"];
+    assert_eq!(orphan["enabled"], true);
+    assert!(orphan["last_run"]["outcome"] == "success", "{status}");
+    assert!(orphan["last_run"]["run_id"].is_string());
+    assert!(orphan["next_fire"].is_string());
+}
+
+#[tokio::test]
+async fn the_admin_endpoint_needs_the_token() {
+    let env = TestEnv::new().await;
+    let port = free_port();
+    let mut cmd = daemon_command(&env, port);
+    cmd.env("SEATFLOW__HTTP__ADMIN_TOKEN", "s3cret-token");
+    for kind in ["EXPIRED_ORDERS", "PAID_SEATS", "MISSING_HASHES", "ORPHAN_LOCKS", "SOLD_ORPHANS"] {
+        cmd.env(format!("SEATFLOW__JOBS__{kind}__ENABLED"), "false");
+    }
+    let d = Daemon::start(cmd, port).await;
+    assert_eq!(d.post("/jobs/orphan-locks/run", None).await.0, 401);
+    assert_eq!(d.post("/jobs/orphan-locks/run", Some("wrong")).await.0, 401);
+    let m = d.metrics().await;
+    assert_eq!(sample(&m, r#"seatflow_reconcile_runs_total{kind="orphan_locks",outcome="success"}"#), 0.0, "nothing ran");
+    assert_eq!(d.post("/jobs/refunds/run", Some("s3cret-token")).await.0, 404);
+    let (code, body) = d.post("/jobs/orphan-locks/run", Some("s3cret-token")).await;
+    assert_eq!(code, 202, "{body}");
+    d.wait_until("the triggered run is counted", Duration::from_secs(10), || async {
+        sample(&d.metrics().await, r#"seatflow_reconcile_runs_total{kind="orphan_locks",outcome="success"}"#) == 1.0
+    })
+    .await;
+    let status = d.get("/status").await.unwrap().1;
+    assert!(!status.contains("s3cret-token"), "{status}");
+
+    // Without a token configured the endpoint does not exist.
+    let port = free_port();
+    let d = Daemon::start(daemon_command(&env, port), port).await;
+    assert_eq!(d.post("/jobs/orphan-locks/run", Some("")).await.0, 404);
+}
+
+/// Holds a row lock on an order so that the expired-orders job blocks on it:
+/// a real slow database, not a sleep in the product.
+async fn hold_order_lock(env: &TestEnv, order: i64) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM ticket_order WHERE id = ? FOR UPDATE")
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
+async fn seed_expired(env: &TestEnv) -> i64 {
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+    order
+}
+
+fn only_expired_orders(cmd: &mut Command) {
+    for kind in ["PAID_SEATS", "MISSING_HASHES", "ORPHAN_LOCKS", "SOLD_ORPHANS"] {
+        cmd.env(format!("SEATFLOW__JOBS__{kind}__ENABLED"), "false");
+    }
+}
+
+#[tokio::test]
+async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let tx = hold_order_lock(&env, order).await;
+    let port = free_port();
+    let mut cmd = daemon_command(&env, port);
+    only_expired_orders(&mut cmd);
+    let d = Daemon::start(cmd, port).await;
+
+    let skipped = r#"seatflow_reconcile_runs_total{kind="expired_orders",outcome="skipped_overlap"}"#;
+    d.wait_until("two fires are skipped", Duration::from_secs(20), || async {
+        sample(&d.metrics().await, skipped) >= 2.0
+    })
+    .await;
+    assert_eq!(d.status().await["jobs"]["expired_orders"]["running"], true);
+    tx.rollback().await.unwrap();
+    d.wait_until("the slow run finishes", Duration::from_secs(20), || async {
+        sample(&d.metrics().await, r#"seatflow_reconcile_fixes_total{kind="expired_orders"}"#) == 1.0
+    })
+    .await;
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    // Runs of one job never overlap: each started after the previous finished.
+    let runs: Vec<(chrono::NaiveDateTime, Option<chrono::NaiveDateTime>)> =
+        sqlx::query_as("SELECT started_at, finished_at FROM reconcile_run WHERE kinds = 'expired_orders' ORDER BY started_at")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    for w in runs.windows(2) {
+        let prev_end = w[0].1.expect("finished");
+        assert!(w[1].0 >= prev_end - chrono::Duration::milliseconds(5), "overlap: {w:?}");
+    }
+}
+
+async fn lock_keys(env: &TestEnv) -> Vec<String> {
+    env.redis(redis::cmd("KEYS").arg(format!("{}reconcile:lock:*", env.prefix))).await
+}
+
+#[tokio::test]
+async fn sigterm_during_a_run_exits_0_and_releases_every_lock() {
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let tx = hold_order_lock(&env, order).await;
+    let port = free_port();
+    let mut cmd = daemon_command(&env, port);
+    only_expired_orders(&mut cmd);
+    cmd.env("SEATFLOW__DAEMON__SHUTDOWN_TIMEOUT", "2s");
+    let mut d = Daemon::start(cmd, port).await;
+    d.wait_until("a run holds the showtime's lock", Duration::from_secs(20), || async {
+        !lock_keys(&env).await.is_empty()
+    })
+    .await;
+
+    // The run is stuck behind our row lock for longer than the shutdown timeout.
+    d.signal("TERM");
+    let status = d.wait_exit(Duration::from_secs(10)).await.expect("exits within the timeout");
+    assert_eq!(status.code(), Some(0));
+    assert!(lock_keys(&env).await.is_empty(), "a reconcile:lock key was left behind");
+    tx.rollback().await.unwrap();
+
+    // The next start converges.
+    let report = env.once(&seatflow_reconciler::model::Kind::ALL).await;
+    assert_eq!(report.exit_code(), 0, "{}", report.to_text());
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    assert_eq!(env.fx.seat_value(1, "A-1").await.unwrap().as_deref(), Some("0"));
+}
+
+#[tokio::test]
+async fn sigterm_when_idle_exits_0_promptly() {
+    let env = TestEnv::new().await;
+    let port = free_port();
+    let mut d = Daemon::start(daemon_command(&env, port), port).await;
+    d.signal("TERM");
+    let status = d.wait_exit(Duration::from_secs(10)).await.expect("exits");
+    assert_eq!(status.code(), Some(0));
+}
+
+fn promtool() -> Command {
+    let path = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("promtool is missing: `apt-get install prometheus` (.ci/run installs it)");
+    Command::new(path)
+}
+
+#[tokio::test]
+async fn metrics_pass_promtool_check() {
+    let env = TestEnv::new().await;
+    let port = free_port();
+    let d = Daemon::start(daemon_command(&env, port), port).await;
+    d.wait_until("a run is recorded", Duration::from_secs(20), || async {
+        sample(&d.metrics().await, r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#) >= 1.0
+    })
+    .await;
+    let exposition = d.metrics().await;
+    let mut check = promtool()
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    check.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "seatflow_reconcile_fixes_total", "seatflow_reconcile_drift", "seatflow_reconcile_deferred",
+        "seatflow_reconcile_runs_total", "seatflow_reconcile_run_duration_seconds_bucket",
+        "seatflow_reconcile_last_success_timestamp_seconds", "seatflow_reconcile_errors_total",
+        "seatflow_reconcile_mutex_busy_total", "seatflow_reconcile_backlog",
+        "seatflow_reconcile_scanned_total", "seatflow_reconciler_build_info",
+    ] {
+        assert!(exposition.contains(&format!("\n{name}{{")), "{name} missing");
+    }
+}
+
+/// A Redis server of the test's own, so it can be stopped without harming others.
+struct OwnRedis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl OwnRedis {
+    fn start(port: u16) -> OwnRedis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        OwnRedis { child, port }
+    }
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[tokio::test]
+async fn readyz_follows_redis_and_healthz_stays_up() {
+    let env = TestEnv::new().await;
+    let redis_port = free_port();
+    let mut redis = OwnRedis::start(redis_port);
+    let port = free_port();
+    let mut cmd = daemon_command(&env, port);
+    cmd.env("SEATFLOW__REDIS__URL", format!("redis://127.0.0.1:{}", redis.port))
+        .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "1s");
+    let d = Daemon::start(cmd, port).await;
+    assert_eq!(d.get("/readyz").await.unwrap().0, 200);
+
+    redis.stop();
+    d.wait_until("readyz reports Redis down", Duration::from_secs(20), || async {
+        matches!(d.get("/readyz").await, Ok((503, body)) if body.contains("\"redis\":\"unreachable\""))
+    })
+    .await;
+    assert_eq!(d.get("/healthz").await.unwrap().0, 200);
+    assert_eq!(sample(&d.metrics().await, r#"seatflow_reconciler_dependency_up{dependency="redis"}"#), 0.0);
+
+    let _redis = OwnRedis::start(redis_port);
+    d.wait_until("readyz is ready again", Duration::from_secs(30), || async {
+        matches!(d.get("/readyz").await, Ok((200, _)))
+    })
+    .await;
+}
