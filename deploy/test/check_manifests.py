@@ -47,6 +47,8 @@ CONFIG_FILE = f"{CONFIG_DIR}/config.toml"
 SECRET_ENV = ("SEATFLOW__MYSQL__URL", "SEATFLOW__REDIS__URL")
 MONITORING_GROUP = "monitoring.coreos.com"
 
+CREDENTIAL_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.I)
+
 results: list[tuple[bool, str]] = []
 
 
@@ -116,6 +118,17 @@ def subcommand(c: dict) -> str | None:
     return None
 
 
+def strings(node):
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from strings(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from strings(v)
+
+
 def selector_matches(selector: dict, labels: dict) -> bool:
     ml = selector.get("matchLabels") or {}
     if not ml and not selector.get("matchExpressions"):
@@ -148,6 +161,14 @@ def flatten(table: dict, prefix: str = "") -> dict[str, object]:
         else:
             out[key] = v
     return out
+
+
+def parse_duration(value: str) -> float:
+    """The binary's duration strings: "500ms", "30s", "2m", "1h"."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", value.strip())
+    if not m:
+        raise ValueError(f"not a duration: {value!r}")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -306,6 +327,13 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
                     not is_init or native_sidecar,
                     f"{overlay}: {name(wl)} `run` is a container or a native sidecar (initContainers with restartPolicy: Always)",
                 )
+                grace = spec.get("terminationGracePeriodSeconds", 30)
+                shutdown = parse_duration(str(eff.get("daemon.shutdown_timeout", "0s")))
+                check(
+                    grace >= shutdown + 10,
+                    f"{overlay}: {name(wl)} terminationGracePeriodSeconds {grace} leaves daemon.shutdown_timeout"
+                    f" ({shutdown:g}s) and 10s to spare",
+                )
                 check_http(overlay, wl, c, port, native_sidecar)
                 http_containers.append((wl, meta.get("labels") or {}, c))
             elif cmd == "migrate":
@@ -385,6 +413,11 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
                     for p in rule.get("ports") or []
                 ]
                 check(port in ingress_ports, f"{overlay}: {name(np_)} lets scrapes in on {port}")
+
+    # No credentials anywhere: a URL with user:password@ in any string.
+    leaks = sorted({f"{name(d)}" for d in docs for v in strings(d) if CREDENTIAL_URL.search(v)})
+    check(not leaks, f"{overlay}: no URL with a password in any object ({leaks or 'none'})")
+    check(not of_kind(docs, "Secret"), f"{overlay}: ships no Secret (it is created out of band)")
 
     # What the overlay must contain.
     kinds = sorted({d["kind"] for d in docs})

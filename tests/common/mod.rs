@@ -212,8 +212,23 @@ pub fn cleanup(db: String, db_url: String, prefix: String) {
                 .connect(server.as_str())
                 .await
             {
+                // A failed test may leave a transaction open on this database
+                // (its pool is not closed yet): end those sessions so the
+                // DROP cannot wait on their locks.
+                let ids: Vec<u64> = sqlx::query_scalar(
+                    "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
+                )
+                .bind(&db)
+                .fetch_all(&pool)
+                .await
+                .unwrap_or_default();
+                for id in ids {
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}")))
+                        .execute(&pool)
+                        .await;
+                }
                 let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS `{db}`"
+                    "SET SESSION lock_wait_timeout = 10; DROP DATABASE IF EXISTS `{db}`"
                 )))
                 .execute(&pool)
                 .await;
