@@ -7,6 +7,7 @@ pub mod demo;
 pub mod error;
 pub mod fixtures;
 pub mod http;
+pub mod inspect;
 pub mod jobs;
 pub mod lease;
 pub mod metrics;

@@ -1,5 +1,6 @@
 //! `seatflow-reconciler`: parse the command line, load settings, dispatch.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,6 +59,16 @@ enum Command {
         #[arg(long, value_name = "URL")]
         pushgateway: Option<String>,
     },
+    /// Show one showtime's seat map: Redis against what MySQL implies.
+    Inspect {
+        #[arg(long, value_name = "ID")]
+        showtime: i64,
+        /// Details of one seat: occupying order, suspect time, last repairs.
+        #[arg(long, value_name = "SEAT")]
+        seat: Option<String>,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Apply the reconciler's own tables (audit).
     Migrate {
         /// Also create seatflow's reference tables (tests, demo, local development).
@@ -113,6 +124,22 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
                 }
             }
         }
+        Command::Inspect {
+            showtime,
+            seat,
+            output,
+        } => {
+            let Some(ctx) = connect(settings).await else {
+                return ExitCode::from(EXIT_UNREACHABLE);
+            };
+            match inspect(&ctx, showtime, seat.as_deref(), output).await {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_FAILED)
+                }
+            }
+        }
         Command::CheckConfig => {
             println!("configuration is valid:\n{settings:#?}");
             ExitCode::SUCCESS
@@ -154,6 +181,7 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             let opts = RunOptions {
                 dry_run,
                 showtimes,
+                progress: std::io::stderr().is_terminal(),
                 ..RunOptions::default()
             };
             let report = jobs::run_once(&ctx, &kinds, &opts).await;
@@ -174,6 +202,33 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             ExitCode::from(report.exit_code() as u8)
         }
     }
+}
+
+async fn inspect(
+    ctx: &Context,
+    showtime: i64,
+    seat: Option<&str>,
+    output: Output,
+) -> seatflow_reconciler::error::Result<ExitCode> {
+    let Some(map) = seatflow_reconciler::inspect::load(ctx, showtime).await? else {
+        eprintln!("showtime {showtime} does not exist");
+        return Ok(ExitCode::from(EXIT_FAILED));
+    };
+    match (output, seat) {
+        (Output::Json, _) => println!("{}", map.to_json()),
+        (Output::Text, None) => print!("{}", map.render(std::io::stdout().is_terminal())),
+        (Output::Text, Some(seat)) => {
+            let fixes = ctx.mysql.recent_fixes(showtime, seat, 5).await?;
+            match map.seat_detail(seat, &fixes) {
+                Some(text) => print!("{text}"),
+                None => {
+                    eprintln!("seat {seat} is not in the template of showtime {showtime}'s hall");
+                    return Ok(ExitCode::from(EXIT_FAILED));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The requested jobs in the contract's order; all five when none named.

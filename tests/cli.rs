@@ -185,3 +185,61 @@ fn demo_repairs_every_kind_of_drift() {
         assert!(out.contains(job), "{job} missing from the demo output");
     }
 }
+
+/// Runs `once --job expired-orders` while a row lock makes it take ~1.5 s,
+/// through `wrap` (e.g. a pseudo-terminal); returns stdout and stderr.
+async fn slow_expired_run(env: &TestEnv, wrap: fn(Command) -> Command) -> (String, String) {
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM ticket_order WHERE id = ? FOR UPDATE")
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let mut cmd = against(env);
+    cmd.args(["once", "--job", "expired-orders"]);
+    let child = tokio::task::spawn_blocking(move || run(&mut wrap(cmd)));
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    tx.rollback().await.unwrap();
+    let (code, out, err) = child.await.unwrap();
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    (out, err)
+}
+
+#[tokio::test]
+async fn progress_never_appears_when_stderr_is_not_a_terminal() {
+    let env = TestEnv::new().await;
+    let (_, err) = slow_expired_run(&env, |c| c).await;
+    assert!(!err.contains("scanned"), "{err}");
+    assert!(!err.contains('\r'), "{err:?}");
+}
+
+#[tokio::test]
+async fn progress_appears_on_a_terminal() {
+    let env = TestEnv::new().await;
+    // `script` runs the command on a pseudo-terminal and copies what it writes.
+    let (out, _) = slow_expired_run(&env, |c| {
+        let line = std::iter::once(c.get_program().to_string_lossy().into_owned())
+            .chain(c.get_args().map(|a| a.to_string_lossy().into_owned()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut s = Command::new("script");
+        s.args(["-qefc", &line, "/dev/null"]);
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => s.env(k, v),
+                None => s.env_remove(k),
+            };
+        }
+        s
+    })
+    .await;
+    assert!(
+        out.contains("expired-orders: 1 orders scanned, 1 repairs"),
+        "{out:?}"
+    );
+}

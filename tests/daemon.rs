@@ -15,29 +15,53 @@ async fn scheduled_runs_repair_drift_and_report_it() {
     let seats = env.fx.hall(1, 1, 4).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     env.fx.order(1, "PAID", &["A-2"], -600).await.unwrap();
-    env.fx.warm_all(1, &seats, &[("A-1", "1"), ("A-2", "0")]).await.unwrap();
+    env.fx
+        .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "0")])
+        .await
+        .unwrap();
     let port = free_port();
     let d = Daemon::start(daemon_command(&env, port), port).await;
 
     let before = d.metrics().await;
-    assert_eq!(sample(&before, r#"seatflow_reconcile_fixes_total{kind="orphan_locks"}"#), 0.0);
-    d.wait_until("both repairs are counted", Duration::from_secs(20), || async {
-        let m = d.metrics().await;
-        sample(&m, r#"seatflow_reconcile_fixes_total{kind="orphan_locks"}"#) >= 1.0
-            && sample(&m, r#"seatflow_reconcile_fixes_total{kind="paid_seats"}"#) >= 1.0
-    })
+    assert_eq!(
+        sample(
+            &before,
+            r#"seatflow_reconcile_fixes_total{kind="orphan_locks"}"#
+        ),
+        0.0
+    );
+    d.wait_until(
+        "both repairs are counted",
+        Duration::from_secs(20),
+        || async {
+            let m = d.metrics().await;
+            sample(&m, r#"seatflow_reconcile_fixes_total{kind="orphan_locks"}"#) >= 1.0
+                && sample(&m, r#"seatflow_reconcile_fixes_total{kind="paid_seats"}"#) >= 1.0
+        },
+    )
     .await;
     let m = d.metrics().await;
-    for kind in ["expired_orders", "paid_seats", "missing_hashes", "orphan_locks", "sold_orphans"] {
-        let ts = sample(&m, &format!(r#"seatflow_reconcile_last_success_timestamp_seconds{{kind="{kind}"}}"#));
+    for kind in [
+        "expired_orders",
+        "paid_seats",
+        "missing_hashes",
+        "orphan_locks",
+        "sold_orphans",
+    ] {
+        let ts = sample(
+            &m,
+            &format!(r#"seatflow_reconcile_last_success_timestamp_seconds{{kind="{kind}"}}"#),
+        );
         assert!(ts > 1.7e9, "{kind} last success {ts}");
     }
     let h = env.fx.hash(1).await.unwrap();
     assert_eq!((h["A-1"].as_str(), h["A-2"].as_str()), ("0", "2"));
 
-    d.wait_until("a later run finds no drift", Duration::from_secs(10), || async {
-        d.status().await["jobs"]["orphan_locks"]["current_drift"] == 0
-    })
+    d.wait_until(
+        "a later run finds no drift",
+        Duration::from_secs(10),
+        || async { d.status().await["jobs"]["orphan_locks"]["current_drift"] == 0 },
+    )
     .await;
     let status = d.status().await;
     let orphan = &status["jobs"]["orphan_locks"];
@@ -53,20 +77,43 @@ async fn the_admin_endpoint_needs_the_token() {
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     cmd.env("SEATFLOW__HTTP__ADMIN_TOKEN", "s3cret-token");
-    for kind in ["EXPIRED_ORDERS", "PAID_SEATS", "MISSING_HASHES", "ORPHAN_LOCKS", "SOLD_ORPHANS"] {
+    for kind in [
+        "EXPIRED_ORDERS",
+        "PAID_SEATS",
+        "MISSING_HASHES",
+        "ORPHAN_LOCKS",
+        "SOLD_ORPHANS",
+    ] {
         cmd.env(format!("SEATFLOW__JOBS__{kind}__ENABLED"), "false");
     }
     let d = Daemon::start(cmd, port).await;
     assert_eq!(d.post("/jobs/orphan-locks/run", None).await.0, 401);
     assert_eq!(d.post("/jobs/orphan-locks/run", Some("wrong")).await.0, 401);
     let m = d.metrics().await;
-    assert_eq!(sample(&m, r#"seatflow_reconcile_runs_total{kind="orphan_locks",outcome="success"}"#), 0.0, "nothing ran");
-    assert_eq!(d.post("/jobs/refunds/run", Some("s3cret-token")).await.0, 404);
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_runs_total{kind="orphan_locks",outcome="success"}"#
+        ),
+        0.0,
+        "nothing ran"
+    );
+    assert_eq!(
+        d.post("/jobs/refunds/run", Some("s3cret-token")).await.0,
+        404
+    );
     let (code, body) = d.post("/jobs/orphan-locks/run", Some("s3cret-token")).await;
     assert_eq!(code, 202, "{body}");
-    d.wait_until("the triggered run is counted", Duration::from_secs(10), || async {
-        sample(&d.metrics().await, r#"seatflow_reconcile_runs_total{kind="orphan_locks",outcome="success"}"#) == 1.0
-    })
+    d.wait_until(
+        "the triggered run is counted",
+        Duration::from_secs(10),
+        || async {
+            sample(
+                &d.metrics().await,
+                r#"seatflow_reconcile_runs_total{kind="orphan_locks",outcome="success"}"#,
+            ) == 1.0
+        },
+    )
     .await;
     let status = d.get("/status").await.unwrap().1;
     assert!(!status.contains("s3cret-token"), "{status}");
@@ -98,7 +145,12 @@ async fn seed_expired(env: &TestEnv) -> i64 {
 }
 
 fn only_expired_orders(cmd: &mut Command) {
-    for kind in ["PAID_SEATS", "MISSING_HASHES", "ORPHAN_LOCKS", "SOLD_ORPHANS"] {
+    for kind in [
+        "PAID_SEATS",
+        "MISSING_HASHES",
+        "ORPHAN_LOCKS",
+        "SOLD_ORPHANS",
+    ] {
         cmd.env(format!("SEATFLOW__JOBS__{kind}__ENABLED"), "false");
     }
 }
@@ -113,7 +165,8 @@ async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
     only_expired_orders(&mut cmd);
     let d = Daemon::start(cmd, port).await;
 
-    let skipped = r#"seatflow_reconcile_runs_total{kind="expired_orders",outcome="skipped_overlap"}"#;
+    let skipped =
+        r#"seatflow_reconcile_runs_total{kind="expired_orders",outcome="skipped_overlap"}"#;
     d.wait_until("two fires are skipped", Duration::from_secs(20), || async {
         sample(&d.metrics().await, skipped) >= 2.0
     })
@@ -121,7 +174,10 @@ async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
     assert_eq!(d.status().await["jobs"]["expired_orders"]["running"], true);
     tx.rollback().await.unwrap();
     d.wait_until("the slow run finishes", Duration::from_secs(20), || async {
-        sample(&d.metrics().await, r#"seatflow_reconcile_fixes_total{kind="expired_orders"}"#) == 1.0
+        sample(
+            &d.metrics().await,
+            r#"seatflow_reconcile_fixes_total{kind="expired_orders"}"#,
+        ) == 1.0
     })
     .await;
     assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
@@ -133,12 +189,16 @@ async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
             .unwrap();
     for w in runs.windows(2) {
         let prev_end = w[0].1.expect("finished");
-        assert!(w[1].0 >= prev_end - chrono::Duration::milliseconds(5), "overlap: {w:?}");
+        assert!(
+            w[1].0 >= prev_end - chrono::Duration::milliseconds(5),
+            "overlap: {w:?}"
+        );
     }
 }
 
 async fn lock_keys(env: &TestEnv) -> Vec<String> {
-    env.redis(redis::cmd("KEYS").arg(format!("{}reconcile:lock:*", env.prefix))).await
+    env.redis(redis::cmd("KEYS").arg(format!("{}reconcile:lock:*", env.prefix)))
+        .await
 }
 
 #[tokio::test]
@@ -151,23 +211,34 @@ async fn sigterm_during_a_run_exits_0_and_releases_every_lock() {
     only_expired_orders(&mut cmd);
     cmd.env("SEATFLOW__DAEMON__SHUTDOWN_TIMEOUT", "2s");
     let mut d = Daemon::start(cmd, port).await;
-    d.wait_until("a run holds the showtime's lock", Duration::from_secs(20), || async {
-        !lock_keys(&env).await.is_empty()
-    })
+    d.wait_until(
+        "a run holds the showtime's lock",
+        Duration::from_secs(20),
+        || async { !lock_keys(&env).await.is_empty() },
+    )
     .await;
 
     // The run is stuck behind our row lock for longer than the shutdown timeout.
     d.signal("TERM");
-    let status = d.wait_exit(Duration::from_secs(10)).await.expect("exits within the timeout");
+    let status = d
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("exits within the timeout");
     assert_eq!(status.code(), Some(0));
-    assert!(lock_keys(&env).await.is_empty(), "a reconcile:lock key was left behind");
+    assert!(
+        lock_keys(&env).await.is_empty(),
+        "a reconcile:lock key was left behind"
+    );
     tx.rollback().await.unwrap();
 
     // The next start converges.
     let report = env.once(&seatflow_reconciler::model::Kind::ALL).await;
     assert_eq!(report.exit_code(), 0, "{}", report.to_text());
     assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
-    assert_eq!(env.fx.seat_value(1, "A-1").await.unwrap().as_deref(), Some("0"));
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
 }
 
 #[tokio::test]
@@ -194,7 +265,10 @@ async fn metrics_pass_promtool_check() {
     let port = free_port();
     let d = Daemon::start(daemon_command(&env, port), port).await;
     d.wait_until("a run is recorded", Duration::from_secs(20), || async {
-        sample(&d.metrics().await, r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#) >= 1.0
+        sample(
+            &d.metrics().await,
+            r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#,
+        ) >= 1.0
     })
     .await;
     let exposition = d.metrics().await;
@@ -206,7 +280,12 @@ async fn metrics_pass_promtool_check() {
         .spawn()
         .unwrap();
     use std::io::Write;
-    check.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
     let out = check.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -215,13 +294,22 @@ async fn metrics_pass_promtool_check() {
         String::from_utf8_lossy(&out.stderr)
     );
     for name in [
-        "seatflow_reconcile_fixes_total", "seatflow_reconcile_drift", "seatflow_reconcile_deferred",
-        "seatflow_reconcile_runs_total", "seatflow_reconcile_run_duration_seconds_bucket",
-        "seatflow_reconcile_last_success_timestamp_seconds", "seatflow_reconcile_errors_total",
-        "seatflow_reconcile_mutex_busy_total", "seatflow_reconcile_backlog",
-        "seatflow_reconcile_scanned_total", "seatflow_reconciler_build_info",
+        "seatflow_reconcile_fixes_total",
+        "seatflow_reconcile_drift",
+        "seatflow_reconcile_deferred",
+        "seatflow_reconcile_runs_total",
+        "seatflow_reconcile_run_duration_seconds_bucket",
+        "seatflow_reconcile_last_success_timestamp_seconds",
+        "seatflow_reconcile_errors_total",
+        "seatflow_reconcile_mutex_busy_total",
+        "seatflow_reconcile_backlog",
+        "seatflow_reconcile_scanned_total",
+        "seatflow_reconciler_build_info",
     ] {
-        assert!(exposition.contains(&format!("\n{name}{{")), "{name} missing");
+        assert!(
+            exposition.contains(&format!("\n{name}{{")),
+            "{name} missing"
+        );
     }
 }
 
@@ -234,7 +322,16 @@ struct OwnRedis {
 impl OwnRedis {
     fn start(port: u16) -> OwnRedis {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server");
@@ -265,8 +362,11 @@ async fn readyz_follows_redis_and_healthz_stays_up() {
     let mut redis = OwnRedis::start(redis_port);
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
-    cmd.env("SEATFLOW__REDIS__URL", format!("redis://127.0.0.1:{}", redis.port))
-        .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "1s");
+    cmd.env(
+        "SEATFLOW__REDIS__URL",
+        format!("redis://127.0.0.1:{}", redis.port),
+    )
+    .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "1s");
     let d = Daemon::start(cmd, port).await;
     assert_eq!(d.get("/readyz").await.unwrap().0, 200);
 
@@ -276,7 +376,13 @@ async fn readyz_follows_redis_and_healthz_stays_up() {
     })
     .await;
     assert_eq!(d.get("/healthz").await.unwrap().0, 200);
-    assert_eq!(sample(&d.metrics().await, r#"seatflow_reconciler_dependency_up{dependency="redis"}"#), 0.0);
+    assert_eq!(
+        sample(
+            &d.metrics().await,
+            r#"seatflow_reconciler_dependency_up{dependency="redis"}"#
+        ),
+        0.0
+    );
 
     let _redis = OwnRedis::start(redis_port);
     d.wait_until("readyz is ready again", Duration::from_secs(30), || async {

@@ -46,6 +46,7 @@ async fn sweep(
     let now = ctx.retry("read clock", || ctx.mysql.now_utc()).await?;
     let deadline = now - buffer;
     let mut budget = job.batch_size;
+    let mut progress = super::progress::Progress::new(opts.progress, Kind::ExpiredOrders);
     let mut after: Option<Keyset> = None;
     loop {
         if opts.stop.is_cancelled() {
@@ -93,10 +94,12 @@ async fn sweep(
             tracing::warn!(error = %e, "expired-order chunk failed; skipped for this run");
             report.error(&e);
         }
+        progress.tick(report.scanned, None, report.fixed);
         if short {
             break;
         }
     }
+    progress.finish();
     Ok(())
 }
 

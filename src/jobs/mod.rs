@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod expired_orders;
+pub mod progress;
 pub mod report;
 pub mod seat_sweep;
 
@@ -38,6 +39,8 @@ pub struct RunOptions {
     pub showtimes: Vec<ShowtimeId>,
     /// Cancelled on shutdown: the job stops after the chunk in hand.
     pub stop: CancellationToken,
+    /// Draw progress on stderr (set when stderr is a terminal).
+    pub progress: bool,
 }
 
 impl Context {

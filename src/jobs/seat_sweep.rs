@@ -19,6 +19,7 @@ use crate::store::mysql::{FixRecord, Keyset, Occupancy, ShowtimeRow};
 use crate::store::redis::{Fenced, HashRead, ShowtimeRead, SuspectOp};
 
 use super::audit::AuditLog;
+use super::progress::Progress;
 use super::report::JobReport;
 use super::{Context, RunOptions};
 
@@ -49,6 +50,7 @@ pub async fn run(
         ),
         templates: HashMap::new(),
         budget: ctx.settings.job(kind).batch_size,
+        progress: Progress::new(opts.progress, kind),
     };
     if let Err(e) = sweep.sweep(audit).await {
         tracing::error!(kind = kind.label(), error = %e, "job stopped");
@@ -69,6 +71,7 @@ struct Sweep<'a> {
     templates: HashMap<i64, Arc<Vec<SeatNo>>>,
     /// Repairs this run may still apply.
     budget: usize,
+    progress: Progress,
 }
 
 impl Sweep<'_> {
@@ -89,6 +92,17 @@ impl Sweep<'_> {
         // Where the next run resumes when this one ran out of budget.
         let mut resume: Option<Option<Keyset>> = None;
         let mut reached_end = false;
+        // The total is only worth a COUNT query when someone watches.
+        let total = if self.opts.progress {
+            let n = ctx
+                .retry("count showtimes", || {
+                    ctx.mysql.count_on_sale(&self.opts.showtimes)
+                })
+                .await?;
+            Some(n.min(job.scan_limit as u64))
+        } else {
+            None
+        };
         loop {
             if self.opts.stop.is_cancelled() {
                 self.report.fatal = Some("interrupted by shutdown".into());
@@ -121,6 +135,8 @@ impl Sweep<'_> {
                     self.report.error(&e);
                 }
             }
+            self.progress
+                .tick(self.report.scanned, total, self.report.fixed);
             if had_budget && self.budget == 0 && resume.is_none() {
                 resume = Some(page_start);
             }
@@ -129,6 +145,7 @@ impl Sweep<'_> {
                 break;
             }
         }
+        self.progress.finish();
         if !reached_end && let Some(after) = after {
             self.report.backlog += ctx
                 .retry("count backlog", || {

@@ -59,6 +59,43 @@ pub struct CancelledOrder {
     pub seats: Vec<SeatNo>,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShowtimeInfo {
+    pub id: ShowtimeId,
+    pub hall_id: i64,
+    pub starts_at: NaiveDateTime,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutSeat {
+    pub seat_no: SeatNo,
+    pub row_label: Option<String>,
+    pub col_no: Option<i32>,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occupant {
+    pub seat_no: SeatNo,
+    pub order_id: i64,
+    pub order_no: String,
+    pub status: OrderStatus,
+    pub expires_at: NaiveDateTime,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AuditEntry {
+    pub run_id: String,
+    pub job: String,
+    pub kind: String,
+    pub order_id: Option<i64>,
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub fixed_at: NaiveDateTime,
+    pub instance: String,
+}
+
 /// One audit row of `reconcile_fix`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FixRecord {
@@ -150,6 +187,15 @@ impl MysqlStore {
                 starts_at: r.get("starts_at"),
             })
             .collect())
+    }
+
+    /// How many ON_SALE showtimes there are (within `only`, when given).
+    pub async fn count_on_sale(&self, only: &[ShowtimeId]) -> Result<u64> {
+        let mut q =
+            QueryBuilder::<MySql>::new("SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE'");
+        push_in(&mut q, "id", only);
+        let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+        Ok(n as u64)
     }
 
     /// How many ON_SALE showtimes lie after `after` (the unscanned backlog).
@@ -324,6 +370,97 @@ impl MysqlStore {
                 id,
                 showtime_id,
                 seats: seats.remove(&id).unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// One showtime, whatever its status (for `inspect`).
+    pub async fn showtime(&self, id: ShowtimeId) -> Result<Option<ShowtimeInfo>> {
+        let row = sqlx::query("SELECT id, hall_id, starts_at, status FROM showtime WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| ShowtimeInfo {
+            id: r.get("id"),
+            hall_id: r.get("hall_id"),
+            starts_at: r.get("starts_at"),
+            status: r.get("status"),
+        }))
+    }
+
+    /// Every template seat of a hall with its position, enabled or not.
+    pub async fn layout(&self, hall_id: i64) -> Result<Vec<LayoutSeat>> {
+        let rows = sqlx::query(
+            "SELECT seat_no, row_label, col_no, enabled FROM hall_seat WHERE hall_id = ? \
+             ORDER BY row_label, col_no, seat_no",
+        )
+        .bind(hall_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| LayoutSeat {
+                seat_no: r.get("seat_no"),
+                row_label: r.get("row_label"),
+                col_no: r.get("col_no"),
+                enabled: r.get("enabled"),
+            })
+            .collect())
+    }
+
+    /// The valid orders occupying seats of a showtime, with their details.
+    pub async fn occupants(&self, showtime: ShowtimeId) -> Result<Vec<Occupant>> {
+        let rows = sqlx::query(
+            "SELECT os.seat_no, o.id, o.order_no, o.status, o.expires_at FROM order_seat os \
+             JOIN ticket_order o ON o.id = os.order_id \
+             WHERE os.showtime_id = ? AND os.active = 1 AND o.status IN ('PENDING', 'PAID') \
+             ORDER BY os.seat_no",
+        )
+        .bind(showtime)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let status: String = r.get("status");
+                Some(Occupant {
+                    seat_no: r.get("seat_no"),
+                    order_id: r.get("id"),
+                    order_no: r.get("order_no"),
+                    status: OrderStatus::from_db(&status)?,
+                    expires_at: r.get("expires_at"),
+                })
+            })
+            .collect())
+    }
+
+    /// The latest audit rows of one seat, newest first.
+    pub async fn recent_fixes(
+        &self,
+        showtime: ShowtimeId,
+        seat: &str,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>> {
+        let rows = sqlx::query(
+            "SELECT run_id, job, kind, order_id, before_value, after_value, fixed_at, instance \
+             FROM reconcile_fix WHERE showtime_id = ? AND seat_no = ? ORDER BY fixed_at DESC, id DESC LIMIT ?",
+        )
+        .bind(showtime)
+        .bind(seat)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditEntry {
+                run_id: r.get("run_id"),
+                job: r.get("job"),
+                kind: r.get("kind"),
+                order_id: r.get("order_id"),
+                before: r.get("before_value"),
+                after: r.get("after_value"),
+                fixed_at: r.get("fixed_at"),
+                instance: r.get("instance"),
             })
             .collect())
     }

@@ -35,8 +35,17 @@ pub fn daemon_command(env: &TestEnv, port: u16) -> Command {
         .env("SEATFLOW__LOG__LEVEL", "warn,seatflow_reconciler=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    for kind in ["expired_orders", "paid_seats", "missing_hashes", "orphan_locks", "sold_orphans"] {
-        c.env(format!("SEATFLOW__JOBS__{}__SCHEDULE", kind.to_uppercase()), "* * * * * *");
+    for kind in [
+        "expired_orders",
+        "paid_seats",
+        "missing_hashes",
+        "orphan_locks",
+        "sold_orphans",
+    ] {
+        c.env(
+            format!("SEATFLOW__JOBS__{}__SCHEDULE", kind.to_uppercase()),
+            "* * * * * *",
+        );
     }
     c
 }
@@ -51,14 +60,21 @@ impl Daemon {
             client: reqwest::Client::new(),
         };
         d.wait_until("healthz answers", Duration::from_secs(20), || async {
-            d.get("/healthz").await.map(|(s, _)| s == 200).unwrap_or(false)
+            d.get("/healthz")
+                .await
+                .map(|(s, _)| s == 200)
+                .unwrap_or(false)
         })
         .await;
         d
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Result<(u16, String)> {
-        let r = self.client.get(format!("{}{path}", self.base)).send().await?;
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await?;
         Ok((r.status().as_u16(), r.text().await?))
     }
 
@@ -128,7 +144,10 @@ impl Drop for Daemon {
 pub fn sample(exposition: &str, series: &str) -> f64 {
     exposition
         .lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
 }
