@@ -75,8 +75,9 @@ impl Fixtures {
         Ok(())
     }
 
-    /// An order with its seats. `active` follows the contract: 1 for
-    /// PENDING/PAID, NULL for CANCELLED/REFUNDED. `expires_in_s` may be negative.
+    /// An order with its seats, created (and paid, if PAID or REFUNDED) a
+    /// minute ago. `active` follows the contract: 1 for PENDING/PAID, NULL
+    /// for CANCELLED/REFUNDED. `expires_in_s` may be negative.
     pub async fn order(
         &self,
         showtime: ShowtimeId,
@@ -89,7 +90,7 @@ impl Fixtures {
         let id = sqlx::query(
             "INSERT INTO ticket_order (order_no, user_id, showtime_id, status, expires_at, created_at, paid_at) \
              VALUES (?, 7, ?, ?, UTC_TIMESTAMP(3) + INTERVAL ? SECOND, UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE, \
-             IF(? IN ('PAID', 'REFUNDED'), UTC_TIMESTAMP(3), NULL))",
+             IF(? IN ('PAID', 'REFUNDED'), UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE, NULL))",
         )
         .bind(&no)
         .bind(showtime)

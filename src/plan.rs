@@ -205,6 +205,19 @@ pub fn still_valid(repair: &SeatRepair, fresh_occupant: Option<OrderStatus>) -> 
     expected == repair.target && classify(repair.observed, expected) == Some(repair.kind)
 }
 
+/// How far apart the Redis clock (suspect times) and the application's clock
+/// (order timestamps in MySQL) may be, at most.
+pub const CLOCK_SLACK_MS: i64 = 5_000;
+
+/// True when no order came or went on a seat since it was first seen
+/// orphaned (with clock slack): only then was it orphaned *continuously*.
+/// Without this, a hold that was released and taken again between two runs
+/// (A holds, A's order commits and is cancelled, B holds) would inherit A's
+/// old first-seen time and B's in-flight hold could be released.
+pub fn orphaned_throughout(first_seen_ms: i64, last_activity_ms: Option<i64>) -> bool {
+    last_activity_ms.is_none_or(|t| t < first_seen_ms - CLOCK_SLACK_MS)
+}
+
 // ---------------------------------------------------------------------------
 // Grace period (safety rule 4)
 // ---------------------------------------------------------------------------
@@ -482,6 +495,20 @@ mod tests {
         assert!(still_valid(&orphan("A-1"), None));
         assert!(!still_valid(&orphan("A-1"), Some(OrderStatus::Pending)));
         assert!(!still_valid(&orphan("A-1"), Some(OrderStatus::Paid)));
+    }
+
+    #[test]
+    fn order_activity_after_first_seen_breaks_continuity() {
+        assert!(orphaned_throughout(100_000, None));
+        assert!(orphaned_throughout(
+            100_000,
+            Some(100_000 - CLOCK_SLACK_MS - 1)
+        ));
+        assert!(!orphaned_throughout(
+            100_000,
+            Some(100_000 - CLOCK_SLACK_MS)
+        ));
+        assert!(!orphaned_throughout(100_000, Some(150_000)));
     }
 
     #[test]

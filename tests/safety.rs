@@ -9,7 +9,7 @@ use common::TestEnv;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::{Kind, SeatState};
 use seatflow_reconciler::plan::SeatRepair;
-use seatflow_reconciler::store::redis::Fenced;
+use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
 
 fn release(seat: &str, observed: Option<SeatState>) -> SeatRepair {
     SeatRepair {
@@ -35,7 +35,7 @@ async fn a_seat_changed_between_scan_and_repair_is_not_overwritten() {
     let out = redis
         .repair_seats(
             "me",
-            &[(
+            &[SeatBatch::new(
                 1,
                 vec![
                     release("A-1", Some(SeatState::Locked)),
@@ -61,7 +61,7 @@ async fn a_seat_changed_between_scan_and_repair_is_not_overwritten() {
         vec![true]
     );
     let out = redis
-        .repair_seats("me", &[(2, vec![release("A-1", None)])])
+        .repair_seats("me", &[SeatBatch::new(2, vec![release("A-1", None)])])
         .await
         .unwrap();
     assert_eq!(out[0].as_ref().unwrap(), &Fenced::Done(vec![false]));
@@ -122,7 +122,13 @@ async fn a_holder_whose_lease_expired_cannot_write() {
     );
 
     let out = redis
-        .repair_seats("old", &[(7, vec![release("A-1", Some(SeatState::Locked))])])
+        .repair_seats(
+            "old",
+            &[SeatBatch::new(
+                7,
+                vec![release("A-1", Some(SeatState::Locked))],
+            )],
+        )
         .await
         .unwrap();
     assert_eq!(out[0].as_ref().unwrap(), &Fenced::LeaseLost);
@@ -131,7 +137,7 @@ async fn a_holder_whose_lease_expired_cannot_write() {
         Some("1")
     );
     let rebuilt = redis
-        .rebuild_hash("old", 8, &[("A-1".into(), SeatState::Free)])
+        .rebuild_hash("old", "op-1", 8, &[("A-1".into(), SeatState::Free)])
         .await
         .unwrap();
     assert_eq!(rebuilt, Fenced::LeaseLost);
@@ -173,7 +179,7 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
     let cancelled = env
         .ctx
         .mysql
-        .cancel_expired(&[order, other], deadline)
+        .cancel_expired(&[order, other], deadline, deadline)
         .await
         .unwrap();
     assert_eq!(
@@ -187,6 +193,23 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
         .await
         .unwrap();
     assert_eq!(active, Some(1));
+
+    // A retry after a lost commit reply reports the cancel it already made.
+    let since = deadline;
+    let again = env
+        .ctx
+        .mysql
+        .cancel_expired(&[order, other], deadline, since)
+        .await
+        .unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|c| (c.id, c.seats.clone()))
+            .collect::<Vec<_>>(),
+        vec![(other, vec!["A-2".to_string()])]
+    );
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "PAID");
 }
 
 /// missing-hashes never clobbers a hash that appeared after detection.
@@ -203,6 +226,7 @@ async fn a_hash_created_between_detection_and_rebuild_is_not_replaced() {
     let out = redis
         .rebuild_hash(
             "me",
+            "op-2",
             4,
             &[
                 ("A-1".into(), SeatState::Free),
@@ -366,4 +390,68 @@ async fn dry_run_records_no_suspects() {
         .redis(redis::cmd("EXISTS").arg(env.ctx.redis.keys.suspect(2)))
         .await;
     assert_eq!(exists, 0);
+}
+
+/// Rule 9: a retried repair whose first reply was lost is answered, not
+/// redone, so each repair is applied and audited exactly once.
+#[tokio::test]
+async fn a_retried_repair_is_applied_once() {
+    let env = TestEnv::new().await;
+    let redis = &env.ctx.redis;
+    env.fx.warm(3, &[("A-1", "1")]).await.unwrap();
+    assert_eq!(
+        redis.acquire_leases("me", &[3], 10_000).await.unwrap(),
+        vec![true]
+    );
+    let batch = [SeatBatch::new(
+        3,
+        vec![release("A-1", Some(SeatState::Locked))],
+    )];
+    let first = redis.repair_seats("me", &batch).await.unwrap();
+    // The application takes the seat again before our retry arrives.
+    env.fx.warm(3, &[("A-1", "1")]).await.unwrap();
+    let retry = redis.repair_seats("me", &batch).await.unwrap();
+    assert_eq!(first[0].as_ref().unwrap(), &Fenced::Done(vec![true]));
+    assert_eq!(
+        retry[0].as_ref().unwrap(),
+        &Fenced::Done(vec![true]),
+        "the first reply"
+    );
+    assert_eq!(
+        env.fx.seat_value(3, "A-1").await.unwrap().as_deref(),
+        Some("1"),
+        "not redone"
+    );
+}
+
+/// Rule 4: "continuously". A seat first seen orphaned long ago, whose hold
+/// was then taken by an order that came and went, is not released on the
+/// old record: a new customer's in-flight hold may be what Redis shows now.
+#[tokio::test]
+async fn order_activity_since_first_seen_restarts_the_grace_period() {
+    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(4, &seats, &[("A-1", "1")]).await.unwrap();
+    age_suspect(&env, 4, "A-1", "1", Duration::from_secs(600)).await;
+    // Customer A's order for A-1 committed and was cancelled meanwhile; the
+    // "1" now belongs to customer B, whose order is still being written.
+    env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
+
+    let r = env.job(Kind::OrphanLocks).await;
+    assert_eq!((r.fixed, r.deferred), (0, 1), "{r:?}");
+    assert_eq!(
+        env.fx.seat_value(4, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
+    let record: String = env
+        .redis(
+            redis::cmd("HGET")
+                .arg(env.ctx.redis.keys.suspect(4))
+                .arg("A-1"),
+        )
+        .await;
+    let since: i64 = record[2..].parse().unwrap();
+    let now = env.ctx.redis.server_time_ms().await.unwrap();
+    assert!(now - since < 60_000, "the clock restarted: {record}");
 }

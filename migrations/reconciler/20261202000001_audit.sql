@@ -14,6 +14,7 @@ CREATE TABLE IF NOT EXISTS reconcile_run (
 
 CREATE TABLE IF NOT EXISTS reconcile_fix (
   id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  fix_id CHAR(32) NOT NULL,
   run_id CHAR(36) NOT NULL,
   job VARCHAR(32) NOT NULL,
   kind VARCHAR(32) NOT NULL,
@@ -24,6 +25,7 @@ CREATE TABLE IF NOT EXISTS reconcile_fix (
   after_value VARCHAR(32) NULL,
   fixed_at DATETIME(3) NOT NULL,
   instance VARCHAR(128) NOT NULL,
+  UNIQUE KEY uq_fix_id (fix_id),
   KEY idx_fix_run (run_id),
   KEY idx_fix_seat (showtime_id, seat_no, fixed_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

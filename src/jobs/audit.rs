@@ -49,6 +49,7 @@ impl<'a> AuditLog<'a> {
             "seat_set"
         };
         self.push(FixRecord {
+            fix_id: uuid::Uuid::new_v4().simple().to_string(),
             job: self.job,
             kind,
             showtime_id: Some(showtime),

@@ -10,7 +10,7 @@ use crate::lease::Leases;
 use crate::model::{Kind, SeatState, ShowtimeId};
 use crate::plan::SeatRepair;
 use crate::store::mysql::{ExpiredOrder, FixRecord, Keyset};
-use crate::store::redis::Fenced;
+use crate::store::redis::{Fenced, SeatBatch};
 
 use super::audit::AuditLog;
 use super::report::JobReport;
@@ -157,9 +157,12 @@ async fn cancel_locked(
     if order_ids.is_empty() {
         return Ok(());
     }
+    // The database's clock before the first attempt: a retry recognises
+    // cancels of ours that committed although their reply was lost.
+    let since = ctx.retry("read clock", || ctx.mysql.now_utc()).await?;
     let cancelled = ctx
         .retry("cancel expired orders", || {
-            ctx.mysql.cancel_expired(&order_ids, deadline)
+            ctx.mysql.cancel_expired(&order_ids, deadline, since)
         })
         .await?;
     let skipped = order_ids.len() - cancelled.len();
@@ -176,6 +179,7 @@ async fn cancel_locked(
         report.fixed += 1;
         audit
             .push(FixRecord {
+                fix_id: uuid::Uuid::new_v4().simple().to_string(),
                 job: Kind::ExpiredOrders,
                 kind: "order_cancelled",
                 showtime_id: Some(order.showtime_id),
@@ -208,9 +212,9 @@ async fn cancel_locked(
         .into_iter()
         .filter(|(id, _)| !lost.contains(id))
         .collect();
-    let calls: Vec<(ShowtimeId, Vec<SeatRepair>)> = batches
+    let calls: Vec<SeatBatch> = batches
         .iter()
-        .map(|(id, b)| (*id, b.repairs.clone()))
+        .map(|(id, b)| SeatBatch::new(*id, b.repairs.clone()))
         .collect();
     if calls.is_empty() {
         return Ok(());

@@ -47,7 +47,7 @@ impl Context {
     /// Connects to both stores; an error here is "unreachable at start".
     pub async fn connect(settings: Settings) -> Result<Context> {
         let mysql = MysqlStore::connect(&settings.mysql).await?;
-        let redis = RedisStore::connect(&settings.redis).await?;
+        let redis = RedisStore::connect(&settings.redis, &settings.reconcile.instance).await?;
         Ok(Context {
             settings: Arc::new(settings),
             mysql,

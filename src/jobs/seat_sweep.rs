@@ -15,8 +15,8 @@ use crate::error::Error;
 use crate::lease::Leases;
 use crate::model::{Kind, SeatNo, ShowtimeId};
 use crate::plan::{self, Anomaly, HashObservation, SeatRepair, ShowtimeInput};
-use crate::store::mysql::{FixRecord, Keyset, Occupancy, ShowtimeRow};
-use crate::store::redis::{Fenced, HashRead, ShowtimeRead, SuspectOp};
+use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
+use crate::store::redis::{Fenced, HashRead, SeatBatch, ShowtimeRead, SuspectOp};
 
 use super::audit::AuditLog;
 use super::progress::Progress;
@@ -28,8 +28,14 @@ const TEMPLATE_CACHE_HALLS: usize = 1024;
 
 /// Work found in one showtime of a chunk.
 enum Work {
-    Seats(Vec<SeatRepair>),
+    Seats(Vec<Planned>),
     Rebuild,
+}
+
+/// A seat repair and, for orphans, since when the seat has been a suspect.
+struct Planned {
+    repair: SeatRepair,
+    suspect_since_ms: Option<i64>,
 }
 
 pub async fn run(
@@ -291,8 +297,18 @@ impl Sweep<'_> {
                 candidates
             };
             let n = self.take(ready.len());
-            let mut ready = ready;
-            ready.truncate(n);
+            let ready: Vec<Planned> = ready
+                .into_iter()
+                .take(n)
+                .map(|repair| Planned {
+                    suspect_since_ms: read
+                        .suspects
+                        .get(&repair.seat)
+                        .and_then(|raw| plan::Suspect::decode(raw))
+                        .map(|s| s.first_seen_ms),
+                    repair,
+                })
+                .collect();
             if !ready.is_empty() {
                 work.push((showtime.id, Work::Seats(ready)));
             }
@@ -301,7 +317,7 @@ impl Sweep<'_> {
             return Ok(());
         }
         if !suspect_ops.is_empty() {
-            let ttl_ms = (grace_ms * 4).max(600_000);
+            let ttl_ms = self.suspect_ttl_ms();
             ctx.retry("write suspects", || {
                 ctx.redis.update_suspects(&suspect_ops, ttl_ms)
             })
@@ -310,11 +326,18 @@ impl Sweep<'_> {
         if work.is_empty() {
             return Ok(());
         }
-        let result = self.apply(work, audit).await;
+        let result = self.apply(work, now_ms, audit).await;
         let held = self.leases.held();
         let released = self.leases.release(&held).await;
         result?;
         released
+    }
+
+    /// Suspect records outlive several grace periods, and expire on their own
+    /// when no run touches the showtime any more.
+    fn suspect_ttl_ms(&self) -> i64 {
+        let grace_ms = self.ctx.settings.reconcile.orphan_grace.as_millis() as i64;
+        (grace_ms * 4).max(600_000)
     }
 
     /// Reserves up to `n` repairs from the run's budget; the rest is backlog.
@@ -334,6 +357,7 @@ impl Sweep<'_> {
     async fn apply(
         &mut self,
         work: Vec<(ShowtimeId, Work)>,
+        now_ms: i64,
         audit: &mut AuditLog<'_>,
     ) -> Result<(), Error> {
         let ctx = self.ctx;
@@ -373,27 +397,62 @@ impl Sweep<'_> {
         let seats: Vec<(ShowtimeId, SeatNo)> = work
             .iter()
             .flat_map(|(id, w)| match w {
-                Work::Seats(r) => r.iter().map(|r| (*id, r.seat.clone())).collect(),
+                Work::Seats(p) => p.iter().map(|p| (*id, p.repair.seat.clone())).collect(),
                 Work::Rebuild => Vec::new(),
             })
             .collect();
-        let fresh: Occupancy = ctx
-            .retry("re-check occupancy", || {
-                ctx.mysql.occupancy_of_seats(&seats)
-            })
+        let fresh = ctx
+            .retry("re-check seats", || ctx.mysql.seat_history(&seats))
             .await?;
-        let mut batches: Vec<(ShowtimeId, Vec<SeatRepair>)> = Vec::new();
+        let mut batches: Vec<SeatBatch> = Vec::new();
+        let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
         for (id, w) in work.drain(..) {
-            let Work::Seats(repairs) = w else { continue };
-            let (keep, stale): (Vec<_>, Vec<_>) = repairs.into_iter().partition(|r| {
-                plan::still_valid(r, fresh.get(&id).and_then(|o| o.get(&r.seat)).copied())
-            });
-            for r in stale {
-                tracing::info!(kind = self.kind.label(), showtime_id = id, seat = %r.seat, "seat changed in MySQL since the scan; not repaired");
+            let Work::Seats(planned) = w else { continue };
+            let mut keep = Vec::new();
+            let mut ops = Vec::new();
+            for p in planned {
+                let seat = &p.repair.seat;
+                let history = fresh.get(&(id, seat.clone())).cloned().unwrap_or_default();
+                if !plan::still_valid(&p.repair, history.occupant) {
+                    tracing::info!(kind = self.kind.label(), showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
+                } else if let Some(since) = p.suspect_since_ms
+                    && !plan::orphaned_throughout(since, history.last_activity_ms)
+                {
+                    // An order came or went on this seat since it was first
+                    // seen orphaned: the orphanhood was not continuous, so
+                    // the grace period starts over.
+                    tracing::info!(kind = self.kind.label(), showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
+                    self.report.deferred += 1;
+                    let state = p.repair.observed.expect("orphans are observed values");
+                    ops.push(SuspectOp::Clear {
+                        seat: seat.clone(),
+                        state: Some(state),
+                    });
+                    ops.push(SuspectOp::Record {
+                        seat: seat.clone(),
+                        encoded: plan::Suspect {
+                            state,
+                            first_seen_ms: now_ms,
+                        }
+                        .encode(),
+                    });
+                } else {
+                    keep.push(p.repair);
+                }
+            }
+            if !ops.is_empty() {
+                restart.push((id, ops));
             }
             if !keep.is_empty() {
-                batches.push((id, keep));
+                batches.push(SeatBatch::new(id, keep));
             }
+        }
+        if !restart.is_empty() {
+            let ttl_ms = self.suspect_ttl_ms();
+            ctx.retry("restart suspects", || {
+                ctx.redis.update_suspects(&restart, ttl_ms)
+            })
+            .await?;
         }
         let lost = ctx
             .retry("renew leases", || self.leases.renew_due(&ids))
@@ -401,7 +460,7 @@ impl Sweep<'_> {
         for id in &lost {
             self.report.error(&Error::LeaseLost(*id));
         }
-        batches.retain(|(id, _)| !lost.contains(id));
+        batches.retain(|b| !lost.contains(&b.showtime));
         if batches.is_empty() {
             return Ok(());
         }
@@ -409,10 +468,11 @@ impl Sweep<'_> {
         let results = ctx
             .retry("repair seats", || ctx.redis.repair_seats(&token, &batches))
             .await?;
-        for ((id, repairs), result) in batches.iter().zip(results) {
+        for (batch, result) in batches.iter().zip(results) {
+            let id = &batch.showtime;
             match result {
                 Ok(Fenced::Done(applied)) => {
-                    for (r, ok) in repairs.iter().zip(applied) {
+                    for (r, ok) in batch.repairs.iter().zip(applied) {
                         if ok {
                             self.report.fixed += 1;
                             audit.seat(*id, &r.seat, None, r.observed, r.target).await;
@@ -475,9 +535,10 @@ impl Sweep<'_> {
                 self.report.error(&Error::LeaseLost(id));
                 continue;
             }
+            let op_id = uuid::Uuid::new_v4().simple().to_string();
             match ctx
                 .retry("rebuild hash", || {
-                    ctx.redis.rebuild_hash(&token, id, &fields)
+                    ctx.redis.rebuild_hash(&token, &op_id, id, &fields)
                 })
                 .await
             {
@@ -485,6 +546,7 @@ impl Sweep<'_> {
                     self.report.fixed += 1;
                     audit
                         .push(FixRecord {
+                            fix_id: uuid::Uuid::new_v4().simple().to_string(),
                             job: self.kind,
                             kind: "hash_rebuilt",
                             showtime_id: Some(id),

@@ -96,9 +96,20 @@ pub struct AuditEntry {
     pub instance: String,
 }
 
+/// A seat as the re-check sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeatHistory {
+    /// The valid order occupying it, if any.
+    pub occupant: Option<OrderStatus>,
+    /// Latest created/paid/cancelled time of any order on the seat (UTC ms).
+    pub last_activity_ms: Option<i64>,
+}
+
 /// One audit row of `reconcile_fix`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FixRecord {
+    /// Unique per repair, so a retried INSERT never writes a row twice.
+    pub fix_id: String,
     pub job: Kind,
     /// What was done: `order_cancelled`, `seat_set`, `seat_released`, `hash_rebuilt`.
     pub kind: &'static str,
@@ -244,17 +255,21 @@ impl MysqlStore {
         Ok(out)
     }
 
-    /// Occupancy of exactly these seats, read now (the re-check before a repair).
-    pub async fn occupancy_of_seats(&self, seats: &[(ShowtimeId, SeatNo)]) -> Result<Occupancy> {
-        let mut out = Occupancy::new();
+    /// Exactly these seats, read now (the re-check right before a repair):
+    /// who occupies each, and when any order on it last came or went.
+    pub async fn seat_history(
+        &self,
+        seats: &[(ShowtimeId, SeatNo)],
+    ) -> Result<HashMap<(ShowtimeId, SeatNo), SeatHistory>> {
+        let mut out: HashMap<(ShowtimeId, SeatNo), SeatHistory> = HashMap::new();
         if seats.is_empty() {
             return Ok(out);
         }
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
-             JOIN ticket_order o ON o.id = os.order_id \
-             WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID') \
-             AND (os.showtime_id, os.seat_no) IN (",
+            "SELECT os.showtime_id, os.seat_no, os.active, o.status, \
+             GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), COALESCE(o.cancelled_at, o.created_at)) AS touched \
+             FROM order_seat os JOIN ticket_order o ON o.id = os.order_id \
+             WHERE (os.showtime_id, os.seat_no) IN (",
         );
         let mut sep = q.separated(", ");
         for (s, seat) in seats {
@@ -265,7 +280,20 @@ impl MysqlStore {
                 .push_unseparated(")");
         }
         q.push(")");
-        collect_occupancy(q.build().fetch_all(&self.pool).await?, &mut out);
+        for r in q.build().fetch_all(&self.pool).await? {
+            let key = (r.get("showtime_id"), r.get("seat_no"));
+            let entry = out.entry(key).or_default();
+            let active: Option<bool> = r.get("active");
+            let status: String = r.get("status");
+            if active == Some(true)
+                && let Some(st) = OrderStatus::from_db(&status)
+            {
+                entry.occupant = Some(st);
+            }
+            let touched: NaiveDateTime = r.get("touched");
+            let ms = touched.and_utc().timestamp_millis();
+            entry.last_activity_ms = Some(entry.last_activity_ms.map_or(ms, |m: i64| m.max(ms)));
+        }
         Ok(out)
     }
 
@@ -302,14 +330,20 @@ impl MysqlStore {
     /// `deadline`, with their seats' `active = NULL`, in one transaction.
     /// Orders paid or cancelled meanwhile are skipped (rule 3): the rows are
     /// locked first, and the UPDATE repeats the condition.
+    ///
+    /// Safe to retry: orders among `ids` that the reconciler cancelled at or
+    /// after `since` (a commit whose reply was lost) are returned as cancelled
+    /// too. The caller holds the showtimes' leases, so those cancels are its own.
     pub async fn cancel_expired(
         &self,
         ids: &[i64],
         deadline: NaiveDateTime,
+        since: NaiveDateTime,
     ) -> Result<Vec<CancelledOrder>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let mut earlier = self.cancelled_by_us_since(ids, since).await?;
         let mut tx = self.pool.begin().await?;
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, showtime_id FROM ticket_order WHERE status = 'PENDING' AND expires_at < ",
@@ -326,7 +360,7 @@ impl MysqlStore {
             .collect();
         if won.is_empty() {
             tx.rollback().await?;
-            return Ok(Vec::new());
+            return Ok(earlier);
         }
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
 
@@ -364,14 +398,44 @@ impl MysqlStore {
         q.build().execute(&mut *tx).await?;
         tx.commit().await?;
 
-        Ok(won
-            .into_iter()
-            .map(|(id, showtime_id)| CancelledOrder {
-                id,
-                showtime_id,
-                seats: seats.remove(&id).unwrap_or_default(),
-            })
-            .collect())
+        earlier.extend(won.into_iter().map(|(id, showtime_id)| CancelledOrder {
+            id,
+            showtime_id,
+            seats: seats.remove(&id).unwrap_or_default(),
+        }));
+        Ok(earlier)
+    }
+
+    /// Orders among `ids` cancelled by the reconciler at or after `since`,
+    /// with the seats they held.
+    async fn cancelled_by_us_since(
+        &self,
+        ids: &[i64],
+        since: NaiveDateTime,
+    ) -> Result<Vec<CancelledOrder>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT o.id, o.showtime_id, os.seat_no FROM ticket_order o \
+             JOIN order_seat os ON os.order_id = o.id \
+             WHERE o.status = 'CANCELLED' AND o.cancel_reason = ",
+        );
+        q.push_bind(CANCEL_REASON)
+            .push(" AND o.cancelled_at >= ")
+            .push_bind(since);
+        push_in(&mut q, "o.id", ids);
+        q.push(" ORDER BY o.id, os.seat_no");
+        let mut out: Vec<CancelledOrder> = Vec::new();
+        for r in q.build().fetch_all(&self.pool).await? {
+            let id: i64 = r.get("id");
+            if out.last().is_none_or(|o| o.id != id) {
+                out.push(CancelledOrder {
+                    id,
+                    showtime_id: r.get("showtime_id"),
+                    seats: Vec::new(),
+                });
+            }
+            out.last_mut().expect("pushed").seats.push(r.get("seat_no"));
+        }
+        Ok(out)
     }
 
     /// One showtime, whatever its status (for `inspect`).
@@ -474,7 +538,7 @@ impl MysqlStore {
         started_at: NaiveDateTime,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
+            "INSERT IGNORE INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
              VALUES (?, ?, ?, ?, ?)",
         )
         .bind(run_id)
@@ -507,7 +571,7 @@ impl MysqlStore {
         Ok(())
     }
 
-    /// One multi-row INSERT per call.
+    /// One multi-row INSERT per call; retries are idempotent (`fix_id`).
     pub async fn insert_fixes(
         &self,
         run_id: &str,
@@ -518,11 +582,12 @@ impl MysqlStore {
             return Ok(());
         }
         let mut q = QueryBuilder::<MySql>::new(
-            "INSERT INTO reconcile_fix (run_id, job, kind, showtime_id, seat_no, order_id, \
+            "INSERT IGNORE INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, order_id, \
              before_value, after_value, fixed_at, instance) ",
         );
         q.push_values(fixes, |mut b, f| {
-            b.push_bind(run_id)
+            b.push_bind(&f.fix_id)
+                .push_bind(run_id)
                 .push_bind(f.job.label())
                 .push_bind(f.kind)
                 .push_bind(f.showtime_id)

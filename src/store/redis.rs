@@ -68,6 +68,10 @@ impl Keys {
     pub fn suspect(&self, s: ShowtimeId) -> String {
         format!("{}reconcile:suspect:{{{s}}}", self.prefix)
     }
+    /// Replies of recent repair operations, so a retry is answered, not redone.
+    pub fn done(&self, s: ShowtimeId) -> String {
+        format!("{}reconcile:done:{{{s}}}", self.prefix)
+    }
     pub fn cursor(&self, job: &str) -> String {
         format!("{}reconcile:cursor:{job}", self.prefix)
     }
@@ -101,10 +105,28 @@ pub enum Fenced<T> {
 pub struct RedisStore {
     conn: ConnectionManager,
     pub keys: Keys,
+    /// `CLIENT SETNAME` of our connection, so operators (and the chaos
+    /// test) can find it in `CLIENT LIST`.
+    client_name: String,
+}
+
+/// `seatflow-reconciler:<instance>`, reduced to characters Redis accepts.
+pub fn client_name(instance: &str) -> String {
+    let clean: String = instance
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-:/".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("seatflow-reconciler:{clean}")
 }
 
 impl RedisStore {
-    pub async fn connect(settings: &RedisSettings) -> Result<RedisStore> {
+    pub async fn connect(settings: &RedisSettings, instance: &str) -> Result<RedisStore> {
         let client = redis::Client::open(settings.url.expose())?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(settings.response_timeout))
@@ -114,6 +136,7 @@ impl RedisStore {
         let store = RedisStore {
             conn,
             keys: Keys::new(settings.key_prefix.clone()),
+            client_name: client_name(instance),
         };
         store.load_scripts().await?;
         Ok(store)
@@ -144,8 +167,14 @@ impl RedisStore {
     /// server lost (restart, SCRIPT FLUSH) are reloaded and only those
     /// commands re-run, so no script runs twice.
     async fn pipeline(&self, cmds: &[Cmd]) -> Result<Vec<RedisResult<Value>>> {
-        let mut pipe = Pipeline::with_capacity(cmds.len());
+        let mut pipe = Pipeline::with_capacity(cmds.len() + 1);
         pipe.ignore_errors();
+        // The connection manager reconnects on its own; naming the connection
+        // in every pipeline keeps the name across reconnects at no extra round trip.
+        pipe.cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(&self.client_name)
+            .ignore();
         for c in cmds {
             pipe.add_command(c.clone());
         }
@@ -266,24 +295,27 @@ impl RedisStore {
     /// Applies fenced per-seat compare-and-sets, one script per showtime, all
     /// in one round trip. Per showtime: which repairs were applied, or
     /// `LeaseLost`; or the script's own error (e.g. the key changed type).
+    /// Retrying a call with the same batches (same operation ids) is safe.
     pub async fn repair_seats(
         &self,
         token: &str,
-        batches: &[(ShowtimeId, Vec<SeatRepair>)],
+        batches: &[SeatBatch],
     ) -> Result<Vec<Result<Fenced<Vec<bool>>>>> {
         let cmds: Vec<Cmd> = batches
             .iter()
-            .map(|(id, repairs)| {
+            .map(|b| {
+                let id = b.showtime;
                 let mut c = evalsha(
                     &REPAIR_SEATS,
                     &[
-                        self.keys.seat(*id),
-                        self.keys.lock(*id),
-                        self.keys.suspect(*id),
+                        self.keys.seat(id),
+                        self.keys.lock(id),
+                        self.keys.suspect(id),
+                        self.keys.done(id),
                     ],
                 );
-                c.arg(token);
-                for r in repairs {
+                c.arg(token).arg(&b.op_id);
+                for r in &b.repairs {
                     c.arg(&r.seat)
                         .arg(r.observed.map(SeatState::as_redis).unwrap_or(""))
                         .arg(r.target.as_redis());
@@ -295,10 +327,10 @@ impl RedisStore {
         Ok(results
             .into_iter()
             .zip(batches)
-            .map(|(r, (_, repairs))| {
+            .map(|(r, b)| {
                 let codes: Vec<i64> = from_value(r?)?;
                 match codes.split_first() {
-                    Some((1, rest)) if rest.len() == repairs.len() => {
+                    Some((1, rest)) if rest.len() == b.repairs.len() => {
                         Ok(Fenced::Done(rest.iter().map(|&c| c == 1).collect()))
                     }
                     Some((-1, _)) => Ok(Fenced::LeaseLost),
@@ -310,17 +342,23 @@ impl RedisStore {
 
     /// Creates a missing hash, fenced, only if it is still missing.
     /// `Done(true)` created, `Done(false)` a hash appeared meanwhile.
+    /// Retrying with the same `op_id` is safe.
     pub async fn rebuild_hash(
         &self,
         token: &str,
+        op_id: &str,
         showtime: ShowtimeId,
         fields: &[(SeatNo, SeatState)],
     ) -> Result<Fenced<bool>> {
         let mut c = evalsha(
             &REBUILD_HASH,
-            &[self.keys.seat(showtime), self.keys.lock(showtime)],
+            &[
+                self.keys.seat(showtime),
+                self.keys.lock(showtime),
+                self.keys.done(showtime),
+            ],
         );
-        c.arg(token);
+        c.arg(token).arg(op_id);
         for (seat, state) in fields {
             c.arg(seat).arg(state.as_redis());
         }
@@ -416,6 +454,25 @@ impl RedisStore {
         let mut c = evalsha(&CURSOR_CAS, &[key.to_string()]);
         c.arg(seen.unwrap_or("")).arg(next.unwrap_or(""));
         Ok(self.int_results(&[c]).await?[0])
+    }
+}
+
+/// The repairs of one showtime, applied by one script call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeatBatch {
+    pub showtime: ShowtimeId,
+    /// Unique per call and kept across its retries.
+    pub op_id: String,
+    pub repairs: Vec<SeatRepair>,
+}
+
+impl SeatBatch {
+    pub fn new(showtime: ShowtimeId, repairs: Vec<SeatRepair>) -> SeatBatch {
+        SeatBatch {
+            showtime,
+            op_id: uuid::Uuid::new_v4().simple().to_string(),
+            repairs,
+        }
     }
 }
 
