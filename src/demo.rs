@@ -11,8 +11,6 @@ use crate::config::Settings;
 use crate::fixtures::{self, Fixtures};
 use crate::jobs::{self, Context, RunOptions};
 use crate::model::{Kind, SeatState};
-use crate::plan;
-use crate::store::mysql::MysqlStore;
 
 pub const DEMO_DATABASE: &str = "seatflow_demo";
 pub const DEMO_PREFIX: &str = "seatflow-demo:";
@@ -121,8 +119,8 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     print!("{}", third.to_text());
     print_map(&ctx, &fx, 101).await?;
 
-    let drift = remaining_drift(&ctx).await?;
-    anyhow::ensure!(drift == 0, "{drift} seats still differ from MySQL");
+    let drift = crate::inspect::differences(&ctx).await?;
+    anyhow::ensure!(drift.is_empty(), "seats still differ from MySQL: {drift:?}");
     anyhow::ensure!(third.total_fixed() == 0, "the last pass should fix nothing");
     anyhow::ensure!(
         fx.seat_value(101, "C-5").await?.as_deref() == Some("1"),
@@ -131,34 +129,6 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     println!("\nConverged: every seat of every ON_SALE showtime equals what MySQL implies.");
     println!("Audit trail: SELECT * FROM {DEMO_DATABASE}.reconcile_fix;");
     Ok(())
-}
-
-/// Seats of ON_SALE showtimes whose Redis value differs from MySQL's.
-async fn remaining_drift(ctx: &Context) -> anyhow::Result<usize> {
-    let store: &MysqlStore = &ctx.mysql;
-    let page = store.on_sale_page(None, 1000, &[]).await?;
-    let ids: Vec<i64> = page.iter().map(|s| s.id).collect();
-    let halls: Vec<i64> = page.iter().map(|s| s.hall_id).collect();
-    let templates = store.templates(&halls).await?;
-    let occupancy = store.occupancy(&ids).await?;
-    let (_, reads) = ctx.redis.read_showtimes(&ids, false).await?;
-    let empty = Default::default();
-    let mut drift = 0;
-    for (s, read) in page.iter().zip(&reads) {
-        let crate::store::redis::HashRead::Fields(fields) = &read.hash else {
-            drift += 1;
-            continue;
-        };
-        for (seat, expected) in plan::expected_hash(
-            &templates[&s.hall_id],
-            occupancy.get(&s.id).unwrap_or(&empty),
-        ) {
-            if fields.get(&seat).map(String::as_str) != Some(expected.as_redis()) {
-                drift += 1;
-            }
-        }
-    }
-    Ok(drift)
 }
 
 /// A small seat map: Redis value, and `*` where it differs from MySQL.

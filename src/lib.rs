@@ -17,3 +17,4 @@ pub mod push;
 pub mod retry;
 pub mod store;
 pub mod telemetry;
+pub mod simulator;

@@ -215,7 +215,7 @@ pub fn cleanup(db: String, db_url: String, prefix: String) {
                 // A failed test may leave a transaction open on this database
                 // (its pool is not closed yet): end those sessions so the
                 // DROP cannot wait on their locks.
-                let ids: Vec<u64> = sqlx::query_scalar(
+                let ids: Vec<i64> = sqlx::query_scalar(
                     "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
                 )
                 .bind(&db)
