@@ -427,7 +427,12 @@ pub async fn differences(ctx: &Context) -> Result<Vec<Difference>> {
             for (seat, state) in expected {
                 let redis = fields.get(&seat).cloned();
                 if redis.as_deref() != Some(state.as_redis()) {
-                    out.push(Difference { showtime: s.id, seat, redis, expected: state.as_redis() });
+                    out.push(Difference {
+                        showtime: s.id,
+                        seat,
+                        redis,
+                        expected: state.as_redis(),
+                    });
                 }
             }
         }

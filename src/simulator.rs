@@ -74,7 +74,10 @@ impl Flow {
     pub fn is_crash(self) -> bool {
         matches!(
             self,
-            Flow::CrashAfterHold | Flow::CrashAfterPay | Flow::CrashAfterCancel | Flow::CrashAfterRefund
+            Flow::CrashAfterHold
+                | Flow::CrashAfterPay
+                | Flow::CrashAfterCancel
+                | Flow::CrashAfterRefund
         )
     }
 }
@@ -196,7 +199,12 @@ impl Simulator {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 
-    async fn move_seats(&self, showtime: ShowtimeId, seats: &[SeatNo], from_to: &str) -> anyhow::Result<()> {
+    async fn move_seats(
+        &self,
+        showtime: ShowtimeId,
+        seats: &[SeatNo],
+        from_to: &str,
+    ) -> anyhow::Result<()> {
         let mut c = self.redis.clone();
         let mut inv = self.moves.key(self.keys.seat(showtime));
         inv.arg(from_to);
@@ -298,7 +306,12 @@ impl Simulator {
         Ok(Some(record))
     }
 
-    async fn insert_order(&self, showtime: ShowtimeId, seats: &[SeatNo], expiry: Duration) -> anyhow::Result<i64> {
+    async fn insert_order(
+        &self,
+        showtime: ShowtimeId,
+        seats: &[SeatNo],
+        expiry: Duration,
+    ) -> anyhow::Result<i64> {
         let mut tx = self.pool.begin().await?;
         let no = format!("SIM-{}", uuid::Uuid::new_v4().simple());
         let id = sqlx::query(

@@ -1,0 +1,247 @@
+//! Safety rules 2, 4 and 9 in real time: concurrent reconcilers, in-flight
+//! holds across the grace period, and a Redis restart under the daemon.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::TestEnv;
+use common::daemon::{Daemon, daemon_command, free_port, sample};
+use seatflow_reconciler::jobs::{self, Context, RunOptions};
+use seatflow_reconciler::model::Kind;
+
+/// Two reconcilers (separate connections and leases) on the same showtimes
+/// at the same time: every seat is repaired exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reconcilers_never_both_repair_a_showtime() {
+    let env = TestEnv::with(|s| s.reconcile.scan_chunk = 1).await;
+    let seats = env.fx.hall(1, 20, 20).await.unwrap();
+    let all_locked: Vec<(&str, &str)> = seats.iter().map(|s| (s.as_str(), "1")).collect();
+    for id in 1..=6 {
+        env.fx.showtime(id, 1, 10 * id, "ON_SALE").await.unwrap();
+        env.fx.warm(id, &all_locked).await.unwrap();
+    }
+    let other = Context::connect((*env.ctx.settings).clone()).await.unwrap();
+    let opts = RunOptions::default();
+    let (a, b) = tokio::join!(
+        jobs::run_once(&env.ctx, &[Kind::OrphanLocks], &opts),
+        jobs::run_once(&other, &[Kind::OrphanLocks], &opts),
+    );
+    let (a, b) = (&a.jobs[0], &b.jobs[0]);
+    assert_eq!(a.fixed + b.fixed, 6 * 400, "a: {a:?}\nb: {b:?}");
+    let rows: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT showtime_id, seat_no, COUNT(*) FROM reconcile_fix GROUP BY showtime_id, seat_no",
+    )
+    .fetch_all(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 6 * 400);
+    assert!(rows.iter().all(|r| r.2 == 1), "a seat was repaired twice");
+    // Each showtime was repaired by one run only.
+    let runs: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT showtime_id, COUNT(DISTINCT run_id) FROM reconcile_fix GROUP BY showtime_id",
+    )
+    .fetch_all(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert!(runs.iter().all(|r| r.1 == 1), "{runs:?}");
+    println!(
+        "run a fixed {} (busy {}), run b fixed {} (busy {})",
+        a.fixed, a.skipped_busy, b.fixed, b.skipped_busy
+    );
+}
+
+/// A hold in flight (Redis "1", order not committed yet) survives runs
+/// inside the grace period, and is released after it only if its order
+/// never commits.
+#[tokio::test]
+async fn an_in_flight_hold_survives_the_grace_period_unless_it_never_commits() {
+    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_millis(1500)).await;
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    // Two customers hold A-1 and A-2; only the first one's order commits.
+    env.fx
+        .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "1")])
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let r = env.job(Kind::OrphanLocks).await;
+        assert_eq!(
+            (r.fixed, r.deferred),
+            (0, 2),
+            "inside the grace period: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    env.fx.order(1, "PENDING", &["A-1"], 900).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let r = env.job(Kind::OrphanLocks).await;
+    assert_eq!((r.drift, r.fixed), (1, 1), "{r:?}");
+    let h = env.fx.hash(1).await.unwrap();
+    assert_eq!((h["A-1"].as_str(), h["A-2"].as_str()), ("1", "0"));
+}
+
+/// A Redis server of the test's own, with persistence, restartable on its port.
+struct PersistentRedis {
+    dir: std::path::PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl PersistentRedis {
+    fn start(dir: std::path::PathBuf, port: u16) -> PersistentRedis {
+        let mut r = PersistentRedis {
+            dir,
+            port,
+            child: None,
+        };
+        r.up();
+        r
+    }
+    fn up(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("own redis-server did not start");
+    }
+    fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PersistentRedis {
+    fn drop(&mut self) {
+        self.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
+    let env = TestEnv::new().await;
+    let dir = std::env::temp_dir().join(format!("sf-redis-{}", env.db));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut redis = PersistentRedis::start(dir, free_port());
+    let redis_url = format!("redis://127.0.0.1:{}", redis.port);
+    // Seed the hash on the test's own Redis.
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-1"], 900).await.unwrap();
+    {
+        let client = redis::Client::open(redis_url.as_str()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(env.ctx.redis.keys.seat(1));
+        for s in &seats {
+            cmd.arg(s).arg(if s == "A-1" { "1" } else { "0" });
+        }
+        let _: () = cmd.query_async(&mut c).await.unwrap();
+    }
+    let port = free_port();
+    let mut cmd = daemon_command(&env, port);
+    cmd.env("SEATFLOW__REDIS__URL", &redis_url)
+        .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "1s")
+        .env("SEATFLOW__RECONCILE__RETRY_MAX_DELAY", "200ms");
+    let d = Daemon::start(cmd, port).await;
+    let ok = |m: &str, k: &str| {
+        sample(
+            m,
+            &format!(r#"seatflow_reconcile_runs_total{{kind="{k}",outcome="success"}}"#),
+        )
+    };
+    d.wait_until("a successful run", Duration::from_secs(15), || async {
+        ok(&d.metrics().await, "paid_seats") >= 1.0
+    })
+    .await;
+
+    redis.down();
+    // While Redis is away the customer pays: MySQL moves, Redis cannot.
+    assert!(env.fx.pay(order).await.unwrap());
+    d.wait_until(
+        "runs fail while Redis is down",
+        Duration::from_secs(20),
+        || async {
+            let m = d.metrics().await;
+            KINDS.iter().any(|k| {
+                sample(
+                    &m,
+                    &format!(r#"seatflow_reconcile_runs_total{{kind="{k}",outcome="failure"}}"#),
+                ) >= 1.0
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        d.get("/healthz").await.unwrap().0,
+        200,
+        "the daemon keeps going"
+    );
+
+    redis.up();
+    let before = ok(&d.metrics().await, "paid_seats");
+    d.wait_until(
+        "the paid seat is repaired after the restart",
+        Duration::from_secs(30),
+        || async {
+            let client = redis::Client::open(redis_url.as_str()).unwrap();
+            let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+                return false;
+            };
+            let v: Option<String> = redis::cmd("HGET")
+                .arg(env.ctx.redis.keys.seat(1))
+                .arg("A-1")
+                .query_async(&mut c)
+                .await
+                .unwrap_or(None);
+            v.as_deref() == Some("2")
+        },
+    )
+    .await;
+    d.wait_until("runs succeed again", Duration::from_secs(15), || async {
+        ok(&d.metrics().await, "paid_seats") > before
+    })
+    .await;
+    let fixes: HashMap<String, i64> =
+        sqlx::query_as::<_, (String, i64)>("SELECT job, COUNT(*) FROM reconcile_fix GROUP BY job")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    assert_eq!(fixes.get("paid_seats"), Some(&1), "{fixes:?}");
+}
+
+const KINDS: [&str; 5] = [
+    "expired_orders",
+    "paid_seats",
+    "missing_hashes",
+    "orphan_locks",
+    "sold_orphans",
+];
