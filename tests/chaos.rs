@@ -18,7 +18,13 @@ use seatflow_reconciler::simulator::{HoldRecord, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
 const TRAFFIC: Duration = Duration::from_secs(10);
-const KINDS: [&str; 5] = ["expired_orders", "paid_seats", "missing_hashes", "orphan_locks", "sold_orphans"];
+const KINDS: [&str; 5] = [
+    "expired_orders",
+    "paid_seats",
+    "missing_hashes",
+    "orphan_locks",
+    "sold_orphans",
+];
 
 /// A MariaDB user per reconciler process, so the test can find (and kill)
 /// exactly that process's connections; dropped at the end.
@@ -34,9 +40,15 @@ impl DbUser {
             format!("CREATE USER '{name}'@'%' IDENTIFIED BY 'chaos-pw'"),
             format!("GRANT ALL ON `{}`.* TO '{name}'@'%'", env.db),
         ] {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&pool)
+                .await
+                .unwrap();
         }
-        DbUser { name: name.into(), pool }
+        DbUser {
+            name: name.into(),
+            pool,
+        }
     }
 
     fn url(&self, env: &TestEnv) -> String {
@@ -51,34 +63,58 @@ impl Drop for DbUser {
     fn drop(&mut self) {
         let (pool, name) = (self.pool.clone(), self.name.clone());
         let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
-                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP USER IF EXISTS '{name}'@'%'")))
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                        "DROP USER IF EXISTS '{name}'@'%'"
+                    )))
                     .execute(&pool)
                     .await;
-            })
+                })
         })
         .join();
     }
 }
 
 /// Kills a random connection of one of the reconcilers every few hundred ms.
-async fn killer(env_redis: redis::aio::ConnectionManager, pool: sqlx::MySqlPool, names: Vec<String>, users: Vec<String>, stop: CancellationToken) -> (u64, u64) {
+async fn killer(
+    env_redis: redis::aio::ConnectionManager,
+    pool: sqlx::MySqlPool,
+    names: Vec<String>,
+    users: Vec<String>,
+    stop: CancellationToken,
+) -> (u64, u64) {
     let (mut redis_kills, mut mysql_kills) = (0, 0);
     while !stop.is_cancelled() {
         let pause = rand::rng().random_range(150..450);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         if rand::rng().random_bool(0.5) {
             let mut c = env_redis.clone();
-            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut c).await.unwrap();
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut c)
+                .await
+                .unwrap();
             let ids: Vec<String> = list
                 .lines()
                 .filter(|l| names.iter().any(|n| l.contains(&format!(" name={n} "))))
-                .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")).map(String::from))
+                .filter_map(|l| {
+                    l.split(' ')
+                        .find_map(|f| f.strip_prefix("id="))
+                        .map(String::from)
+                })
                 .collect();
             let pick = ids.choose(&mut rand::rng()).cloned();
             if let Some(id) = pick {
-                let _: redis::RedisResult<i64> =
-                    redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query_async(&mut c).await;
+                let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(id)
+                    .query_async(&mut c)
+                    .await;
                 redis_kills += 1;
             }
         } else {
@@ -92,13 +128,26 @@ async fn killer(env_redis: redis::aio::ConnectionManager, pool: sqlx::MySqlPool,
             .unwrap();
             let pick = ids.choose(&mut rand::rng()).copied();
             if let Some(id) = pick {
-                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}"))).execute(&pool).await;
+                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}")))
+                    .execute(&pool)
+                    .await;
                 mysql_kills += 1;
             }
         }
     }
     (redis_kills, mysql_kills)
 }
+
+/// (job, kind, showtime, seat, before, after, fixed_at) of `reconcile_fix`.
+type AuditRow = (
+    String,
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    chrono::NaiveDateTime,
+);
 
 fn ms(t: chrono::NaiveDateTime) -> i64 {
     t.and_utc().timestamp_millis()
@@ -119,7 +168,10 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
         env.fx.warm_all(s, &seats, &[]).await.unwrap();
         showtimes.push((s, seats.clone()));
     }
-    let users = [DbUser::create(&env, &format!("sfa_{id}")).await, DbUser::create(&env, &format!("sfb_{id}")).await];
+    let users = [
+        DbUser::create(&env, &format!("sfa_{id}")).await,
+        DbUser::create(&env, &format!("sfb_{id}")).await,
+    ];
     let instances = [format!("chaos-a-{id}"), format!("chaos-b-{id}")];
     let mut daemons = Vec::new();
     for (user, instance) in users.iter().zip(&instances) {
@@ -136,7 +188,11 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     }
 
     // Traffic, a Redis loss in the middle of it, and the connection killer.
-    let sim = Simulator::new(env.ctx.mysql.pool().clone(), env.ctx.redis.connection(), env.ctx.redis.keys.clone());
+    let sim = Simulator::new(
+        env.ctx.mysql.pool().clone(),
+        env.ctx.redis.connection(),
+        env.ctx.redis.keys.clone(),
+    );
     let stop = CancellationToken::new();
     let cfg = SimConfig {
         showtimes,
@@ -153,12 +209,17 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     let kills = tokio::spawn(killer(
         env.ctx.redis.connection(),
         env.ctx.mysql.pool().clone(),
-        instances.iter().map(|i| seatflow_reconciler::store::redis::client_name(i)).collect(),
+        instances
+            .iter()
+            .map(|i| seatflow_reconciler::store::redis::client_name(i))
+            .collect(),
         users.iter().map(|u| u.name.clone()).collect(),
         stop.clone(),
     ));
     tokio::time::sleep(TRAFFIC / 2).await;
-    let _: () = env.redis(redis::cmd("DEL").arg(env.ctx.redis.keys.seat(3))).await;
+    let _: () = env
+        .redis(redis::cmd("DEL").arg(env.ctx.redis.keys.seat(3)))
+        .await;
     tokio::time::sleep(TRAFFIC / 2).await;
     stop.cancel();
     let log = traffic.await.unwrap();
@@ -181,13 +242,17 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         diffs = inspect::differences(&env.ctx).await.unwrap();
         unexpired = overdue().await;
-        let settled = diffs.is_empty() && unexpired == 0 && start.elapsed() > Duration::from_secs(4);
+        let settled =
+            diffs.is_empty() && unexpired == 0 && start.elapsed() > Duration::from_secs(4);
         if settled || start.elapsed() > Duration::from_secs(60) {
             break;
         }
     }
     let converged_after = start.elapsed();
-    assert!(diffs.is_empty(), "not converged after {converged_after:?}: {diffs:?}");
+    assert!(
+        diffs.is_empty(),
+        "not converged after {converged_after:?}: {diffs:?}"
+    );
     assert_eq!(unexpired, 0, "PENDING orders left past their deadline");
 
     // Let every run in flight finish, then read both processes' counters.
@@ -197,18 +262,29 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     for d in &daemons {
         let m = d.metrics().await;
         for k in KINDS {
-            *fixes.entry(k).or_default() += sample(&m, &format!(r#"seatflow_reconcile_fixes_total{{kind="{k}"}}"#));
-            audit_errors += sample(&m, &format!(r#"seatflow_reconcile_errors_total{{kind="{k}",stage="audit"}}"#));
+            *fixes.entry(k).or_default() += sample(
+                &m,
+                &format!(r#"seatflow_reconcile_fixes_total{{kind="{k}"}}"#),
+            );
+            audit_errors += sample(
+                &m,
+                &format!(r#"seatflow_reconcile_errors_total{{kind="{k}",stage="audit"}}"#),
+            );
         }
     }
     for d in &mut daemons {
         d.signal("TERM");
     }
     for d in &mut daemons {
-        assert_eq!(d.wait_exit(Duration::from_secs(15)).await.and_then(|s| s.code()), Some(0));
+        assert_eq!(
+            d.wait_exit(Duration::from_secs(15))
+                .await
+                .and_then(|s| s.code()),
+            Some(0)
+        );
     }
 
-    let audit: Vec<(String, String, Option<i64>, Option<String>, Option<String>, Option<String>, chrono::NaiveDateTime)> = sqlx::query_as(
+    let audit: Vec<AuditRow> = sqlx::query_as(
         "SELECT job, kind, showtime_id, seat_no, before_value, after_value, fixed_at FROM reconcile_fix",
     )
     .fetch_all(env.ctx.mysql.pool())
@@ -217,14 +293,19 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     // When each order stopped occupying its seats, whoever ended it (the
     // simulator, or the reconciler cancelling an expired order).
     let ended: HashMap<i64, Option<chrono::NaiveDateTime>> =
-        sqlx::query_as::<_, (i64, Option<chrono::NaiveDateTime>)>("SELECT id, cancelled_at FROM ticket_order")
-            .fetch_all(env.ctx.mysql.pool())
-            .await
-            .unwrap()
-            .into_iter()
-            .collect();
+        sqlx::query_as::<_, (i64, Option<chrono::NaiveDateTime>)>(
+            "SELECT id, cancelled_at FROM ticket_order",
+        )
+        .fetch_all(env.ctx.mysql.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
     let occupied_until = |h: &HoldRecord| -> i64 {
-        let db = h.order_id.and_then(|o| ended.get(&o).copied().flatten()).map(ms);
+        let db = h
+            .order_id
+            .and_then(|o| ended.get(&o).copied().flatten())
+            .map(ms);
         h.ended_at.into_iter().chain(db).min().unwrap_or(i64::MAX)
     };
     let mut by_seat: HashMap<(i64, String), Vec<&HoldRecord>> = HashMap::new();
@@ -240,12 +321,20 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     // No seat of a PAID order was set below "2".
     let mut unsold = Vec::new();
     for (job, kind, showtime, seat, before, after, at) in &audit {
-        let (Some(showtime), Some(seat)) = (showtime, seat) else { continue };
+        let (Some(showtime), Some(seat)) = (showtime, seat) else {
+            continue;
+        };
         let t = ms(*at);
-        let holds = by_seat.get(&(*showtime, seat.clone())).map(Vec::as_slice).unwrap_or(&[]);
+        let holds = by_seat
+            .get(&(*showtime, seat.clone()))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         if kind == "seat_released" && before.as_deref() == Some("1") && job == "orphan_locks" {
             for h in holds {
-                if h.committed_at.is_some() && h.held_at + SLOP_MS < t && t + SLOP_MS < occupied_until(h) {
+                if h.committed_at.is_some()
+                    && h.held_at + SLOP_MS < t
+                    && t + SLOP_MS < occupied_until(h)
+                {
                     harmed.push(format!("{job} released {showtime}/{seat} at {t}: {h:?}"));
                 }
             }
@@ -256,13 +345,23 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
                     && paid + SLOP_MS < t
                     && t + SLOP_MS < occupied_until(h)
                 {
-                    unsold.push(format!("{job} set {showtime}/{seat} to {after:?} at {t}: {h:?}"));
+                    unsold.push(format!(
+                        "{job} set {showtime}/{seat} to {after:?} at {t}: {h:?}"
+                    ));
                 }
             }
         }
     }
-    assert!(harmed.is_empty(), "in-flight or committed holds released:\n{}", harmed.join("\n"));
-    assert!(unsold.is_empty(), "paid seats set below \"2\":\n{}", unsold.join("\n"));
+    assert!(
+        harmed.is_empty(),
+        "in-flight or committed holds released:\n{}",
+        harmed.join("\n")
+    );
+    assert!(
+        unsold.is_empty(),
+        "paid seats set below \"2\":\n{}",
+        unsold.join("\n")
+    );
 
     // Every order the reconciler cancelled was past its deadline plus buffer.
     let early: i64 = sqlx::query_scalar(
@@ -278,24 +377,38 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
         .filter(|h| h.flow == seatflow_reconciler::simulator::Flow::Abandon)
         .filter_map(|h| h.order_id)
         .collect();
-    let cancelled: Vec<i64> = sqlx::query_scalar("SELECT id FROM ticket_order WHERE cancel_reason = 'RECONCILE_EXPIRED'")
-        .fetch_all(env.ctx.mysql.pool())
-        .await
-        .unwrap();
-    assert!(cancelled.iter().all(|o| abandoned.contains(o)), "only abandoned orders expire");
+    let cancelled: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM ticket_order WHERE cancel_reason = 'RECONCILE_EXPIRED'")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    assert!(
+        cancelled.iter().all(|o| abandoned.contains(o)),
+        "only abandoned orders expire"
+    );
 
     // The audit table accounts for every repair.
     let mut rows: HashMap<&str, f64> = HashMap::new();
     for (job, kind, ..) in &audit {
-        let counted = if job == "expired_orders" { kind == "order_cancelled" } else { true };
+        let counted = if job == "expired_orders" {
+            kind == "order_cancelled"
+        } else {
+            true
+        };
         if counted && let Some(k) = KINDS.iter().find(|k| **k == job) {
             *rows.entry(k).or_default() += 1.0;
         }
     }
     for k in KINDS {
-        let (fixed, audited) = (fixes.get(k).copied().unwrap_or(0.0), rows.get(k).copied().unwrap_or(0.0));
+        let (fixed, audited) = (
+            fixes.get(k).copied().unwrap_or(0.0),
+            rows.get(k).copied().unwrap_or(0.0),
+        );
         if audit_errors == 0.0 {
-            assert_eq!(fixed, audited, "{k}: {fixed} repairs counted, {audited} audited");
+            assert_eq!(
+                fixed, audited,
+                "{k}: {fixed} repairs counted, {audited} audited"
+            );
         } else {
             assert!(audited <= fixed, "{k}: more audit rows than repairs");
         }
@@ -311,13 +424,34 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
         log.order_conflicts,
         log.errors,
         log.flows,
-        KINDS.iter().map(|k| (*k, fixes.get(k).copied().unwrap_or(0.0) as u64)).collect::<Vec<_>>(),
+        KINDS
+            .iter()
+            .map(|k| (*k, fixes.get(k).copied().unwrap_or(0.0) as u64))
+            .collect::<Vec<_>>(),
     );
     println!("{report}");
-    let _ = std::fs::write(concat!(env!("CARGO_TARGET_TMPDIR"), "/chaos-report.txt"), &report);
-    assert!(log.total_flows() > 200, "too little traffic to mean anything: {report}");
-    assert!(log.crashes() > 20 && redis_kills + mysql_kills > 5, "{report}");
-    for k in ["expired_orders", "paid_seats", "orphan_locks", "sold_orphans", "missing_hashes"] {
-        assert!(fixes.get(k).copied().unwrap_or(0.0) > 0.0, "no {k} repair exercised: {report}");
+    let _ = std::fs::write(
+        concat!(env!("CARGO_TARGET_TMPDIR"), "/chaos-report.txt"),
+        &report,
+    );
+    assert!(
+        log.total_flows() > 200,
+        "too little traffic to mean anything: {report}"
+    );
+    assert!(
+        log.crashes() > 20 && redis_kills + mysql_kills > 5,
+        "{report}"
+    );
+    for k in [
+        "expired_orders",
+        "paid_seats",
+        "orphan_locks",
+        "sold_orphans",
+        "missing_hashes",
+    ] {
+        assert!(
+            fixes.get(k).copied().unwrap_or(0.0) > 0.0,
+            "no {k} repair exercised: {report}"
+        );
     }
 }
