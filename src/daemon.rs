@@ -198,6 +198,15 @@ pub fn next_fire(schedule: &str) -> Option<DateTime<Utc>> {
         .ok()
 }
 
+/// Keeps `seatflow_reconciler_dependency_up` current between readiness probes.
+async fn probe_dependencies(runner: Arc<Runner>) {
+    let mut every = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        every.tick().await;
+        crate::http::probe(&runner).await;
+    }
+}
+
 /// Waits for SIGTERM or SIGINT.
 async fn signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -248,6 +257,7 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         tracing::info!(kind = kind.label(), schedule = %job.schedule, "job scheduled (UTC)");
     }
     scheduler.start().await?;
+    let probe = tokio::spawn(probe_dependencies(runner.clone()));
     tracing::info!(dry_run = ctx.settings.reconcile.dry_run, "daemon started");
 
     signal().await;
@@ -258,6 +268,7 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         std::process::exit(130);
     });
     scheduler.shutdown().await?;
+    probe.abort();
     runner.shutdown(ctx.settings.daemon.shutdown_timeout).await;
     http_stop.cancel();
     let _ = server.await;

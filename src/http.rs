@@ -38,8 +38,8 @@ async fn metrics(State(r): State<Arc<Runner>>) -> Response {
         .into_response()
 }
 
-/// Ready when both stores answer; each failure is named, never its URL.
-async fn readyz(State(r): State<Arc<Runner>>) -> Response {
+/// Pings both stores (bounded) and records the result as metrics.
+pub async fn probe(r: &Runner) -> (bool, bool) {
     let (mysql, redis) = tokio::join!(
         tokio::time::timeout(PROBE_TIMEOUT, r.ctx.mysql.ping()),
         tokio::time::timeout(PROBE_TIMEOUT, r.ctx.redis.ping()),
@@ -48,6 +48,12 @@ async fn readyz(State(r): State<Arc<Runner>>) -> Response {
     let redis_ok = matches!(redis, Ok(Ok(())));
     r.metrics.set_dependency("mysql", mysql_ok);
     r.metrics.set_dependency("redis", redis_ok);
+    (mysql_ok, redis_ok)
+}
+
+/// Ready when both stores answer; each failure is named, never its URL.
+async fn readyz(State(r): State<Arc<Runner>>) -> Response {
+    let (mysql_ok, redis_ok) = probe(&r).await;
     let word = |ok| if ok { "ok" } else { "unreachable" };
     let body = Json(json!({"mysql": word(mysql_ok), "redis": word(redis_ok)}));
     if mysql_ok && redis_ok {

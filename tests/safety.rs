@@ -455,3 +455,44 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
     let now = env.ctx.redis.server_time_ms().await.unwrap();
     assert!(now - since < 60_000, "the clock restarted: {record}");
 }
+
+/// Rule 9: an item that keeps failing is quarantined for the run, counted
+/// and surfaced; the others are still repaired; the run is partial.
+#[tokio::test]
+async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for id in [1, 2] {
+        env.fx.showtime(id, 1, 10 * id, "ON_SALE").await.unwrap();
+        env.fx.warm_all(id, &seats, &[("A-1", "1")]).await.unwrap();
+    }
+    // Our own bookkeeping key of showtime 1 is corrupt: its repair script fails.
+    let _: () = env
+        .redis(
+            redis::cmd("SET")
+                .arg(env.ctx.redis.keys.done(1))
+                .arg("garbage"),
+        )
+        .await;
+    let report = env.once(&[Kind::OrphanLocks]).await;
+    let r = &report.jobs[0];
+    assert_eq!(
+        (r.outcome, r.fixed, r.errors),
+        (Outcome::Partial, 1, 1),
+        "{r:?}"
+    );
+    assert_eq!(r.quarantined, vec![1]);
+    assert_eq!(r.errors_by_stage.get("redis"), Some(&1));
+    assert_eq!(report.exit_code(), 1);
+    assert!(report.to_text().contains("quarantined for this run"));
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+    assert_eq!(json["jobs"][0]["quarantined"], serde_json::json!([1]));
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        env.fx.seat_value(2, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
+}

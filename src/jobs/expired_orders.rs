@@ -92,7 +92,7 @@ async fn sweep(
             && let Err(e) = cancel_chunk(ctx, &page[..take], deadline, audit, report, leases).await
         {
             tracing::warn!(error = %e, "expired-order chunk failed; skipped for this run");
-            report.error(&e);
+            report.quarantine(&e, page[..take].iter().map(|o| o.showtime_id));
         }
         progress.tick(report.scanned, None, report.fixed);
         if short {
@@ -235,7 +235,7 @@ async fn cancel_locked(
                 }
             }
             Ok(Fenced::LeaseLost) => report.error(&Error::LeaseLost(*id)),
-            Err(e) => report.error(&e),
+            Err(e) => report.quarantine(&e, [*id]),
         }
     }
     Ok(())

@@ -51,6 +51,9 @@ pub struct JobReport {
     pub backlog: u64,
     /// Bad data seen and left alone.
     pub invalid_data: u64,
+    /// Showtimes whose work kept failing after retries: skipped for this run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<i64>,
     #[serde(skip)]
     pub errors_by_stage: BTreeMap<&'static str, u64>,
     #[serde(skip)]
@@ -79,6 +82,7 @@ impl JobReport {
             errors: 0,
             backlog: 0,
             invalid_data: 0,
+            quarantined: Vec::new(),
             errors_by_stage: BTreeMap::new(),
             examples: Vec::new(),
             duration_ms: 0,
@@ -105,6 +109,14 @@ impl JobReport {
         if self.examples.len() < MAX_EXAMPLES {
             self.examples.push(text());
         }
+    }
+
+    /// Counts an error that made these showtimes be skipped for the run.
+    pub fn quarantine(&mut self, e: &Error, showtimes: impl IntoIterator<Item = i64>) {
+        self.error(e);
+        self.quarantined.extend(showtimes);
+        self.quarantined.sort_unstable();
+        self.quarantined.dedup();
     }
 
     /// The job stopped early on an error it could not get past.
@@ -224,6 +236,14 @@ impl RunReport {
                 for e in &j.examples {
                     let _ = writeln!(s, "  {e}");
                 }
+            }
+            if !j.quarantined.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\n{} quarantined for this run (kept failing): showtimes {:?}",
+                    j.kind.cli_name(),
+                    j.quarantined
+                );
             }
             if let Some(f) = &j.fatal {
                 let _ = writeln!(s, "\n{} stopped: {f}", j.kind.cli_name());

@@ -138,7 +138,7 @@ impl Sweep<'_> {
                 // Quarantine the chunk for this run: counted, reported, skipped.
                 Err(e) => {
                     tracing::warn!(kind = self.kind.label(), error = %e, first = page.first().map(|s| s.id), "chunk failed; skipped for this run");
-                    self.report.error(&e);
+                    self.report.quarantine(&e, page.iter().map(|s| s.id));
                 }
             }
             self.progress
@@ -491,7 +491,7 @@ impl Sweep<'_> {
                 }
                 Err(e) => {
                     tracing::warn!(kind = self.kind.label(), showtime_id = id, error = %e, "repair failed; showtime quarantined for this run");
-                    self.report.error(&e);
+                    self.report.quarantine(&e, [*id]);
                 }
             }
         }
@@ -564,7 +564,7 @@ impl Sweep<'_> {
                 Ok(Fenced::LeaseLost) => self.report.error(&Error::LeaseLost(id)),
                 Err(e) => {
                     tracing::warn!(showtime_id = id, error = %e, "rebuild failed; skipped for this run");
-                    self.report.error(&e);
+                    self.report.quarantine(&e, [id]);
                 }
             }
         }
