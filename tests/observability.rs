@@ -49,8 +49,9 @@ fn dashboard_paths() -> Vec<PathBuf> {
     out
 }
 
-/// One PromQL query of a dashboard: where it is, the raw expression, and
-/// whether the panel should show data once drift has been repaired.
+/// One PromQL query of a dashboard: where it is and the raw expression (with
+/// Grafana's variables). Every one of them must return data once drift has
+/// been repaired.
 #[derive(Debug, Clone)]
 struct DashboardQuery {
     at: String,
