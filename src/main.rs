@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::jobs::{self, Context, RunOptions};
-use seatflow_reconciler::metrics::Metrics;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::{demo, push, telemetry};
 
@@ -190,11 +189,7 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
                 Output::Text => print!("{}", report.to_text()),
             }
             if let Some(url) = pushgateway {
-                let metrics = Metrics::new();
-                for job in &report.jobs {
-                    metrics.record(job);
-                }
-                if let Err(e) = push::push_add(&url, &metrics).await {
+                if let Err(e) = push::push_runs(&url, &report.jobs).await {
                     eprintln!("error: pushing metrics to the Pushgateway: {e}");
                     return ExitCode::from(EXIT_FAILED);
                 }

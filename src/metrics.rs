@@ -250,9 +250,17 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
+        Self::encode_families(&self.gather())
+    }
+
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
+    pub fn encode_families(families: &[prometheus::proto::MetricFamily]) -> String {
         let mut buf = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
+            .encode(families, &mut buf)
             .expect("text encoding");
         String::from_utf8(buf).expect("utf-8 exposition")
     }

@@ -1,44 +1,213 @@
-//! `once --pushgateway URL`: push a run's metrics with push-add semantics
-//! (HTTP POST), so a failed run does not erase the last-success gauge.
-//! The grouping key is the job name only, never `instance`, so successive
-//! CronJob pods update one group instead of piling up.
+//! `once --pushgateway URL`: push a run's metrics for a CronJob, where no
+//! process lives long enough to be scraped.
+//!
+//! Each job is pushed to its own group (`job="seatflow-reconciler"`,
+//! `kind=<job>`; never `instance`, so successive pods update one group) with
+//! push-add semantics (POST), which replaces only the families pushed:
+//! - a run that did not succeed omits `last_success_timestamp_seconds`, so
+//!   the last success survives failures;
+//! - a failed run omits the scan gauges (drift, deferred, backlog), which
+//!   describe the last *completed* scan;
+//! - counters continue from what the group already holds, so `rate()` and
+//!   `increase()` work on the Pushgateway's series as on a daemon's.
+//!   The run-duration histogram is per run.
+
+use std::collections::BTreeMap;
+
+use prometheus::proto::MetricFamily;
 
 use crate::config::redact_url;
+use crate::jobs::report::{JobReport, Outcome};
 use crate::metrics::Metrics;
+use crate::model::Kind;
 
-/// The Pushgateway grouping key: `job="seatflow-reconciler"`.
+/// The `job` grouping label.
 pub const PUSH_JOB: &str = "seatflow-reconciler";
 
-pub fn push_url(base: &str) -> String {
-    format!("{}/metrics/job/{PUSH_JOB}", base.trim_end_matches('/'))
+pub fn push_url(base: &str, kind: Kind) -> String {
+    format!(
+        "{}/metrics/job/{PUSH_JOB}/kind/{}",
+        base.trim_end_matches('/'),
+        kind.label()
+    )
 }
 
-pub async fn push_add(base: &str, metrics: &Metrics) -> anyhow::Result<()> {
+/// One sample of a text exposition: name, labels, value.
+pub type Sample = (String, BTreeMap<String, String>, f64);
+
+/// Parses the sample lines of a Prometheus text exposition (our label values
+/// are plain identifiers; escapes are kept simple).
+pub fn parse_exposition(text: &str) -> Vec<Sample> {
+    text.lines().filter_map(parse_sample).collect()
+}
+
+fn parse_sample(line: &str) -> Option<Sample> {
+    if line.starts_with('#') || line.trim().is_empty() {
+        return None;
+    }
+    let (series, value) = line.rsplit_once(' ')?;
+    let (name, labels) = match series.split_once('{') {
+        Some((n, rest)) => (n, rest.strip_suffix('}')?),
+        None => (series, ""),
+    };
+    let mut map = BTreeMap::new();
+    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once("=\"")?;
+        map.insert(
+            k.trim_matches(',').to_string(),
+            v.trim_end_matches('"').to_string(),
+        );
+    }
+    Some((name.to_string(), map, value.parse().ok()?))
+}
+
+/// Adds the counters a group already holds for `kind` to this run's.
+pub fn carry_counters(metrics: &Metrics, kind: Kind, previous: &[Sample]) {
+    let k = kind.label();
+    for (name, labels, value) in previous {
+        if labels.get("job").map(String::as_str) != Some(PUSH_JOB)
+            || labels.get("kind").map(String::as_str) != Some(k)
+            || *value < 0.0
+        {
+            continue;
+        }
+        let n = *value as u64;
+        let label = |l: &str| labels.get(l).map(String::as_str).unwrap_or("");
+        match name.as_str() {
+            "seatflow_reconcile_fixes_total" => metrics.fixes.with_label_values(&[k]).inc_by(n),
+            "seatflow_reconcile_scanned_total" => metrics.scanned.with_label_values(&[k]).inc_by(n),
+            "seatflow_reconcile_mutex_busy_total" => {
+                metrics.mutex_busy.with_label_values(&[k]).inc_by(n)
+            }
+            "seatflow_reconcile_runs_total" => metrics
+                .runs
+                .with_label_values(&[k, label("outcome")])
+                .inc_by(n),
+            "seatflow_reconcile_errors_total" => metrics
+                .errors
+                .with_label_values(&[k, label("stage")])
+                .inc_by(n),
+            _ => {}
+        }
+    }
+}
+
+/// The families of one job's run, as pushed (see the module comment).
+pub fn families_for_push(metrics: &Metrics, report: &JobReport) -> Vec<MetricFamily> {
+    let k = report.kind.label();
+    metrics
+        .gather()
+        .into_iter()
+        .filter(|f| match f.name() {
+            "seatflow_reconciler_dependency_up" => false,
+            "seatflow_reconcile_last_success_timestamp_seconds" => {
+                report.outcome == Outcome::Success
+            }
+            "seatflow_reconcile_drift"
+            | "seatflow_reconcile_deferred"
+            | "seatflow_reconcile_backlog" => report.outcome != Outcome::Failure,
+            _ => true,
+        })
+        .filter_map(|mut f| {
+            let mine: Vec<_> = f
+                .take_metric()
+                .into_iter()
+                .filter(|m| {
+                    m.get_label()
+                        .iter()
+                        .all(|l| l.name() != "kind" || l.value() == k)
+                })
+                .collect();
+            if mine.is_empty() {
+                return None;
+            }
+            f.set_metric(mine.into());
+            Some(f)
+        })
+        .collect()
+}
+
+/// Pushes every job of a run to its group.
+pub async fn push_runs(base: &str, reports: &[JobReport]) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .build()?;
-    let response = client
-        .post(push_url(base))
-        .header("Content-Type", "text/plain; version=0.0.4")
-        .body(metrics.encode())
+    let where_ = redact_url(base);
+    let previous = match client
+        .get(format!("{}/metrics", base.trim_end_matches('/')))
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("{}: {}", redact_url(base), e.without_url()))?;
-    let status = response.status();
-    if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        anyhow::bail!("{} answered {status}: {}", redact_url(base), body.trim());
+    {
+        Ok(r) if r.status().is_success() => parse_exposition(&r.text().await.unwrap_or_default()),
+        Ok(r) => anyhow::bail!("{where_} answered {} to GET /metrics", r.status()),
+        Err(e) => anyhow::bail!("{where_}: {}", e.without_url()),
+    };
+    for report in reports {
+        let metrics = Metrics::new();
+        metrics.record(report);
+        carry_counters(&metrics, report.kind, &previous);
+        let body = Metrics::encode_families(&families_for_push(&metrics, report));
+        let response = client
+            .post(push_url(base, report.kind))
+            .header("Content-Type", "text/plain; version=0.0.4")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("{where_}: {}", e.without_url()))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            anyhow::bail!("{where_} answered {status}: {}", text.trim());
+        }
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn grouping_key_has_no_instance() {
+    fn grouping_key_has_the_job_and_kind_but_no_instance() {
         assert_eq!(
-            super::push_url("http://pgw:9091/"),
-            "http://pgw:9091/metrics/job/seatflow-reconciler"
+            push_url("http://pgw:9091/", Kind::OrphanLocks),
+            "http://pgw:9091/metrics/job/seatflow-reconciler/kind/orphan_locks"
         );
+    }
+
+    #[test]
+    fn counters_continue_and_failures_keep_the_last_success() {
+        let previous = parse_exposition(
+            "# TYPE x counter\n\
+             seatflow_reconcile_fixes_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"orphan_locks\"} 5\n\
+             seatflow_reconcile_runs_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"orphan_locks\",outcome=\"success\"} 2\n\
+             seatflow_reconcile_fixes_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"paid_seats\"} 9\n",
+        );
+        let mut r = JobReport::new(Kind::OrphanLocks);
+        r.fixed = 2;
+        r.fail(&crate::error::Error::Protocol("down".into()));
+        r.scanned = 1;
+        r.finish();
+        let m = Metrics::new();
+        m.record(&r);
+        carry_counters(&m, Kind::OrphanLocks, &previous);
+        let text = Metrics::encode_families(&families_for_push(&m, &r));
+        assert!(
+            text.contains("seatflow_reconcile_fixes_total{kind=\"orphan_locks\"} 7"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "seatflow_reconcile_runs_total{kind=\"orphan_locks\",outcome=\"success\"} 2"
+        ));
+        assert!(text.contains(
+            "seatflow_reconcile_runs_total{kind=\"orphan_locks\",outcome=\"partial\"} 1"
+        ));
+        assert!(!text.contains("paid_seats"), "only this job's series");
+        assert!(
+            !text.contains("last_success"),
+            "a partial run keeps the last success"
+        );
+        assert!(!text.contains("dependency_up"));
+        assert!(text.contains("seatflow_reconcile_drift{kind=\"orphan_locks\"}"));
     }
 }

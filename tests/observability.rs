@@ -1089,7 +1089,7 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
         .env("SEATFLOW__REDIS__URL", common::redis_url())
         .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
         .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s");
-    let (code, out, err) = run_with_timeout(once, Duration::from_secs(30)).await;
+    let (code, out, err) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;
     assert_eq!(code, 0, "once failed:\n{err}\n{out}");
     let report: Value = serde_json::from_str(&out).expect("stdout is one JSON object");
     assert_eq!(report["fixed"]["orphan_locks_released"], 1, "{report}");
@@ -1148,4 +1148,63 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
         .map(|(_, _, v)| *v)
         .unwrap();
     assert!(last_success > 1.7e9, "last success {last_success}");
+
+    // A second run continues the counters; a failed run keeps the last success.
+    env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
+    let (code, _, err) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;
+    assert_eq!(code, 0, "{err}");
+    let _: () = env
+        .redis(
+            redis::cmd("HSET")
+                .arg(env.ctx.redis.keys.cursor("orphan_locks"))
+                .arg("x")
+                .arg("y"),
+        )
+        .await;
+    let (code, _, _) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;
+    assert_eq!(code, 1, "orphan-locks fails on its corrupt cursor key");
+    let (_, text) = get_text(&http, &format!("{base}/metrics")).await;
+    let value = |name: &str, extra: &[(&str, &str)]| {
+        text.lines()
+            .filter_map(parse_line)
+            .find(|(n, l, _)| {
+                n == name
+                    && l.get("kind").map(String::as_str) == Some("orphan_locks")
+                    && extra
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|(_, _, v)| v)
+    };
+    assert_eq!(
+        value("seatflow_reconcile_fixes_total", &[]),
+        Some(2.0),
+        "counters continue"
+    );
+    assert_eq!(
+        value("seatflow_reconcile_runs_total", &[("outcome", "success")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value("seatflow_reconcile_runs_total", &[("outcome", "failure")]),
+        Some(1.0)
+    );
+    let kept = value("seatflow_reconcile_last_success_timestamp_seconds", &[]).unwrap();
+    assert!(
+        kept > last_success,
+        "the second (successful) run's time is kept: {kept} vs {last_success}"
+    );
+}
+
+/// `Command` is not `Clone`; rebuild one with the same program, args and env.
+fn clone_command(c: &Command) -> Command {
+    let mut out = Command::new(c.get_program());
+    out.args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => out.env(k, v),
+            None => out.env_remove(k),
+        };
+    }
+    out
 }

@@ -105,6 +105,7 @@ pub async fn run_job(ctx: &Context, kind: Kind, opts: &RunOptions, run_id: &str)
 pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunReport {
     let run_id = uuid::Uuid::new_v4().to_string();
     let started = Instant::now();
+    let trips_before = ctx.redis.round_trips();
     let instance = &ctx.settings.reconcile.instance;
     let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
     let mut audit_ok = true;
@@ -128,12 +129,13 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
         }
         jobs.push(report);
     }
-    let report = RunReport::new(
+    let mut report = RunReport::new(
         run_id.clone(),
         opts.dry_run,
         jobs,
         started.elapsed().as_millis() as u64,
     );
+    report.redis_round_trips = ctx.redis.round_trips() - trips_before;
     if !opts.dry_run && audit_ok {
         let summary = serde_json::to_string(&report).unwrap_or_default();
         if let Err(e) = ctx

@@ -142,6 +142,8 @@ pub struct RunReport {
     pub run_id: String,
     pub dry_run: bool,
     pub duration_ms: u64,
+    /// Redis round trips this run made (a pipeline counts once).
+    pub redis_round_trips: u64,
     pub fixed: BTreeMap<&'static str, u64>,
     pub jobs: Vec<JobReport>,
 }
@@ -159,6 +161,7 @@ impl RunReport {
             run_id,
             dry_run,
             duration_ms,
+            redis_round_trips: 0,
             fixed,
             jobs,
         }

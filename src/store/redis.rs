@@ -3,7 +3,8 @@
 //! `{S}`, so one script can touch the seat hash, our lease and our suspects.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use redis::aio::ConnectionManager;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, Script, Value};
@@ -108,6 +109,8 @@ pub struct RedisStore {
     /// `CLIENT SETNAME` of our connection, so operators (and the chaos
     /// test) can find it in `CLIENT LIST`.
     client_name: String,
+    /// Round trips made so far (a pipeline is one), for load reporting.
+    round_trips: Arc<AtomicU64>,
 }
 
 /// `seatflow-reconciler:<instance>`, reduced to characters Redis accepts.
@@ -137,9 +140,19 @@ impl RedisStore {
             conn,
             keys: Keys::new(settings.key_prefix.clone()),
             client_name: client_name(instance),
+            round_trips: Arc::default(),
         };
         store.load_scripts().await?;
         Ok(store)
+    }
+
+    /// Round trips to Redis made through this store so far.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    fn trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn connection(&self) -> ConnectionManager {
@@ -148,6 +161,7 @@ impl RedisStore {
 
     pub async fn ping(&self) -> Result<()> {
         let mut c = self.conn.clone();
+        self.trip();
         redis::cmd("PING").query_async::<String>(&mut c).await?;
         Ok(())
     }
@@ -159,6 +173,7 @@ impl RedisStore {
             pipe.cmd("SCRIPT").arg("LOAD").arg(s.code).ignore();
         }
         let mut c = self.conn.clone();
+        self.trip();
         pipe.query_async::<()>(&mut c).await?;
         Ok(())
     }
@@ -179,6 +194,7 @@ impl RedisStore {
             pipe.add_command(c.clone());
         }
         let mut conn = self.conn.clone();
+        self.trip();
         let mut results: Vec<RedisResult<Value>> = pipe.query_async(&mut conn).await?;
         let lost: Vec<usize> = results
             .iter()
@@ -193,6 +209,7 @@ impl RedisStore {
             for &i in &lost {
                 again.add_command(cmds[i].clone());
             }
+            self.trip();
             let rerun: Vec<RedisResult<Value>> = again.query_async(&mut conn).await?;
             for (i, r) in lost.into_iter().zip(rerun) {
                 results[i] = r;
@@ -211,6 +228,7 @@ impl RedisStore {
     /// Redis server time in milliseconds: one clock for every replica.
     pub async fn server_time_ms(&self) -> Result<i64> {
         let mut c = self.conn.clone();
+        self.trip();
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
         Ok(secs * 1000 + micros / 1000)
     }
@@ -441,6 +459,7 @@ impl RedisStore {
 
     pub async fn get_string(&self, key: &str) -> Result<Option<String>> {
         let mut c = self.conn.clone();
+        self.trip();
         Ok(redis::cmd("GET").arg(key).query_async(&mut c).await?)
     }
 
