@@ -121,7 +121,7 @@ pub fn families_for_push(metrics: &Metrics, report: &JobReport) -> Vec<MetricFam
             if mine.is_empty() {
                 return None;
             }
-            f.set_metric(mine.into());
+            f.set_metric(mine);
             Some(f)
         })
         .collect()
