@@ -188,11 +188,11 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
                 Output::Json => println!("{}", report.to_json()),
                 Output::Text => print!("{}", report.to_text()),
             }
-            if let Some(url) = pushgateway {
-                if let Err(e) = push::push_runs(&url, &report.jobs).await {
-                    eprintln!("error: pushing metrics to the Pushgateway: {e}");
-                    return ExitCode::from(EXIT_FAILED);
-                }
+            if let Some(url) = pushgateway
+                && let Err(e) = push::push_runs(&url, &report.jobs).await
+            {
+                eprintln!("error: pushing metrics to the Pushgateway: {e}");
+                return ExitCode::from(EXIT_FAILED);
             }
             ExitCode::from(report.exit_code() as u8)
         }
