@@ -11,6 +11,14 @@ use prometheus::{
 use crate::jobs::report::{JobReport, Outcome};
 use crate::model::Kind;
 
+/// The `kind` label values, in the order `once` runs the jobs.
+pub const KIND_LABELS: [&str; 5] = [
+    Kind::ExpiredOrders.label(),
+    Kind::PaidSeats.label(),
+    Kind::MissingHashes.label(),
+    Kind::OrphanLocks.label(),
+    Kind::SoldOrphans.label(),
+];
 /// Run outcomes as labelled on `seatflow_reconcile_runs_total`.
 pub const OUTCOMES: [&str; 4] = ["success", "partial", "failure", "skipped_overlap"];
 /// Error stages as labelled on `seatflow_reconcile_errors_total`.

@@ -86,7 +86,7 @@ impl Kind {
     ];
 
     /// The metric label and config section name (`snake_case`).
-    pub fn label(self) -> &'static str {
+    pub const fn label(self) -> &'static str {
         match self {
             Kind::ExpiredOrders => "expired_orders",
             Kind::PaidSeats => "paid_seats",

@@ -41,7 +41,8 @@ pub fn parse_exposition(text: &str) -> Vec<Sample> {
     text.lines().filter_map(parse_sample).collect()
 }
 
-fn parse_sample(line: &str) -> Option<Sample> {
+/// One sample line of a text exposition; None for comments and blanks.
+pub fn parse_sample(line: &str) -> Option<Sample> {
     if line.starts_with('#') || line.trim().is_empty() {
         return None;
     }

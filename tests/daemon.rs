@@ -262,15 +262,7 @@ fn promtool() -> Command {
 #[tokio::test]
 async fn metrics_pass_promtool_check() {
     let env = TestEnv::new().await;
-    let port = free_port();
-    let d = Daemon::start(daemon_command(&env, port), port).await;
-    d.wait_until("a run is recorded", Duration::from_secs(20), || async {
-        sample(
-            &d.metrics().await,
-            r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#,
-        ) >= 1.0
-    })
-    .await;
+    let d = Daemon::with_a_run(&env).await;
     let exposition = d.metrics().await;
     let mut check = promtool()
         .args(["check", "metrics"])

@@ -692,15 +692,7 @@ fn values(series: &Value) -> Vec<f64> {
 #[tokio::test]
 async fn dashboards_and_alerts_use_only_exported_metrics() {
     let env = TestEnv::new().await;
-    let port = free_port();
-    let d = Daemon::start(daemon_command(&env, port), port).await;
-    d.wait_until("a run is recorded", Duration::from_secs(20), || async {
-        sample(
-            &d.metrics().await,
-            r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#,
-        ) >= 1.0
-    })
-    .await;
+    let d = Daemon::with_a_run(&env).await;
     let (exported, families) = exposition_names(&d.metrics().await);
     assert!(families.len() >= 12, "families: {families:?}");
 
@@ -1027,35 +1019,9 @@ async fn run_with_timeout(mut cmd: Command, limit: Duration) -> (i32, String, St
     )
 }
 
-/// Labels of one exposition line: `name{a="x",b="y"} value` → (name, labels, value).
+/// One exposition line → (name, labels, value), with the parser `push` uses.
 fn parse_line(line: &str) -> Option<(String, BTreeMap<String, String>, f64)> {
-    if line.starts_with('#') || line.trim().is_empty() {
-        return None;
-    }
-    let (series, value) = line.rsplit_once(' ')?;
-    let (name, labels) = match series.split_once('{') {
-        Some((n, rest)) => (n, rest.strip_suffix('}')?),
-        None => (series, ""),
-    };
-    let mut map = BTreeMap::new();
-    let b = labels.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let eq = labels[i..].find('=')? + i;
-        let key = labels[i..eq].trim_matches([',', ' ']).to_string();
-        let mut j = eq + 2; // past `="`
-        let mut v = String::new();
-        while j < b.len() && b[j] != b'"' {
-            if b[j] == b'\\' {
-                j += 1;
-            }
-            v.push(b[j] as char);
-            j += 1;
-        }
-        map.insert(key, v);
-        i = j + 1;
-    }
-    Some((name.to_string(), map, value.parse().ok()?))
+    seatflow_reconciler::push::parse_sample(line)
 }
 
 /// (c) `once --pushgateway URL` pushes its run's metrics to a real

@@ -69,6 +69,20 @@ impl Daemon {
         d
     }
 
+    /// A daemon with the default test command, once its first run is recorded.
+    pub async fn with_a_run(env: &TestEnv) -> Daemon {
+        let port = free_port();
+        let d = Daemon::start(daemon_command(env, port), port).await;
+        d.wait_until("a run is recorded", Duration::from_secs(20), || async {
+            sample(
+                &d.metrics().await,
+                r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#,
+            ) >= 1.0
+        })
+        .await;
+        d
+    }
+
     pub async fn get(&self, path: &str) -> reqwest::Result<(u16, String)> {
         let r = self
             .client
