@@ -146,6 +146,21 @@ pub struct DaemonSettings {
     pub start_jitter: Duration,
 }
 
+/// This replica's share of the showtimes: `id % total == index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub total: u32,
+    pub index: u32,
+}
+
+impl Shard {
+    pub const ALL: Shard = Shard { total: 1, index: 0 };
+
+    pub fn covers(&self, showtime: i64) -> bool {
+        showtime.rem_euclid(self.total as i64) == self.index as i64
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LogSettings {
     pub format: LogFormat,
@@ -167,6 +182,7 @@ pub struct Settings {
     pub http: HttpSettings,
     pub reconcile: ReconcileSettings,
     pub daemon: DaemonSettings,
+    pub sharding: Shard,
     pub log: LogSettings,
     jobs: [JobSettings; 5],
 }
@@ -281,6 +297,7 @@ struct RawSettings {
     http: RawHttp,
     reconcile: RawReconcile,
     daemon: RawDaemon,
+    sharding: RawSharding,
     log: RawLog,
     jobs: std::collections::HashMap<String, RawJob>,
 }
@@ -323,6 +340,12 @@ struct RawReconcile {
 struct RawDaemon {
     shutdown_timeout: String,
     start_jitter: String,
+}
+
+#[derive(Deserialize)]
+struct RawSharding {
+    total: i64,
+    index: i64,
 }
 
 #[derive(Deserialize)]
@@ -474,6 +497,7 @@ impl RawSettings {
             )?,
             start_jitter: parse_duration("daemon.start_jitter", &self.daemon.start_jitter)?,
         };
+        let sharding = shard(&self.sharding, std::env::var("HOSTNAME").ok().as_deref())?;
         let format = match self.log.format.as_str() {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
@@ -511,10 +535,42 @@ impl RawSettings {
             http,
             reconcile,
             daemon,
+            sharding,
             log,
             jobs: [a?, b?, c?, d?, e?],
         })
     }
+}
+
+/// Validates the shard; index -1 takes the StatefulSet ordinal from the host name.
+fn shard(raw: &RawSharding, hostname: Option<&str>) -> Result<Shard, ConfigError> {
+    let total = in_range("sharding.total", raw.total, 1, 4096)?;
+    let index = if raw.index == -1 {
+        let ordinal = hostname
+            .and_then(|h| h.rsplit_once('-'))
+            .and_then(|(_, n)| n.parse::<i64>().ok())
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "sharding.index",
+                    format!(
+                        "-1 needs a host name ending in -N (a StatefulSet pod), got {hostname:?}"
+                    ),
+                )
+            })?;
+        if ordinal >= total {
+            return Err(ConfigError::new(
+                "sharding.index",
+                format!("the host name's ordinal {ordinal} is not below sharding.total = {total}"),
+            ));
+        }
+        ordinal
+    } else {
+        in_range("sharding.index", raw.index, 0, total - 1)?
+    };
+    Ok(Shard {
+        total: total as u32,
+        index: index as u32,
+    })
 }
 
 fn positive(key: &str, d: Duration) -> Result<Duration, ConfigError> {
@@ -631,6 +687,33 @@ mod tests {
             let e = load_toml(text, &[]).unwrap_err();
             assert_eq!(e.key, key, "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn shards_come_from_config_or_the_statefulset_ordinal() {
+        let raw = |total, index| RawSharding { total, index };
+        assert_eq!(
+            shard(&raw(3, 2), None).unwrap(),
+            Shard { total: 3, index: 2 }
+        );
+        assert_eq!(
+            shard(&raw(3, -1), Some("seatflow-reconciler-1")).unwrap(),
+            Shard { total: 3, index: 1 }
+        );
+        assert_eq!(shard(&raw(3, 3), None).unwrap_err().key, "sharding.index");
+        assert_eq!(
+            shard(&raw(2, -1), Some("seatflow-reconciler-2"))
+                .unwrap_err()
+                .key,
+            "sharding.index"
+        );
+        assert_eq!(
+            shard(&raw(2, -1), Some("laptop")).unwrap_err().key,
+            "sharding.index"
+        );
+        assert_eq!(shard(&raw(0, 0), None).unwrap_err().key, "sharding.total");
+        assert!(Shard { total: 3, index: 1 }.covers(4));
+        assert!(!Shard { total: 3, index: 1 }.covers(5));
     }
 
     #[test]

@@ -417,3 +417,62 @@ async fn showtime_filter_limits_the_run() {
     assert_eq!(value(&env, 90, "A-1").await.as_deref(), Some("1"));
     assert_eq!(value(&env, 91, "A-1").await.as_deref(), Some("0"));
 }
+
+#[tokio::test]
+async fn shards_cover_every_showtime_exactly_once() {
+    use seatflow_reconciler::config::Shard;
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    let ids: Vec<i64> = (100..123).collect();
+    for &id in &ids {
+        env.fx.showtime(id, 1, id, "ON_SALE").await.unwrap();
+        env.fx.order(id, "PENDING", &["A-2"], -600).await.unwrap();
+    }
+    for total in [1u32, 2, 3, 5] {
+        for &id in &ids {
+            env.fx.warm_all(id, &seats, &[("A-1", "1")]).await.unwrap();
+        }
+        sqlx::query("DELETE FROM reconcile_fix")
+            .execute(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+        let mut scanned = 0;
+        for index in 0..total {
+            let mut settings = (*env.ctx.settings).clone();
+            settings.sharding = Shard { total, index };
+            let shard = seatflow_reconciler::jobs::Context::connect(settings)
+                .await
+                .unwrap();
+            let r = seatflow_reconciler::jobs::run_once(
+                &shard,
+                &[Kind::ExpiredOrders, Kind::OrphanLocks],
+                &Default::default(),
+            )
+            .await;
+            assert_eq!(r.exit_code(), 0, "{}", r.to_text());
+            scanned += r.jobs[1].scanned;
+        }
+        assert_eq!(
+            scanned,
+            ids.len() as u64,
+            "{total} shards scan every showtime once"
+        );
+        let per_showtime: Vec<(i64, i64, i64)> = sqlx::query_as(
+            "SELECT showtime_id, CAST(SUM(job = 'orphan_locks') AS SIGNED), CAST(SUM(kind = 'order_cancelled') AS SIGNED) \
+             FROM reconcile_fix GROUP BY showtime_id ORDER BY showtime_id",
+        )
+        .fetch_all(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+        let covered: Vec<i64> = per_showtime.iter().map(|r| r.0).collect();
+        assert_eq!(covered, ids, "{total} shards");
+        // The expired orders were cancelled in the first round (one shard each).
+        let expected_cancels = if total == 1 { 1 } else { 0 };
+        assert!(
+            per_showtime
+                .iter()
+                .all(|r| r.1 == 1 && r.2 == expected_cancels),
+            "{total}: {per_showtime:?}"
+        );
+    }
+}

@@ -46,7 +46,7 @@ pub struct RunOptions {
 impl Context {
     /// Connects to both stores; an error here is "unreachable at start".
     pub async fn connect(settings: Settings) -> Result<Context> {
-        let mysql = MysqlStore::connect(&settings.mysql).await?;
+        let mysql = MysqlStore::connect(&settings.mysql, settings.sharding).await?;
         let redis = RedisStore::connect(&settings.redis, &settings.reconcile.instance).await?;
         Ok(Context {
             settings: Arc::new(settings),

@@ -8,7 +8,7 @@ use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use crate::config::MysqlSettings;
+use crate::config::{MysqlSettings, Shard};
 use crate::error::Result;
 use crate::model::{Kind, OrderStatus, SeatNo, ShowtimeId};
 
@@ -124,23 +124,28 @@ pub struct FixRecord {
 #[derive(Clone)]
 pub struct MysqlStore {
     pool: MySqlPool,
+    /// Only showtimes of this shard are read for sweeps.
+    shard: Shard,
 }
 
 /// (showtime, seat) → status of the valid order occupying it.
 pub type Occupancy = HashMap<ShowtimeId, HashMap<SeatNo, OrderStatus>>;
 
 impl MysqlStore {
-    pub async fn connect(settings: &MysqlSettings) -> Result<MysqlStore> {
+    pub async fn connect(settings: &MysqlSettings, shard: Shard) -> Result<MysqlStore> {
         let pool = MySqlPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.connect_timeout)
             .connect(settings.url.expose())
             .await?;
-        Ok(MysqlStore { pool })
+        Ok(MysqlStore { pool, shard })
     }
 
     pub fn from_pool(pool: MySqlPool) -> MysqlStore {
-        MysqlStore { pool }
+        MysqlStore {
+            pool,
+            shard: Shard::ALL,
+        }
     }
 
     pub fn pool(&self) -> &MySqlPool {
@@ -185,6 +190,7 @@ impl MysqlStore {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE'",
         );
+        push_shard(&mut q, "id", self.shard);
         push_after(&mut q, "starts_at", "id", after);
         push_in(&mut q, "id", only);
         q.push(" ORDER BY starts_at, id LIMIT ")
@@ -204,6 +210,7 @@ impl MysqlStore {
     pub async fn count_on_sale(&self, only: &[ShowtimeId]) -> Result<u64> {
         let mut q =
             QueryBuilder::<MySql>::new("SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE'");
+        push_shard(&mut q, "id", self.shard);
         push_in(&mut q, "id", only);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
         Ok(n as u64)
@@ -213,6 +220,7 @@ impl MysqlStore {
     pub async fn count_on_sale_after(&self, after: Keyset, only: &[ShowtimeId]) -> Result<u64> {
         let mut q =
             QueryBuilder::<MySql>::new("SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE'");
+        push_shard(&mut q, "id", self.shard);
         push_after(&mut q, "starts_at", "id", Some(after));
         push_in(&mut q, "id", only);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
@@ -311,6 +319,7 @@ impl MysqlStore {
              WHERE status = 'PENDING' AND expires_at < ",
         );
         q.push_bind(deadline);
+        push_shard(&mut q, "showtime_id", self.shard);
         push_after(&mut q, "expires_at", "id", after);
         push_in(&mut q, "showtime_id", only);
         q.push(" ORDER BY expires_at, id LIMIT ")
@@ -613,6 +622,16 @@ fn push_after(q: &mut QueryBuilder<MySql>, col_at: &str, col_id: &str, after: Op
             .push(format_args!(" AND {col_id} > "))
             .push_bind(k.id)
             .push("))");
+    }
+}
+
+/// ` AND MOD(col, total) = index` unless there is one shard.
+fn push_shard(q: &mut QueryBuilder<MySql>, col: &str, shard: Shard) {
+    if shard.total > 1 {
+        q.push(format_args!(" AND MOD({col}, "))
+            .push_bind(shard.total)
+            .push(") = ")
+            .push_bind(shard.index);
     }
 }
 
