@@ -476,3 +476,37 @@ async fn shards_cover_every_showtime_exactly_once() {
         );
     }
 }
+
+#[tokio::test]
+async fn seat_jobs_run_together_read_each_hash_once() {
+    let env = TestEnv::with(|s| s.reconcile.scan_chunk = 5).await;
+    let seats = env.fx.hall(1, 2, 5).await.unwrap();
+    for id in 1..=30 {
+        env.fx.showtime(id, 1, id, "ON_SALE").await.unwrap();
+        env.fx.warm_all(id, &seats, &[]).await.unwrap();
+    }
+    env.fx.warm(7, &[("A-1", "1")]).await.unwrap();
+    env.fx.warm(9, &[("B-2", "2")]).await.unwrap();
+    let seat_jobs = [
+        Kind::PaidSeats,
+        Kind::MissingHashes,
+        Kind::OrphanLocks,
+        Kind::SoldOrphans,
+    ];
+    let together = env.once(&seat_jobs).await;
+    assert_eq!(together.exit_code(), 0, "{}", together.to_text());
+    let fixed: Vec<u64> = together.jobs.iter().map(|j| j.fixed).collect();
+    assert_eq!(fixed, vec![0, 0, 1, 1]);
+    assert!(together.jobs.iter().all(|j| j.scanned == 30));
+    // Converged now: compare a shared sweep with a single job's. 6 chunks
+    // each: one pipeline per chunk in both cases; four jobs add only their
+    // cursor reads and writes (6), where four sweeps would add 18 more.
+    let together = env.once(&seat_jobs).await;
+    let one = env.once(&[Kind::OrphanLocks]).await;
+    assert!(
+        together.redis_round_trips <= one.redis_round_trips + 6,
+        "together {} vs one job {}",
+        together.redis_round_trips,
+        one.redis_round_trips
+    );
+}

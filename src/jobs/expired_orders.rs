@@ -46,7 +46,11 @@ async fn sweep(
     let now = ctx.retry("read clock", || ctx.mysql.now_utc()).await?;
     let deadline = now - buffer;
     let mut budget = job.batch_size;
-    let mut progress = super::progress::Progress::new(opts.progress, Kind::ExpiredOrders);
+    let mut progress = super::progress::Progress::new(
+        opts.progress,
+        Kind::ExpiredOrders.cli_name().to_string(),
+        "orders",
+    );
     let mut after: Option<Keyset> = None;
     loop {
         if opts.stop.is_cancelled() {

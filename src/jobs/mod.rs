@@ -66,14 +66,45 @@ impl Context {
     }
 }
 
-/// Runs one job once and returns its settled report.
-pub async fn run_job(ctx: &Context, kind: Kind, opts: &RunOptions, run_id: &str) -> JobReport {
-    let started = Instant::now();
-    let mut audit = audit::AuditLog::new(ctx, run_id, kind);
-    let mut report = match kind {
-        Kind::ExpiredOrders => expired_orders::run(ctx, opts, &mut audit).await,
-        _ => seat_sweep::run(ctx, kind, opts, &mut audit).await,
-    };
+/// Runs jobs once and returns their settled reports: `expired-orders`
+/// first, then the seat jobs, which share one sweep (each hash read once;
+/// `duration_ms` is then that sweep's for each of them).
+pub async fn run_jobs(
+    ctx: &Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    run_id: &str,
+) -> Vec<JobReport> {
+    let mut out = Vec::with_capacity(kinds.len());
+    let (expired, seats): (Vec<Kind>, Vec<Kind>) =
+        kinds.iter().partition(|k| **k == Kind::ExpiredOrders);
+    if !expired.is_empty() {
+        let started = Instant::now();
+        let mut audit = audit::AuditLog::new(ctx, run_id, Kind::ExpiredOrders);
+        let report = expired_orders::run(ctx, opts, &mut audit).await;
+        out.push(settle(report, audit, started, opts, run_id).await);
+    }
+    if !seats.is_empty() {
+        let started = Instant::now();
+        let audits = seats
+            .iter()
+            .map(|k| audit::AuditLog::new(ctx, run_id, *k))
+            .collect();
+        for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits).await {
+            out.push(settle(report, audit, started, opts, run_id).await);
+        }
+    }
+    out
+}
+
+/// Writes what is left of a job's audit, settles its outcome, logs its line.
+async fn settle(
+    mut report: JobReport,
+    mut audit: audit::AuditLog<'_>,
+    started: Instant,
+    opts: &RunOptions,
+    run_id: &str,
+) -> JobReport {
     // A failed flush already logged every row as an event; count it below.
     let _ = audit.flush().await;
     for _ in 0..audit.failed_batches() {
@@ -81,6 +112,7 @@ pub async fn run_job(ctx: &Context, kind: Kind, opts: &RunOptions, run_id: &str)
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
     report.finish();
+    let kind = report.kind;
     tracing::info!(
         run_id,
         kind = kind.label(),
@@ -120,14 +152,12 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
             audit_ok = false;
         }
     }
-    let mut jobs = Vec::with_capacity(kinds.len());
-    for &kind in kinds {
-        let mut report = run_job(ctx, kind, opts, &run_id).await;
-        if !audit_ok {
+    let mut jobs = run_jobs(ctx, kinds, opts, &run_id).await;
+    if !audit_ok {
+        for report in &mut jobs {
             report.error_at("audit");
             report.finish();
         }
-        jobs.push(report);
     }
     let mut report = RunReport::new(
         run_id.clone(),

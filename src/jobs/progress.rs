@@ -4,8 +4,6 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::model::Kind;
-
 /// A job shows progress only after running this long.
 const DELAY: Duration = Duration::from_millis(500);
 /// At most this often.
@@ -13,16 +11,20 @@ const EVERY: Duration = Duration::from_millis(200);
 
 pub struct Progress {
     enabled: bool,
-    kind: Kind,
+    /// The job(s) swept, as the CLI names them.
+    label: String,
+    /// What is counted: "showtimes" or "orders".
+    unit: &'static str,
     started: Instant,
     last: Option<Instant>,
 }
 
 impl Progress {
-    pub fn new(enabled: bool, kind: Kind) -> Progress {
+    pub fn new(enabled: bool, label: String, unit: &'static str) -> Progress {
         Progress {
             enabled,
-            kind,
+            label,
+            unit,
             started: Instant::now(),
             last: None,
         }
@@ -38,16 +40,11 @@ impl Progress {
         }
         self.last = Some(Instant::now());
         let of = total.map(|t| format!("/{t}")).unwrap_or_default();
-        let unit = if self.kind == Kind::ExpiredOrders {
-            "orders"
-        } else {
-            "showtimes"
-        };
         let mut err = std::io::stderr().lock();
         let _ = write!(
             err,
-            "\r\x1b[K{}: {done}{of} {unit} scanned, {fixed} repairs",
-            self.kind.cli_name()
+            "\r\x1b[K{}: {done}{of} {} scanned, {fixed} repairs",
+            self.label, self.unit
         );
         let _ = err.flush();
     }

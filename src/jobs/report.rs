@@ -63,6 +63,9 @@ pub struct JobReport {
     /// Set when the job could not go on (its last error).
     #[serde(skip)]
     pub fatal: Option<String>,
+    /// Set when every chunk it scanned failed: nothing was checked.
+    #[serde(skip)]
+    pub nothing_completed: bool,
 }
 
 fn serialize_kind<S: serde::Serializer>(k: &Kind, s: S) -> Result<S::Ok, S::Error> {
@@ -87,6 +90,7 @@ impl JobReport {
             examples: Vec::new(),
             duration_ms: 0,
             fatal: None,
+            nothing_completed: false,
         }
     }
 
@@ -125,11 +129,12 @@ impl JobReport {
         self.fatal = Some(e.to_string());
     }
 
-    /// Settles the outcome: failure when it stopped before doing anything,
-    /// partial when it stopped later or some items failed, else success.
+    /// Settles the outcome: failure when it stopped before doing anything
+    /// (or every chunk failed), partial when it stopped later or some items
+    /// failed, else success.
     pub fn finish(&mut self) {
         self.outcome = match (&self.fatal, self.errors) {
-            (Some(_), _) if self.scanned == 0 => Outcome::Failure,
+            (Some(_), _) if self.scanned == 0 || self.nothing_completed => Outcome::Failure,
             (Some(_), _) => Outcome::Partial,
             (None, 0) => Outcome::Success,
             (None, _) => Outcome::Partial,

@@ -1,7 +1,11 @@
 //! The four seat-map jobs (`paid-seats`, `missing-hashes`, `orphan-locks`,
 //! `sold-orphans`): sweep ON_SALE showtimes soonest-first in chunks, plan
-//! each with the pure planner, and repair this job's drift under the
+//! each with the pure planner, and repair the jobs' drift under the
 //! per-showtime mutex.
+//!
+//! Several seat jobs run together (as `once` does) share one sweep: each hash
+//! is read once, planned once, locked once, and all of a showtime's repairs
+//! go in one script call; each job keeps its own budget, report and audit.
 //!
 //! Per chunk: 1 SQL page + 1 SQL template read (new halls only) + 1 SQL
 //! occupancy read + 1 Redis pipeline of HGETALLs; then, only where there is
@@ -14,7 +18,7 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::lease::Leases;
 use crate::model::{Kind, SeatNo, ShowtimeId};
-use crate::plan::{self, Anomaly, HashObservation, SeatRepair, ShowtimeInput};
+use crate::plan::{self, HashObservation, SeatRepair, ShowtimeInput};
 use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
 use crate::store::redis::{Fenced, HashRead, SeatBatch, ShowtimeRead, SuspectOp};
 
@@ -26,78 +30,159 @@ use super::{Context, RunOptions};
 /// Most hall templates kept between chunks; cleared when exceeded.
 const TEMPLATE_CACHE_HALLS: usize = 1024;
 
-/// Work found in one showtime of a chunk.
-enum Work {
-    Seats(Vec<Planned>),
-    Rebuild,
-}
-
 /// A seat repair and, for orphans, since when the seat has been a suspect.
 struct Planned {
     repair: SeatRepair,
     suspect_since_ms: Option<i64>,
 }
 
-pub async fn run(
-    ctx: &Context,
+/// What a chunk found to do, across the sweep's jobs.
+#[derive(Default)]
+struct ChunkWork {
+    rebuilds: Vec<ShowtimeId>,
+    seats: Vec<(ShowtimeId, Vec<Planned>)>,
+}
+
+/// One job's share of a sweep.
+struct Job<'a> {
     kind: Kind,
+    report: JobReport,
+    /// Repairs this run may still apply.
+    budget: usize,
+    /// Where this job's next run resumes when this one ran out of budget.
+    resume: Option<Option<Keyset>>,
+    audit: AuditLog<'a>,
+}
+
+impl Job<'_> {
+    /// Reserves up to `n` repairs from the run's budget; the rest is backlog.
+    fn take(&mut self, n: usize) -> usize {
+        let granted = n.min(self.budget);
+        self.budget -= granted;
+        self.report.backlog += (n - granted) as u64;
+        granted
+    }
+}
+
+/// Runs the seat jobs `kinds` (one sweep when their cursors agree) and
+/// returns each job's report with its audit log, in the order given.
+pub async fn run<'a>(
+    ctx: &'a Context,
+    kinds: &[Kind],
     opts: &RunOptions,
-    audit: &mut AuditLog<'_>,
-) -> JobReport {
+    audits: Vec<AuditLog<'a>>,
+) -> Vec<(JobReport, AuditLog<'a>)> {
+    let use_cursor = opts.showtimes.is_empty();
+    let mut cursors = Vec::with_capacity(kinds.len());
+    for kind in kinds {
+        let key = ctx.redis.keys.cursor(kind.label());
+        let seen = if use_cursor {
+            ctx.retry("read cursor", || ctx.redis.get_string(&key))
+                .await
+        } else {
+            Ok(None)
+        };
+        cursors.push(seen);
+    }
+    // Jobs whose cursors went apart (different scan limits, a failed run)
+    // sweep one by one, each from its own place.
+    let shared = cursors.windows(2).all(|w| match (&w[0], &w[1]) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    });
+    if kinds.len() > 1 && !shared {
+        let mut out = Vec::with_capacity(kinds.len());
+        for (kind, audit) in kinds.iter().zip(audits) {
+            out.extend(Box::pin(run(ctx, &[*kind], opts, vec![audit])).await);
+        }
+        return out;
+    }
+    let jobs = kinds
+        .iter()
+        .zip(audits)
+        .map(|(&kind, audit)| Job {
+            kind,
+            report: JobReport::new(kind),
+            budget: ctx.settings.job(kind).batch_size,
+            resume: None,
+            audit,
+        })
+        .collect();
+    let label = kinds
+        .iter()
+        .map(|k| k.cli_name())
+        .collect::<Vec<_>>()
+        .join("+");
     let mut sweep = Sweep {
         ctx,
-        kind,
         opts,
-        report: JobReport::new(kind),
+        jobs,
         leases: Leases::new(
             ctx.redis.clone(),
             ctx.settings.reconcile.lock_ttl,
             ctx.leases.clone(),
         ),
         templates: HashMap::new(),
-        budget: ctx.settings.job(kind).batch_size,
-        progress: Progress::new(opts.progress, kind),
+        progress: Progress::new(opts.progress, label, "showtimes"),
     };
-    if let Err(e) = sweep.sweep(audit).await {
-        tracing::error!(kind = kind.label(), error = %e, "job stopped");
-        sweep.report.fail(&e);
+    let cursor = match cursors.into_iter().next() {
+        Some(Err(e)) => Err(e),
+        Some(Ok(c)) => Ok(c),
+        None => Ok(None),
+    };
+    if let Err(e) = match cursor {
+        Ok(cursor) => sweep.sweep(cursor).await,
+        Err(e) => Err(e),
+    } {
+        tracing::error!(kinds = ?kinds, error = %e, "seat sweep stopped");
+        sweep.jobs.iter_mut().for_each(|j| j.report.fail(&e));
     }
     if let Err(e) = sweep.leases.release_all().await {
-        sweep.report.error(&e);
+        sweep.jobs.iter_mut().for_each(|j| j.report.error(&e));
     }
-    sweep.report
+    sweep
+        .jobs
+        .into_iter()
+        .map(|j| (j.report, j.audit))
+        .collect()
 }
 
-struct Sweep<'a> {
+struct Sweep<'a, 'o> {
     ctx: &'a Context,
-    kind: Kind,
-    opts: &'a RunOptions,
-    report: JobReport,
+    opts: &'o RunOptions,
+    jobs: Vec<Job<'a>>,
     leases: Leases,
     templates: HashMap<i64, Arc<Vec<SeatNo>>>,
-    /// Repairs this run may still apply.
-    budget: usize,
     progress: Progress,
 }
 
-impl Sweep<'_> {
-    async fn sweep(&mut self, audit: &mut AuditLog<'_>) -> Result<(), Error> {
+impl<'a> Sweep<'a, '_> {
+    fn job(&mut self, kind: Kind) -> &mut Job<'a> {
+        self.jobs
+            .iter_mut()
+            .find(|j| j.kind == kind)
+            .expect("repairs only of the sweep's jobs")
+    }
+
+    fn fixed(&self) -> u64 {
+        self.jobs.iter().map(|j| j.report.fixed).sum()
+    }
+
+    async fn sweep(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
         let ctx = self.ctx;
-        let job = ctx.settings.job(self.kind);
         let chunk = ctx.settings.reconcile.scan_chunk;
-        let use_cursor = self.opts.showtimes.is_empty();
-        let cursor_key = ctx.redis.keys.cursor(self.kind.label());
-        let cursor_seen = if use_cursor {
-            ctx.retry("read cursor", || ctx.redis.get_string(&cursor_key))
-                .await?
-        } else {
-            None
-        };
+        // A shared sweep stops at the smallest scan limit of its jobs.
+        let scan_limit = self
+            .jobs
+            .iter()
+            .map(|j| ctx.settings.job(j.kind).scan_limit)
+            .min()
+            .unwrap_or(0);
         let start = cursor_seen.as_deref().and_then(Keyset::decode);
         let mut after = start;
-        // Where the next run resumes when this one ran out of budget.
-        let mut resume: Option<Option<Keyset>> = None;
+        let mut scanned = 0usize;
         let mut reached_end = false;
+        let (mut chunks_ok, mut last_failure) = (0u64, None);
         // The total is only worth a COUNT query when someone watches.
         let total = if self.opts.progress {
             let n = ctx
@@ -105,16 +190,18 @@ impl Sweep<'_> {
                     ctx.mysql.count_on_sale(&self.opts.showtimes)
                 })
                 .await?;
-            Some(n.min(job.scan_limit as u64))
+            Some(n.min(scan_limit as u64))
         } else {
             None
         };
         loop {
             if self.opts.stop.is_cancelled() {
-                self.report.fatal = Some("interrupted by shutdown".into());
+                for j in &mut self.jobs {
+                    j.report.fatal = Some("interrupted by shutdown".into());
+                }
                 return Ok(());
             }
-            let want = chunk.min(job.scan_limit - self.report.scanned as usize);
+            let want = chunk.min(scan_limit - scanned);
             if want == 0 {
                 break;
             }
@@ -130,53 +217,73 @@ impl Sweep<'_> {
                     id: last.id,
                 });
             }
-            self.report.scanned += page.len() as u64;
-            let short = page.len() < want;
-            let had_budget = self.budget > 0;
-            match self.chunk(&page, audit).await {
-                Ok(()) => {}
-                // Quarantine the chunk for this run: counted, reported, skipped.
+            scanned += page.len();
+            let had_budget: Vec<bool> = self.jobs.iter().map(|j| j.budget > 0).collect();
+            for j in &mut self.jobs {
+                j.report.scanned += page.len() as u64;
+            }
+            match self.chunk(&page).await {
+                Ok(()) => chunks_ok += 1,
                 Err(e) => {
-                    tracing::warn!(kind = self.kind.label(), error = %e, first = page.first().map(|s| s.id), "chunk failed; skipped for this run");
-                    self.report.quarantine(&e, page.iter().map(|s| s.id));
+                    // Quarantine the chunk for this run: counted, reported, skipped.
+                    tracing::warn!(error = %e, first = page.first().map(|s| s.id), "chunk failed; skipped for this run");
+                    for j in &mut self.jobs {
+                        j.report.quarantine(&e, page.iter().map(|s| s.id));
+                    }
+                    last_failure = Some(e.to_string());
                 }
             }
-            self.progress
-                .tick(self.report.scanned, total, self.report.fixed);
-            if had_budget && self.budget == 0 && resume.is_none() {
-                resume = Some(page_start);
+            self.progress.tick(scanned as u64, total, self.fixed());
+            for (j, had) in self.jobs.iter_mut().zip(had_budget) {
+                if had && j.budget == 0 && j.resume.is_none() {
+                    j.resume = Some(page_start);
+                }
             }
-            if short {
+            if page.len() < want {
                 reached_end = true;
                 break;
             }
         }
         self.progress.finish();
+        if let Some(e) = last_failure
+            && chunks_ok == 0
+        {
+            for j in &mut self.jobs {
+                j.report.fatal = Some(format!("every chunk failed; last: {e}"));
+                j.report.nothing_completed = true;
+            }
+        }
         if !reached_end && let Some(after) = after {
-            self.report.backlog += ctx
+            let unscanned = ctx
                 .retry("count backlog", || {
                     ctx.mysql.count_on_sale_after(after, &self.opts.showtimes)
                 })
                 .await?;
+            for j in &mut self.jobs {
+                j.report.backlog += unscanned;
+            }
         }
-        if use_cursor && !self.opts.dry_run {
-            let next = match resume {
-                Some(at) => at,
-                None if reached_end => None,
-                None => after,
-            };
-            let next = next.map(|k| k.encode());
-            let moved = ctx
-                .retry("write cursor", || {
-                    ctx.redis
-                        .set_cursor(&cursor_key, cursor_seen.as_deref(), next.as_deref())
-                })
-                .await?;
-            if !moved {
-                tracing::debug!(
-                    kind = self.kind.label(),
-                    "cursor moved by another instance; left as is"
-                );
+        if self.opts.showtimes.is_empty() && !self.opts.dry_run {
+            for j in &self.jobs {
+                let next = match j.resume {
+                    Some(at) => at,
+                    None if reached_end => None,
+                    None => after,
+                };
+                let next = next.map(|k| k.encode());
+                let key = ctx.redis.keys.cursor(j.kind.label());
+                let moved = ctx
+                    .retry("write cursor", || {
+                        ctx.redis
+                            .set_cursor(&key, cursor_seen.as_deref(), next.as_deref())
+                    })
+                    .await?;
+                if !moved {
+                    tracing::debug!(
+                        kind = j.kind.label(),
+                        "cursor moved by another instance; left as is"
+                    );
+                }
             }
         }
         Ok(())
@@ -205,33 +312,33 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    async fn chunk(&mut self, page: &[ShowtimeRow], audit: &mut AuditLog<'_>) -> Result<(), Error> {
+    async fn chunk(&mut self, page: &[ShowtimeRow]) -> Result<(), Error> {
         if page.is_empty() {
             return Ok(());
         }
         let ctx = self.ctx;
         self.load_templates(page).await?;
         let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
-        let with_suspects =
-            self.kind.needs_grace() && !ctx.settings.reconcile.orphan_grace.is_zero();
+        let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
+        let with_suspects = grace_ms > 0 && self.jobs.iter().any(|j| j.kind.needs_grace());
         let (now_ms, reads) = ctx
             .retry("read seat hashes", || {
                 ctx.redis.read_showtimes(&ids, with_suspects)
             })
             .await?;
-        // missing-hashes needs occupancy only where a hash is missing.
+        // missing-hashes alone needs occupancy only where a hash is missing.
+        let only_rebuilds = self.jobs.iter().all(|j| j.kind == Kind::MissingHashes);
         let need_occupancy: Vec<ShowtimeId> = page
             .iter()
             .zip(&reads)
-            .filter(|(_, r)| self.kind != Kind::MissingHashes || r.hash == HashRead::Missing)
+            .filter(|(_, r)| !only_rebuilds || r.hash == HashRead::Missing)
             .map(|(s, _)| s.id)
             .collect();
         let occupancy = ctx
             .retry("read occupancy", || ctx.mysql.occupancy(&need_occupancy))
             .await?;
 
-        let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
-        let mut work: Vec<(ShowtimeId, Work)> = Vec::new();
+        let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
         let empty = HashMap::new();
         for (showtime, read) in page.iter().zip(&reads) {
@@ -240,77 +347,60 @@ impl Sweep<'_> {
                 .get(&showtime.hall_id)
                 .cloned()
                 .unwrap_or_default();
-            let occ = occupancy.get(&showtime.id).unwrap_or(&empty);
             let plan = plan::plan_showtime(ShowtimeInput {
                 template: &template,
-                occupancy: occ,
+                occupancy: occupancy.get(&showtime.id).unwrap_or(&empty),
                 hash: observation(read),
             });
+            let key = ctx.redis.keys.seat(showtime.id);
             for anomaly in &plan.anomalies {
-                self.invalid(showtime.id, anomaly);
+                tracing::warn!(key, showtime_id = showtime.id, problem = %anomaly.describe(), "invalid data left alone");
             }
-            if self.kind == Kind::MissingHashes {
-                if plan.rebuild.is_some() {
-                    self.report.drift += 1;
-                    self.report
-                        .example(|| format!("{} missing", ctx.redis.keys.seat(showtime.id)));
-                    if self.take(1) == 1 {
-                        work.push((showtime.id, Work::Rebuild));
+            let mut planned = Vec::new();
+            let mut ops = Vec::new();
+            for job in &mut self.jobs {
+                plan.anomalies.iter().for_each(|_| job.report.invalid());
+                if job.kind == Kind::MissingHashes {
+                    if plan.rebuild.is_some() {
+                        job.report.drift += 1;
+                        job.report.example(|| format!("{key} missing"));
+                        if job.take(1) == 1 {
+                            work.rebuilds.push(showtime.id);
+                        }
                     }
+                    continue;
                 }
-                continue;
-            }
-            let candidates: Vec<SeatRepair> = plan.repairs_of(self.kind).cloned().collect();
-            self.report.drift += candidates.len() as u64;
-            for c in candidates.iter() {
-                let key = ctx.redis.keys.seat(showtime.id);
-                self.report.example(|| {
-                    format!(
-                        "{key} {}: {} -> {}",
-                        c.seat,
-                        c.observed.map(|s| s.as_redis()).unwrap_or("absent"),
-                        c.target.as_redis()
-                    )
-                });
-            }
-            let ready = if with_suspects {
-                let g = plan::apply_grace(self.kind, candidates, &read.suspects, now_ms, grace_ms);
-                self.report.deferred += g.deferred.len() as u64;
-                let watched = plan::suspect_state(self.kind);
-                let ops: Vec<SuspectOp> = g
-                    .record
-                    .iter()
-                    .map(|(seat, s)| SuspectOp::Record {
-                        seat: seat.clone(),
-                        encoded: s.encode(),
-                    })
-                    .chain(g.clear.iter().map(|seat| SuspectOp::Clear {
-                        seat: seat.clone(),
-                        state: plan::Suspect::decode(&read.suspects[seat]).and(watched),
-                    }))
-                    .collect();
-                if !ops.is_empty() {
-                    suspect_ops.push((showtime.id, ops));
+                let candidates: Vec<SeatRepair> = plan.repairs_of(job.kind).cloned().collect();
+                job.report.drift += candidates.len() as u64;
+                for c in &candidates {
+                    job.report.example(|| describe(&key, c));
                 }
-                g.ready
-            } else {
-                candidates
-            };
-            let n = self.take(ready.len());
-            let ready: Vec<Planned> = ready
-                .into_iter()
-                .take(n)
-                .map(|repair| Planned {
-                    suspect_since_ms: read
-                        .suspects
-                        .get(&repair.seat)
-                        .and_then(|raw| plan::Suspect::decode(raw))
-                        .map(|s| s.first_seen_ms),
-                    repair,
-                })
-                .collect();
-            if !ready.is_empty() {
-                work.push((showtime.id, Work::Seats(ready)));
+                let ready = if with_suspects && job.kind.needs_grace() {
+                    let g =
+                        plan::apply_grace(job.kind, candidates, &read.suspects, now_ms, grace_ms);
+                    job.report.deferred += g.deferred.len() as u64;
+                    ops.extend(suspect_changes(job.kind, &g, read));
+                    g.ready
+                } else {
+                    candidates
+                };
+                let n = job.take(ready.len());
+                planned.extend(ready.into_iter().take(n).map(|repair| {
+                    Planned {
+                        suspect_since_ms: read
+                            .suspects
+                            .get(&repair.seat)
+                            .and_then(|raw| plan::Suspect::decode(raw))
+                            .map(|s| s.first_seen_ms),
+                        repair,
+                    }
+                }));
+            }
+            if !ops.is_empty() {
+                suspect_ops.push((showtime.id, ops));
+            }
+            if !planned.is_empty() {
+                work.seats.push((showtime.id, planned));
             }
         }
         if self.opts.dry_run {
@@ -323,10 +413,10 @@ impl Sweep<'_> {
             })
             .await?;
         }
-        if work.is_empty() {
+        if work.rebuilds.is_empty() && work.seats.is_empty() {
             return Ok(());
         }
-        let result = self.apply(work, now_ms, audit).await;
+        let result = self.apply(work, now_ms).await;
         let held = self.leases.held();
         let released = self.leases.release(&held).await;
         result?;
@@ -340,89 +430,77 @@ impl Sweep<'_> {
         (grace_ms * 4).max(600_000)
     }
 
-    /// Reserves up to `n` repairs from the run's budget; the rest is backlog.
-    fn take(&mut self, n: usize) -> usize {
-        let granted = n.min(self.budget);
-        self.budget -= granted;
-        self.report.backlog += (n - granted) as u64;
-        granted
-    }
-
-    fn invalid(&mut self, showtime: ShowtimeId, anomaly: &Anomaly) {
-        let key = self.ctx.redis.keys.seat(showtime);
-        tracing::warn!(kind = self.kind.label(), key, showtime_id = showtime, problem = %anomaly.describe(), "invalid data left alone");
-        self.report.invalid();
-    }
-
-    async fn apply(
-        &mut self,
-        work: Vec<(ShowtimeId, Work)>,
-        now_ms: i64,
-        audit: &mut AuditLog<'_>,
-    ) -> Result<(), Error> {
+    async fn apply(&mut self, mut work: ChunkWork, now_ms: i64) -> Result<(), Error> {
         let ctx = self.ctx;
-        let ids: Vec<ShowtimeId> = work.iter().map(|(id, _)| *id).collect();
+        let mut ids: Vec<ShowtimeId> = work.rebuilds.clone();
+        ids.extend(work.seats.iter().map(|(id, _)| *id));
         let acquired = ctx
             .retry("acquire leases", || self.leases.acquire(&ids))
             .await?;
-        let mut work: Vec<(ShowtimeId, Work)> = work
-            .into_iter()
-            .filter(|(id, w)| {
-                let busy = acquired.busy.contains(id);
-                if busy {
-                    let n = match w {
-                        Work::Seats(r) => r.len(),
-                        Work::Rebuild => 1,
-                    };
-                    self.report.skipped_busy += 1;
-                    self.report.backlog += n as u64;
-                    tracing::info!(
-                        kind = self.kind.label(),
-                        showtime_id = id,
-                        "showtime busy (mutex held elsewhere); skipped this run"
-                    );
+        for id in &acquired.busy {
+            tracing::info!(
+                showtime_id = id,
+                "showtime busy (mutex held elsewhere); skipped this run"
+            );
+            let mut per_job: HashMap<Kind, u64> = HashMap::new();
+            if work.rebuilds.contains(id) {
+                per_job.insert(Kind::MissingHashes, 1);
+            }
+            for (_, planned) in work.seats.iter().filter(|(s, _)| s == id) {
+                for p in planned {
+                    *per_job.entry(p.repair.kind).or_default() += 1;
                 }
-                !busy
-            })
-            .collect();
-        if work.is_empty() {
+            }
+            for (kind, n) in per_job {
+                let job = self.job(kind);
+                job.report.skipped_busy += 1;
+                job.report.backlog += n;
+            }
+        }
+        work.rebuilds.retain(|id| !acquired.busy.contains(id));
+        work.seats.retain(|(id, _)| !acquired.busy.contains(id));
+        if !work.rebuilds.is_empty() {
+            self.rebuild(std::mem::take(&mut work.rebuilds)).await?;
+        }
+        if work.seats.is_empty() {
             return Ok(());
         }
-        if self.kind == Kind::MissingHashes {
-            return self
-                .rebuild(work.into_iter().map(|(id, _)| id).collect(), audit)
-                .await;
-        }
+        self.repair_seats(work.seats, now_ms).await
+    }
+
+    async fn repair_seats(
+        &mut self,
+        work: Vec<(ShowtimeId, Vec<Planned>)>,
+        now_ms: i64,
+    ) -> Result<(), Error> {
+        let ctx = self.ctx;
         // Safety rule 4: re-read exactly these seats right before writing.
         let seats: Vec<(ShowtimeId, SeatNo)> = work
             .iter()
-            .flat_map(|(id, w)| match w {
-                Work::Seats(p) => p.iter().map(|p| (*id, p.repair.seat.clone())).collect(),
-                Work::Rebuild => Vec::new(),
-            })
+            .flat_map(|(id, planned)| planned.iter().map(|p| (*id, p.repair.seat.clone())))
             .collect();
         let fresh = ctx
             .retry("re-check seats", || ctx.mysql.seat_history(&seats))
             .await?;
         let mut batches: Vec<SeatBatch> = Vec::new();
         let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
-        for (id, w) in work.drain(..) {
-            let Work::Seats(planned) = w else { continue };
+        for (id, planned) in work {
             let mut keep = Vec::new();
             let mut ops = Vec::new();
             for p in planned {
                 let seat = &p.repair.seat;
+                let kind = p.repair.kind.label();
                 let history = fresh.get(&(id, seat.clone())).cloned().unwrap_or_default();
                 if !plan::still_valid(&p.repair, history.occupant) {
-                    tracing::info!(kind = self.kind.label(), showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
+                    tracing::info!(kind, showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
                 } else if let Some(since) = p.suspect_since_ms
                     && !plan::orphaned_throughout(since, history.last_activity_ms)
                 {
                     // An order came or went on this seat since it was first
                     // seen orphaned: the orphanhood was not continuous, so
                     // the grace period starts over.
-                    tracing::info!(kind = self.kind.label(), showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
-                    self.report.deferred += 1;
+                    tracing::info!(kind, showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
+                    self.job(p.repair.kind).report.deferred += 1;
                     let state = p.repair.observed.expect("orphans are observed values");
                     ops.push(SuspectOp::Clear {
                         seat: seat.clone(),
@@ -454,11 +532,16 @@ impl Sweep<'_> {
             })
             .await?;
         }
+        let ids: Vec<ShowtimeId> = batches.iter().map(|b| b.showtime).collect();
         let lost = ctx
             .retry("renew leases", || self.leases.renew_due(&ids))
             .await?;
-        for id in &lost {
-            self.report.error(&Error::LeaseLost(*id));
+        for batch in batches.iter().filter(|b| lost.contains(&b.showtime)) {
+            for kind in kinds_in(batch) {
+                self.job(kind)
+                    .report
+                    .error(&Error::LeaseLost(batch.showtime));
+            }
         }
         batches.retain(|b| !lost.contains(&b.showtime));
         if batches.is_empty() {
@@ -469,29 +552,35 @@ impl Sweep<'_> {
             .retry("repair seats", || ctx.redis.repair_seats(&token, &batches))
             .await?;
         for (batch, result) in batches.iter().zip(results) {
-            let id = &batch.showtime;
+            let id = batch.showtime;
             match result {
                 Ok(Fenced::Done(applied)) => {
                     for (r, ok) in batch.repairs.iter().zip(applied) {
                         if ok {
-                            self.report.fixed += 1;
-                            audit.seat(*id, &r.seat, None, r.observed, r.target).await;
+                            let job = self.job(r.kind);
+                            job.report.fixed += 1;
+                            job.audit
+                                .seat(id, &r.seat, None, r.observed, r.target)
+                                .await;
                         } else {
-                            tracing::info!(kind = self.kind.label(), showtime_id = id, seat = %r.seat, "seat changed in Redis since the scan; left alone");
+                            tracing::info!(kind = r.kind.label(), showtime_id = id, seat = %r.seat, "seat changed in Redis since the scan; left alone");
                         }
                     }
                 }
                 Ok(Fenced::LeaseLost) => {
                     tracing::warn!(
-                        kind = self.kind.label(),
                         showtime_id = id,
                         "lease lost before repair; nothing written"
                     );
-                    self.report.error(&Error::LeaseLost(*id));
+                    for kind in kinds_in(batch) {
+                        self.job(kind).report.error(&Error::LeaseLost(id));
+                    }
                 }
                 Err(e) => {
-                    tracing::warn!(kind = self.kind.label(), showtime_id = id, error = %e, "repair failed; showtime quarantined for this run");
-                    self.report.quarantine(&e, [*id]);
+                    tracing::warn!(showtime_id = id, error = %e, "repair failed; showtime quarantined for this run");
+                    for kind in kinds_in(batch) {
+                        self.job(kind).report.quarantine(&e, [id]);
+                    }
                 }
             }
         }
@@ -499,11 +588,7 @@ impl Sweep<'_> {
     }
 
     /// Rebuilds missing hashes from the template and a fresh occupancy read.
-    async fn rebuild(
-        &mut self,
-        ids: Vec<ShowtimeId>,
-        audit: &mut AuditLog<'_>,
-    ) -> Result<(), Error> {
+    async fn rebuild(&mut self, ids: Vec<ShowtimeId>) -> Result<(), Error> {
         let ctx = self.ctx;
         let fresh = ctx
             .retry("read occupancy", || ctx.mysql.occupancy(&ids))
@@ -531,8 +616,9 @@ impl Sweep<'_> {
             let lost = ctx
                 .retry("renew leases", || self.leases.renew_due(&one))
                 .await?;
+            let job = self.job(Kind::MissingHashes);
             if !lost.is_empty() {
-                self.report.error(&Error::LeaseLost(id));
+                job.report.error(&Error::LeaseLost(id));
                 continue;
             }
             let op_id = uuid::Uuid::new_v4().simple().to_string();
@@ -543,11 +629,11 @@ impl Sweep<'_> {
                 .await
             {
                 Ok(Fenced::Done(true)) => {
-                    self.report.fixed += 1;
-                    audit
+                    job.report.fixed += 1;
+                    job.audit
                         .push(FixRecord {
                             fix_id: uuid::Uuid::new_v4().simple().to_string(),
-                            job: self.kind,
+                            job: Kind::MissingHashes,
                             kind: "hash_rebuilt",
                             showtime_id: Some(id),
                             seat_no: None,
@@ -561,15 +647,49 @@ impl Sweep<'_> {
                 Ok(Fenced::Done(false)) => {
                     tracing::info!(showtime_id = id, "hash appeared since the scan; left alone");
                 }
-                Ok(Fenced::LeaseLost) => self.report.error(&Error::LeaseLost(id)),
+                Ok(Fenced::LeaseLost) => job.report.error(&Error::LeaseLost(id)),
                 Err(e) => {
                     tracing::warn!(showtime_id = id, error = %e, "rebuild failed; skipped for this run");
-                    self.report.quarantine(&e, [id]);
+                    job.report.quarantine(&e, [id]);
                 }
             }
         }
         Ok(())
     }
+}
+
+/// The jobs that own a batch's repairs.
+fn kinds_in(batch: &SeatBatch) -> Vec<Kind> {
+    let mut kinds: Vec<Kind> = batch.repairs.iter().map(|r| r.kind).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+}
+
+/// `seatflow:seat:{42} A-7: 1 -> 0`, for the report's examples.
+fn describe(key: &str, c: &SeatRepair) -> String {
+    format!(
+        "{key} {}: {} -> {}",
+        c.seat,
+        c.observed.map(|s| s.as_redis()).unwrap_or("absent"),
+        c.target.as_redis()
+    )
+}
+
+/// The suspect records one grace decision writes and clears.
+fn suspect_changes(kind: Kind, g: &plan::GracePlan, read: &ShowtimeRead) -> Vec<SuspectOp> {
+    let watched = plan::suspect_state(kind);
+    g.record
+        .iter()
+        .map(|(seat, s)| SuspectOp::Record {
+            seat: seat.clone(),
+            encoded: s.encode(),
+        })
+        .chain(g.clear.iter().map(|seat| SuspectOp::Clear {
+            seat: seat.clone(),
+            state: plan::Suspect::decode(&read.suspects[seat]).and(watched),
+        }))
+        .collect()
 }
 
 fn observation(read: &ShowtimeRead) -> HashObservation<'_> {
