@@ -432,12 +432,6 @@ impl RawSettings {
             .iter()
             .map(|u| check_url("redis.cluster_urls", u, &["redis", "rediss"]))
             .collect::<Result<Vec<_>, _>>()?;
-        if !cluster_urls.is_empty() {
-            return Err(ConfigError::new(
-                "redis.cluster_urls",
-                "Redis Cluster mode is not supported by this version; leave it empty",
-            ));
-        }
         if self.redis.key_prefix.contains(['{', '}']) || self.redis.key_prefix.is_empty() {
             return Err(ConfigError::new(
                 "redis.key_prefix",

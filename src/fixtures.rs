@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use redis::aio::ConnectionManager;
+use crate::store::redis::RedisConn;
 use sqlx::mysql::MySqlPool;
 
 use crate::model::{SeatNo, ShowtimeId};
@@ -13,7 +13,7 @@ use crate::store::redis::Keys;
 
 pub struct Fixtures {
     pub pool: MySqlPool,
-    pub redis: ConnectionManager,
+    pub redis: RedisConn,
     pub keys: Keys,
 }
 

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::store::redis::RedisConn;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use sqlx::mysql::MySqlPool;
 use tokio_util::sync::CancellationToken;
 
@@ -130,7 +130,7 @@ pub struct SimConfig {
 #[derive(Clone)]
 pub struct Simulator {
     pub pool: MySqlPool,
-    pub redis: ConnectionManager,
+    pub redis: RedisConn,
     pub keys: Keys,
     hold: Arc<Script>,
     moves: Arc<Script>,
@@ -144,7 +144,7 @@ pub fn now_ms() -> i64 {
 }
 
 impl Simulator {
-    pub fn new(pool: MySqlPool, redis: ConnectionManager, keys: Keys) -> Simulator {
+    pub fn new(pool: MySqlPool, redis: RedisConn, keys: Keys) -> Simulator {
         Simulator {
             pool,
             redis,

@@ -75,7 +75,7 @@ impl Drop for DbUser {
 
 /// Kills a random connection of one of the reconcilers every few hundred ms.
 async fn killer(
-    env_redis: redis::aio::ConnectionManager,
+    env_redis: seatflow_reconciler::store::redis::RedisConn,
     pool: sqlx::MySqlPool,
     names: Vec<String>,
     users: Vec<String>,

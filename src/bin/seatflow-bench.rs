@@ -174,6 +174,9 @@ impl Args {
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os(LAUNCHER_ENV).is_some() {
+        return launcher_main();
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
     if let Err(e) = args.validate() {
@@ -1022,32 +1025,42 @@ impl Bench {
 
     /// Runs the real reconciler over the three seat-level jobs.
     async fn sweep(&self, reconciler: &Path, seeding: &SeedStats) -> Result<SweepRun> {
-        let cmd = self.sweep_command(reconciler, seeding);
+        let cmd = self.sweep_command(reconciler, seeding)?;
         let before = self.snapshot().await?;
-        let child = tokio::task::spawn_blocking(move || run_child(cmd)).await??;
+        let child = tokio::task::spawn_blocking(move || run_reconciler(cmd)).await??;
         let load = before.load_until(&self.snapshot().await?);
-        if child.exit_code != Some(0) {
+        if child.measured.exit_code != Some(0) {
             bail!(
                 "the reconciler exited with {:?}; its stderr:\n{}",
-                child.exit_code,
+                child.measured.exit_code,
                 tail(&child.stderr, 40)
             );
         }
         let report: serde_json::Value = serde_json::from_str(&child.stdout)
             .with_context(|| format!("the reconciler's JSON report: {}", child.stdout))?;
+        // A sweep that did not cover the estate measured something else.
+        for job in report["jobs"].as_array().into_iter().flatten() {
+            let scanned = job["scanned"].as_u64().unwrap_or(0);
+            ensure!(
+                scanned == self.showtimes as u64,
+                "{} scanned {scanned} of {} showtimes: not a full sweep",
+                job["kind"],
+                self.showtimes
+            );
+        }
         Ok(SweepRun {
-            child,
+            measured: child.measured,
             report,
             load,
         })
     }
 
-    /// `seatflow-reconciler once --job … --output json`, configured by
-    /// environment only, so that the whole estate is swept and all drift is
-    /// repaired in one run, at once (no grace period).
-    fn sweep_command(&self, reconciler: &Path, seeding: &SeedStats) -> Command {
-        let mut cmd = Command::new(reconciler);
-        cmd.arg("once");
+    /// The launcher running `seatflow-reconciler once --job … --output json`,
+    /// configured by environment only, so that the whole estate is swept and
+    /// all drift is repaired in one run, at once (no grace period).
+    fn sweep_command(&self, reconciler: &Path, seeding: &SeedStats) -> Result<Command> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.env(LAUNCHER_ENV, "1").arg(reconciler).arg("once");
         for (_, job) in SEAT_JOBS {
             cmd.args(["--job", job]);
         }
@@ -1059,7 +1072,7 @@ impl Bench {
             }
         }
         cmd.envs(self.sweep_env(seeding));
-        cmd
+        Ok(cmd)
     }
 
     fn sweep_env(&self, seeding: &SeedStats) -> Vec<(String, String)> {
@@ -1088,9 +1101,12 @@ impl Bench {
                 format!("SEATFLOW__JOBS__{job}__BATCH_SIZE"),
                 batch.to_string(),
             ));
+            // One more than the estate: the run must see the end (a short
+            // page) to clear its cursor. Stopping exactly at the limit leaves
+            // the cursor on the last showtime, and the next run scans nothing.
             env.push((
                 format!("SEATFLOW__JOBS__{job}__SCAN_LIMIT"),
-                self.showtimes.to_string(),
+                (self.showtimes + 1).to_string(),
             ));
         }
         env
@@ -1254,27 +1270,104 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 
 // ---------------------------------------------------------------------------
 // The measured child process.
+//
+// Peak RSS comes from `wait4`'s rusage, with one trap: at exec, Linux folds
+// the high-water RSS of the memory the process had *before* exec into its
+// `ru_maxrss`, and a child spawned with posix_spawn (or vfork) shares its
+// parent's memory until exec. Spawned from this process (hundreds of MB after
+// seeding and verifying), every reconciler would seem to peak at our size.
+// So the reconciler is started by a launcher: this same binary re-executed
+// with LAUNCHER_ENV set, which branches off at the top of `main` before
+// allocating much, spawns the reconciler, reaps it with `wait4` and reports
+// on a marker line of stderr. The launcher's own high-water mark (a few MB)
+// is the floor under the measurement, and is reported with it.
 // ---------------------------------------------------------------------------
 
-struct ChildRun {
+/// Set in the environment of the launcher (see above).
+const LAUNCHER_ENV: &str = "SEATFLOW_BENCH_LAUNCHER";
+/// Prefix of the launcher's report line on stderr.
+const MEASURE_MARKER: &str = "seatflow-bench-measured: ";
+
+/// What the launcher measured of one reconciler process.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct Measured {
+    /// From spawning the process to reaping it.
     wall_s: f64,
     exit_code: Option<i32>,
-    stdout: String,
-    stderr: String,
+    /// `ru_maxrss`: peak resident set size.
     peak_rss_mb: f64,
+    /// User + system CPU time.
     cpu_s: f64,
+    /// The launcher's own peak RSS: `peak_rss_mb` cannot be lower than this.
+    launcher_rss_mb: f64,
+}
+
+/// Launcher mode: argv is `<program> <args…>`; stdout and stderr are inherited.
+fn launcher_main() -> ExitCode {
+    let mut argv = std::env::args_os().skip(1);
+    let Some(program) = argv.next() else {
+        eprintln!("launcher: no program given");
+        return ExitCode::from(2);
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(argv).env_remove(LAUNCHER_ENV);
+    match measure(cmd) {
+        Ok(m) => {
+            let line = serde_json::to_string(&m).expect("plain struct");
+            eprintln!("\n{MEASURE_MARKER}{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("launcher: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Runs `cmd` to completion and reaps it with `wait4`, which, unlike
-/// `Child::wait`, also returns the child's resource usage: peak RSS and CPU time.
-fn run_child(mut cmd: Command) -> Result<ChildRun> {
-    // Piped stderr also keeps the child from drawing progress bars (and from
-    // paying for the COUNT query behind them) when we run on a terminal.
-    cmd.stdin(Stdio::null())
+/// `Child::wait`, also returns the child's resource usage.
+fn measure(mut cmd: Command) -> std::io::Result<Measured> {
+    let launcher_rss_mb = own_peak_rss_mb();
+    let started = Instant::now();
+    let child = cmd.spawn()?;
+    let (status, usage) = wait4(child.id())?;
+    let cpu = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(Measured {
+        wall_s: started.elapsed().as_secs_f64(),
+        exit_code: std::process::ExitStatus::from_raw(status).code(),
+        // Linux reports ru_maxrss in kilobytes.
+        peak_rss_mb: usage.ru_maxrss as f64 / 1024.0,
+        cpu_s: cpu(usage.ru_utime) + cpu(usage.ru_stime),
+        launcher_rss_mb,
+    })
+}
+
+/// `VmHWM` of this process: its own peak RSS since exec, nothing inherited.
+fn own_peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+struct ChildRun {
+    measured: Measured,
+    stdout: String,
+    /// The reconciler's stderr, without the launcher's marker line.
+    stderr: String,
+}
+
+/// Runs `reconciler args…` through the launcher, capturing its output.
+/// Piped stderr also keeps the reconciler from drawing progress (and from
+/// paying for the COUNT query behind it) when the benchmark runs on a terminal.
+fn run_reconciler(mut launcher: Command) -> Result<ChildRun> {
+    launcher
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let started = Instant::now();
-    let mut child = cmd.spawn().context("starting the reconciler")?;
+    let mut child = launcher.spawn().context("starting the launcher")?;
     let mut err_pipe = child.stderr.take().expect("piped stderr");
     let stderr_reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -1287,18 +1380,18 @@ fn run_child(mut cmd: Command) -> Result<ChildRun> {
         .take()
         .expect("piped stdout")
         .read_to_string(&mut stdout)?;
-    let (status, usage) = wait4(child.id())?;
-    let wall_s = started.elapsed().as_secs_f64();
+    child.wait()?;
     let stderr = stderr_reader.join().unwrap_or_default();
-    let cpu = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let Some((before, line)) = stderr.rsplit_once(MEASURE_MARKER) else {
+        bail!(
+            "the launcher reported no measurement; its stderr:\n{}",
+            tail(&stderr, 40)
+        );
+    };
     Ok(ChildRun {
-        wall_s,
-        exit_code: std::process::ExitStatus::from_raw(status).code(),
+        measured: serde_json::from_str(line.trim())?,
         stdout,
-        stderr,
-        // Linux reports ru_maxrss in kilobytes.
-        peak_rss_mb: usage.ru_maxrss as f64 / 1024.0,
-        cpu_s: cpu(usage.ru_utime) + cpu(usage.ru_stime),
+        stderr: before.trim_end().to_string(),
     })
 }
 
@@ -1351,6 +1444,7 @@ impl FloorRun {
             redis_round_trips: Some(self.pipelines),
             round_trips_per_100_showtimes: Some(self.pipelines as f64 * 100.0 / showtimes as f64),
             peak_rss_mb: None,
+            launcher_rss_mb: None,
             cpu_s: None,
             floor: Some(FloorDetail {
                 redis_s: self.redis_s,
@@ -1365,7 +1459,7 @@ impl FloorRun {
 }
 
 struct SweepRun {
-    child: ChildRun,
+    measured: Measured,
     report: serde_json::Value,
     load: Load,
 }
@@ -1373,7 +1467,7 @@ struct SweepRun {
 impl SweepRun {
     fn into_phase(self, name: &str, seats: u64, floor_s: f64, bench: &Bench) -> Phase {
         let trips = self.report["redis_round_trips"].as_u64();
-        let wall = self.child.wall_s;
+        let wall = self.measured.wall_s;
         Phase {
             name: name.into(),
             wall_s: wall,
@@ -1384,8 +1478,9 @@ impl SweepRun {
             vs_floor: wall / floor_s,
             redis_round_trips: trips,
             round_trips_per_100_showtimes: trips.map(|t| t as f64 * 100.0 / bench.showtimes as f64),
-            peak_rss_mb: Some(self.child.peak_rss_mb),
-            cpu_s: Some(self.child.cpu_s),
+            peak_rss_mb: Some(self.measured.peak_rss_mb),
+            launcher_rss_mb: Some(self.measured.launcher_rss_mb),
+            cpu_s: Some(self.measured.cpu_s),
             floor: None,
             reconciler: Some(self.report),
             load: self.load,
@@ -1413,6 +1508,8 @@ struct Phase {
     redis_round_trips: Option<u64>,
     round_trips_per_100_showtimes: Option<f64>,
     peak_rss_mb: Option<f64>,
+    /// The floor under `peak_rss_mb`: the launcher's own peak (see `Measured`).
+    launcher_rss_mb: Option<f64>,
     /// User + system CPU time of the reconciler process.
     cpu_s: Option<f64>,
     floor: Option<FloorDetail>,

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
-use redis::aio::ConnectionManager;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, Script, Value};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Value};
 
 use crate::config::RedisSettings;
 use crate::error::{Error, Result};
@@ -102,9 +103,44 @@ pub enum Fenced<T> {
     LeaseLost,
 }
 
+/// One Redis server (reconnecting on its own) or a Redis Cluster.
+#[derive(Clone)]
+pub enum RedisConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: RedisConn,
     pub keys: Keys,
     /// `CLIENT SETNAME` of our connection, so operators (and the chaos
     /// test) can find it in `CLIENT LIST`.
@@ -130,12 +166,21 @@ pub fn client_name(instance: &str) -> String {
 
 impl RedisStore {
     pub async fn connect(settings: &RedisSettings, instance: &str) -> Result<RedisStore> {
-        let client = redis::Client::open(settings.url.expose())?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(settings.response_timeout))
-            .set_connection_timeout(Some(settings.response_timeout))
-            .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let conn = if settings.cluster_urls.is_empty() {
+            let client = redis::Client::open(settings.url.expose())?;
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_response_timeout(Some(settings.response_timeout))
+                .set_connection_timeout(Some(settings.response_timeout))
+                .set_number_of_retries(2);
+            RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
+        } else {
+            let urls: Vec<&str> = settings.cluster_urls.iter().map(|u| u.expose()).collect();
+            let client = redis::cluster::ClusterClient::builder(urls)
+                .response_timeout(settings.response_timeout)
+                .connection_timeout(settings.response_timeout)
+                .build()?;
+            RedisConn::Cluster(client.get_async_connection().await?)
+        };
         let store = RedisStore {
             conn,
             keys: Keys::new(settings.key_prefix.clone()),
@@ -155,7 +200,7 @@ impl RedisStore {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }
 
@@ -166,30 +211,72 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Loads every script, so pipelines can use EVALSHA.
+    /// Loads every script, so pipelines can use EVALSHA. In a cluster each
+    /// SCRIPT LOAD goes to every primary.
     pub async fn load_scripts(&self) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for s in ALL_SCRIPTS {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(s.code).ignore();
-        }
         let mut c = self.conn.clone();
-        self.trip();
-        pipe.query_async::<()>(&mut c).await?;
+        match &self.conn {
+            RedisConn::Single(_) => {
+                let mut pipe = redis::pipe();
+                for s in ALL_SCRIPTS {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(s.code).ignore();
+                }
+                self.trip();
+                pipe.query_async::<()>(&mut c).await?;
+            }
+            RedisConn::Cluster(_) => {
+                for s in ALL_SCRIPTS {
+                    self.trip();
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(s.code)
+                        .query_async::<Value>(&mut c)
+                        .await?;
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Runs commands in one pipeline, each with its own result. Scripts the
-    /// server lost (restart, SCRIPT FLUSH) are reloaded and only those
-    /// commands re-run, so no script runs twice.
+    /// Runs commands, each with its own result: in one pipeline on a single
+    /// server; in a cluster, one pipeline per hash slot group (a cluster
+    /// pipeline must not cross slots).
     async fn pipeline(&self, cmds: &[Cmd]) -> Result<Vec<RedisResult<Value>>> {
+        if let RedisConn::Single(_) = self.conn {
+            return self.pipeline_on_one_node(cmds, true).await;
+        }
+        let mut results: Vec<Option<RedisResult<Value>>> = cmds.iter().map(|_| None).collect();
+        for group in group_by_slot(cmds) {
+            let part: Vec<Cmd> = group.iter().map(|&i| cmds[i].clone()).collect();
+            let out = self.pipeline_on_one_node(&part, false).await?;
+            for (i, r) in group.into_iter().zip(out) {
+                results[i] = Some(r);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every command ran in its group"))
+            .collect())
+    }
+
+    /// One pipeline. Scripts the server lost (restart, SCRIPT FLUSH) are
+    /// reloaded and only those commands re-run, so no script runs twice.
+    async fn pipeline_on_one_node(
+        &self,
+        cmds: &[Cmd],
+        name_client: bool,
+    ) -> Result<Vec<RedisResult<Value>>> {
         let mut pipe = Pipeline::with_capacity(cmds.len() + 1);
         pipe.ignore_errors();
-        // The connection manager reconnects on its own; naming the connection
-        // in every pipeline keeps the name across reconnects at no extra round trip.
-        pipe.cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(&self.client_name)
-            .ignore();
+        if name_client {
+            // The connection manager reconnects on its own; naming the
+            // connection in every pipeline keeps the name across reconnects
+            // at no extra round trip.
+            pipe.cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(&self.client_name)
+                .ignore();
+        }
         for c in cmds {
             pipe.add_command(c.clone());
         }
@@ -495,6 +582,49 @@ impl SeatBatch {
     }
 }
 
+/// Indices of `cmds` grouped so that each group's keys share a hash slot:
+/// by hash tag (`{42}`), else by whole key; keyless commands alone.
+fn group_by_slot(cmds: &[Cmd]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(Option<Vec<u8>>, Vec<usize>)> = Vec::new();
+    for (i, cmd) in cmds.iter().enumerate() {
+        let tag = routing_key(cmd).map(|k| hash_tag(&k).to_vec());
+        match groups.iter_mut().find(|(t, _)| t.is_some() && *t == tag) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((tag, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, idx)| idx).collect()
+}
+
+/// The key a command is routed by: the first key of EVAL/EVALSHA, else the
+/// first argument; None for keyless commands (TIME, PING).
+fn routing_key(cmd: &Cmd) -> Option<Vec<u8>> {
+    let args: Vec<Vec<u8>> = cmd
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => b.to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let name = args.first()?.to_ascii_uppercase();
+    match name.as_slice() {
+        b"EVAL" | b"EVALSHA" => (args.get(2)? != b"0").then(|| args.get(3).cloned())?,
+        b"TIME" | b"PING" => None,
+        _ => args.get(1).cloned(),
+    }
+}
+
+/// The part of a key Redis Cluster hashes: the first non-empty `{…}`.
+fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{')
+        && let Some(len) = key[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
+    }
+    key
+}
+
 /// One change to a showtime's suspect records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SuspectOp {
@@ -539,6 +669,25 @@ fn string_map(v: Value) -> Result<HashMap<String, String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_groups_follow_hash_tags() {
+        let k = Keys::new("seatflow:");
+        let cmds = vec![
+            redis::cmd("TIME"),
+            redis::cmd("HGETALL").arg(k.seat(1)).clone(),
+            redis::cmd("HGETALL").arg(k.suspect(1)).clone(),
+            redis::cmd("HGETALL").arg(k.seat(2)).clone(),
+            evalsha(&REPAIR_SEATS, &[k.seat(2), k.lock(2)]),
+            redis::cmd("GET").arg(k.cursor("paid_seats")).clone(),
+        ];
+        assert_eq!(
+            group_by_slot(&cmds),
+            vec![vec![0], vec![1, 2], vec![3, 4], vec![5]]
+        );
+        assert_eq!(hash_tag(b"a{}b{c}"), b"a{}b{c}");
+        assert_eq!(hash_tag(b"x{42}y"), b"42");
+    }
 
     #[test]
     fn keys_of_one_showtime_share_its_hash_tag() {
