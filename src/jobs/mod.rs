@@ -142,10 +142,9 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
     let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
     let mut audit_ok = true;
     if !opts.dry_run {
-        let start = chrono::Utc::now().naive_utc();
         if let Err(e) = ctx
             .mysql
-            .insert_run(&run_id, instance, &labels.join(","), opts.dry_run, start)
+            .insert_run(&run_id, instance, &labels.join(","), opts.dry_run)
             .await
         {
             tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");

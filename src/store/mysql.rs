@@ -544,17 +544,16 @@ impl MysqlStore {
         instance: &str,
         kinds: &str,
         dry_run: bool,
-        started_at: NaiveDateTime,
     ) -> Result<()> {
+        // The database's clock, like finished_at, so durations are consistent.
         sqlx::query(
             "INSERT IGNORE INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
-             VALUES (?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3))",
         )
         .bind(run_id)
         .bind(instance)
         .bind(kinds)
         .bind(dry_run)
-        .bind(started_at)
         .execute(&self.pool)
         .await?;
         Ok(())
