@@ -122,11 +122,6 @@ impl Kind {
     pub fn needs_grace(self) -> bool {
         matches!(self, Kind::OrphanLocks | Kind::SoldOrphans)
     }
-
-    /// Jobs that sweep seat hashes showtime by showtime.
-    pub fn is_seat_sweep(self) -> bool {
-        !matches!(self, Kind::ExpiredOrders)
-    }
 }
 
 impl fmt::Display for Kind {

@@ -41,19 +41,18 @@ where
     }
 }
 
-/// Error kinds for tests of the retry policy.
-#[doc(hidden)]
-pub fn transient_test_error() -> Error {
-    Error::Redis(redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::ConnectionReset,
-        "reset",
-    )))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A connection reset: the kind of error worth retrying.
+    fn transient_test_error() -> Error {
+        Error::Redis(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        )))
+    }
 
     fn policy(attempts: u32) -> RetrySettings {
         RetrySettings {
