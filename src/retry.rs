@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::config::RetrySettings;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The ceiling of the n-th retry's delay (n from 0), before jitter.
 pub fn backoff_ceiling(policy: &RetrySettings, retry: u32) -> Duration {
@@ -44,6 +44,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A connection reset: the kind of error worth retrying.

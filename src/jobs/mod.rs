@@ -141,15 +141,14 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
     let instance = &ctx.settings.reconcile.instance;
     let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
     let mut audit_ok = true;
-    if !opts.dry_run {
-        if let Err(e) = ctx
+    if !opts.dry_run
+        && let Err(e) = ctx
             .mysql
             .insert_run(&run_id, instance, &labels.join(","), opts.dry_run)
             .await
-        {
-            tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");
-            audit_ok = false;
-        }
+    {
+        tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");
+        audit_ok = false;
     }
     let mut jobs = run_jobs(ctx, kinds, opts, &run_id).await;
     if !audit_ok {
