@@ -132,18 +132,29 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
         plan.anomalies.push(Anomaly::EmptyTemplate);
         return plan;
     }
-    let template: HashSet<&str> = input.template.iter().map(String::as_str).collect();
-    let mut outside: Vec<&SeatNo> = input
-        .occupancy
-        .keys()
-        .filter(|seat| !template.contains(seat.as_str()))
-        .collect();
-    outside.sort();
-    plan.anomalies.extend(
-        outside
-            .into_iter()
-            .map(|seat| Anomaly::OccupancyOutsideTemplate { seat: seat.clone() }),
-    );
+    // Template seats are unique, so counting matches tells whether anything
+    // lies outside the template; the set is built only then (bad data is rare,
+    // and this runs for every showtime of every sweep).
+    let template_set = || -> HashSet<&str> { input.template.iter().map(String::as_str).collect() };
+    let occupied = input
+        .template
+        .iter()
+        .filter(|s| input.occupancy.contains_key(*s))
+        .count();
+    if occupied < input.occupancy.len() {
+        let template = template_set();
+        let mut outside: Vec<&SeatNo> = input
+            .occupancy
+            .keys()
+            .filter(|seat| !template.contains(seat.as_str()))
+            .collect();
+        outside.sort();
+        plan.anomalies.extend(
+            outside
+                .into_iter()
+                .map(|seat| Anomaly::OccupancyOutsideTemplate { seat: seat.clone() }),
+        );
+    }
 
     let fields = match input.hash {
         HashObservation::WrongType => {
@@ -157,20 +168,24 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
         HashObservation::Present(fields) => fields,
     };
 
+    let mut present = 0;
     for seat in input.template {
         let expected = SeatState::expected(input.occupancy.get(seat).copied());
         let observed = match fields.get(seat) {
             None => None,
-            Some(raw) => match SeatState::from_redis(raw) {
-                Some(state) => Some(state),
-                None => {
-                    plan.anomalies.push(Anomaly::InvalidValue {
-                        seat: seat.clone(),
-                        raw: raw.clone(),
-                    });
-                    continue;
+            Some(raw) => {
+                present += 1;
+                match SeatState::from_redis(raw) {
+                    Some(state) => Some(state),
+                    None => {
+                        plan.anomalies.push(Anomaly::InvalidValue {
+                            seat: seat.clone(),
+                            raw: raw.clone(),
+                        });
+                        continue;
+                    }
                 }
-            },
+            }
         };
         match classify(observed, expected) {
             Some(kind) => plan.repairs.push(SeatRepair {
@@ -185,16 +200,19 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             None => {}
         }
     }
-    let mut unknown: Vec<&String> = fields
-        .keys()
-        .filter(|f| !template.contains(f.as_str()))
-        .collect();
-    unknown.sort();
-    plan.anomalies.extend(
-        unknown
-            .into_iter()
-            .map(|seat| Anomaly::UnknownField { seat: seat.clone() }),
-    );
+    if present < fields.len() {
+        let template = template_set();
+        let mut unknown: Vec<&String> = fields
+            .keys()
+            .filter(|f| !template.contains(f.as_str()))
+            .collect();
+        unknown.sort();
+        plan.anomalies.extend(
+            unknown
+                .into_iter()
+                .map(|seat| Anomaly::UnknownField { seat: seat.clone() }),
+        );
+    }
     plan
 }
 

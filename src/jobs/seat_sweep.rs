@@ -321,22 +321,31 @@ impl<'a> Sweep<'a, '_> {
         let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
         let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
         let with_suspects = grace_ms > 0 && self.jobs.iter().any(|j| j.kind.needs_grace());
-        let (now_ms, reads) = ctx
-            .retry("read seat hashes", || {
+        let read_hashes = || {
+            ctx.retry("read seat hashes", || {
                 ctx.redis.read_showtimes(&ids, with_suspects)
             })
-            .await?;
-        // missing-hashes alone needs occupancy only where a hash is missing.
-        let only_rebuilds = self.jobs.iter().all(|j| j.kind == Kind::MissingHashes);
-        let need_occupancy: Vec<ShowtimeId> = page
-            .iter()
-            .zip(&reads)
-            .filter(|(_, r)| !only_rebuilds || r.hash == HashRead::Missing)
-            .map(|(s, _)| s.id)
-            .collect();
-        let occupancy = ctx
-            .retry("read occupancy", || ctx.mysql.occupancy(&need_occupancy))
-            .await?;
+        };
+        let read_occupancy = |of: Vec<ShowtimeId>| async move {
+            ctx.retry("read occupancy", || ctx.mysql.occupancy(&of))
+                .await
+        };
+        let ((now_ms, reads), occupancy) =
+            if self.jobs.iter().all(|j| j.kind == Kind::MissingHashes) {
+                // missing-hashes alone needs occupancy only where a hash is missing.
+                let (now_ms, reads) = read_hashes().await?;
+                let missing = page
+                    .iter()
+                    .zip(&reads)
+                    .filter(|(_, r)| r.hash == HashRead::Missing)
+                    .map(|(s, _)| s.id)
+                    .collect();
+                ((now_ms, reads), read_occupancy(missing).await?)
+            } else {
+                // Both stores at once: the chunk waits for the slower, not the sum.
+                let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));
+                (hashes?, occupancy?)
+            };
 
         let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();

@@ -653,17 +653,35 @@ fn from_value<T: FromRedisValue>(v: Value) -> Result<T> {
 }
 
 /// HGETALL reply → map; non-UTF-8 bytes become U+FFFD and fail validation later.
+/// Takes the reply's buffers as they are (no copy when they are UTF-8, as
+/// seat numbers and values are): this runs for every field of every sweep.
 fn string_map(v: Value) -> Result<HashMap<String, String>> {
-    let raw: HashMap<Vec<u8>, Vec<u8>> = from_value(v)?;
-    Ok(raw
-        .into_iter()
-        .map(|(k, v)| {
-            (
-                String::from_utf8_lossy(&k).into_owned(),
-                String::from_utf8_lossy(&v).into_owned(),
-            )
-        })
-        .collect())
+    fn text(v: Value) -> Result<String> {
+        match v {
+            Value::BulkString(b) => Ok(String::from_utf8(b)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
+            Value::SimpleString(s) => Ok(s),
+            other => Err(Error::Protocol(format!("unexpected hash item {other:?}"))),
+        }
+    }
+    match v {
+        // RESP2: a flat array of field, value, field, value, …
+        Value::Array(items) => {
+            let mut out = HashMap::with_capacity(items.len() / 2);
+            let mut it = items.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                out.insert(text(k)?, text(v)?);
+            }
+            Ok(out)
+        }
+        // RESP3: a map.
+        Value::Map(pairs) => pairs
+            .into_iter()
+            .map(|(k, v)| Ok((text(k)?, text(v)?)))
+            .collect(),
+        Value::Nil => Ok(HashMap::new()),
+        other => Err(Error::Protocol(format!("HGETALL replied {other:?}"))),
+    }
 }
 
 #[cfg(test)]
