@@ -510,3 +510,25 @@ async fn seat_jobs_run_together_read_each_hash_once() {
         one.redis_round_trips
     );
 }
+
+#[tokio::test]
+async fn a_run_that_ends_exactly_at_the_scan_limit_starts_over_next_time() {
+    let env = TestEnv::with(|s| s.job_mut(Kind::OrphanLocks).scan_limit = 2).await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for i in 0..4 {
+        env.fx
+            .showtime(200 + i, 1, 10 * (i + 1), "ON_SALE")
+            .await
+            .unwrap();
+        env.fx.warm_all(200 + i, &seats, &[]).await.unwrap();
+    }
+    let scanned: Vec<u64> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(env.job(Kind::OrphanLocks).await.scanned);
+        }
+        v
+    };
+    // 200, 201 | 202, 203 (the end) | 200, 201: no empty run in between.
+    assert_eq!(scanned, vec![2, 2, 2]);
+}

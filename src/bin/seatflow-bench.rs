@@ -995,6 +995,7 @@ impl Bench {
         let after = self.verify(estate).await?;
         let floor_s = floor.seconds;
         Ok(Run {
+            load_average: load_average(),
             idle,
             phases: vec![
                 floor.into_phase(seats, self.showtimes),
@@ -1222,6 +1223,7 @@ impl Bench {
 
     /// Every seat of every ON_SALE showtime against what MySQL implies, read
     /// independently of the reconciler's code: template, occupancy, hash.
+    /// The estate's shape is relied on: showtimes 1..=N, one shared template.
     async fn verify(&self, estate: &Estate) -> Result<Verification> {
         let started = Instant::now();
         let template: Vec<String> =
@@ -1716,6 +1718,8 @@ impl Verification {
 
 #[derive(Debug, Serialize)]
 struct Run {
+    /// The machine's load average when the run started: was something else busy?
+    load_average: String,
     /// Other clients' traffic during one idle second before the run.
     idle: Load,
     phases: Vec<Phase>,
@@ -1862,10 +1866,12 @@ impl Report {
         self.targets = targets;
     }
 
+    /// The median run by the drift sweep's wall time; of an even number, the
+    /// faster middle one (on a shared machine, noise only ever adds time).
     fn median_run(&self) -> Option<&Run> {
         let mut runs: Vec<&Run> = self.runs.iter().collect();
         runs.sort_by(|a, b| a.phases[1].wall_s.total_cmp(&b.phases[1].wall_s));
-        runs.get(runs.len() / 2).copied()
+        runs.get(runs.len().saturating_sub(1) / 2).copied()
     }
 
     fn table(&self) -> String {
@@ -1926,8 +1932,9 @@ impl Report {
     fn write_run(&self, out: &mut String, n: usize, run: &Run) -> std::fmt::Result {
         writeln!(
             out,
-            "\nrun {n}/{} (in the idle second before it, other clients sent {} Redis commands and {} SQL statements)",
+            "\nrun {n}/{} (load average {}; in the idle second before it, other clients sent {} Redis commands and {} SQL statements)",
             self.runs.len(),
+            run.load_average,
             run.idle.redis_commands,
             run.idle.sql_questions()
         )?;
@@ -2046,19 +2053,31 @@ impl Report {
     }
 }
 
-/// `bc9d361`, with `+dirty` when tracked files have uncommitted changes.
+/// `bc9d361`, with `+dirty` when the reconciler's tracked sources differ from
+/// that commit (the benchmark's own file and results do not count), run in
+/// the source tree the binaries were built from.
 fn git_commit() -> String {
     let git = |args: &[&str]| {
         Command::new("git")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .args(args)
             .output()
             .ok()
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
+    let changes = [
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":!src/bin/seatflow-bench.rs",
+        ":!benches",
+    ];
     match git(&["rev-parse", "--short", "HEAD"]) {
-        Some(head) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(changes) if !changes.is_empty() => format!("{head}+dirty"),
+        Some(head) => match git(&changes) {
+            Some(changed) if !changed.is_empty() => format!("{head}+dirty"),
             _ => head,
         },
         None => "unknown".into(),
@@ -2105,13 +2124,7 @@ async fn machine(bench: &Bench) -> Result<Machine> {
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model,
         memory_gib: mem_kib / (1024.0 * 1024.0),
-        // The 1, 5 and 15 minute averages: was something else busy?
-        load_average: std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
+        load_average: load_average(),
         redis_version: info_field(&server, "redis_version").unwrap_or("?").into(),
         redis_hash_encoding: match limit {
             Some((name, value)) => format!("{encoding} ({name} {value})"),
@@ -2120,6 +2133,16 @@ async fn machine(bench: &Bench) -> Result<Machine> {
         mariadb_version,
         innodb_buffer_pool_mb: buffer_pool / (1024 * 1024),
     })
+}
+
+/// The 1, 5 and 15 minute load averages, e.g. `0.42 1.64 2.26`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// 3000000 → `3,000,000`.

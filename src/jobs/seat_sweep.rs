@@ -262,6 +262,9 @@ impl<'a> Sweep<'a, '_> {
             for j in &mut self.jobs {
                 j.report.backlog += unscanned;
             }
+            // Stopped at the scan limit exactly where the estate ends: the
+            // next run starts over instead of scanning nothing.
+            reached_end = unscanned == 0;
         }
         if self.opts.showtimes.is_empty() && !self.opts.dry_run {
             for j in &self.jobs {
