@@ -189,16 +189,8 @@ fn demo_repairs_every_kind_of_drift() {
 /// Runs `once --job expired-orders` while a row lock makes it take ~1.5 s,
 /// through `wrap` (e.g. a pseudo-terminal); returns stdout and stderr.
 async fn slow_expired_run(env: &TestEnv, wrap: fn(Command) -> Command) -> (String, String) {
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
-    let order = env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
-    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
-    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
-    sqlx::query("SELECT id FROM ticket_order WHERE id = ? FOR UPDATE")
-        .bind(order)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let order = common::seed_expired(env).await;
+    let tx = common::hold_order_lock(env, order).await;
     let mut cmd = against(env);
     cmd.args(["once", "--job", "expired-orders"]);
     let child = tokio::task::spawn_blocking(move || run(&mut wrap(cmd)));

@@ -124,26 +124,6 @@ async fn the_admin_endpoint_needs_the_token() {
     assert_eq!(d.post("/jobs/orphan-locks/run", Some("")).await.0, 404);
 }
 
-/// Holds a row lock on an order so that the expired-orders job blocks on it:
-/// a real slow database, not a sleep in the product.
-async fn hold_order_lock(env: &TestEnv, order: i64) -> sqlx::Transaction<'static, sqlx::MySql> {
-    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
-    sqlx::query("SELECT id FROM ticket_order WHERE id = ? FOR UPDATE")
-        .bind(order)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx
-}
-
-async fn seed_expired(env: &TestEnv) -> i64 {
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
-    let order = env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
-    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
-    order
-}
-
 fn only_expired_orders(cmd: &mut Command) {
     for kind in [
         "PAID_SEATS",
@@ -158,8 +138,8 @@ fn only_expired_orders(cmd: &mut Command) {
 #[tokio::test]
 async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
     let env = TestEnv::new().await;
-    let order = seed_expired(&env).await;
-    let tx = hold_order_lock(&env, order).await;
+    let order = common::seed_expired(&env).await;
+    let tx = common::hold_order_lock(&env, order).await;
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     only_expired_orders(&mut cmd);
@@ -204,8 +184,8 @@ async fn lock_keys(env: &TestEnv) -> Vec<String> {
 #[tokio::test]
 async fn sigterm_during_a_run_exits_0_and_releases_every_lock() {
     let env = TestEnv::new().await;
-    let order = seed_expired(&env).await;
-    let tx = hold_order_lock(&env, order).await;
+    let order = common::seed_expired(&env).await;
+    let tx = common::hold_order_lock(&env, order).await;
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     only_expired_orders(&mut cmd);

@@ -250,6 +250,27 @@ pub fn cleanup(db: String, db_url: String, prefix: String) {
     .join();
 }
 
+/// Holds a row lock on an order so that the expired-orders job blocks on it:
+/// a real slow database, not a sleep in the product.
+pub async fn hold_order_lock(env: &TestEnv, order: i64) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM ticket_order WHERE id = ? FOR UPDATE")
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
+/// Showtime 1 with an order 10 min past its deadline holding A-1 (`"1"`).
+pub async fn seed_expired(env: &TestEnv) -> i64 {
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+    order
+}
+
 impl Drop for TestEnv {
     /// Removes the database and the keys, even when the test failed.
     fn drop(&mut self) {
