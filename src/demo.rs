@@ -135,7 +135,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
 async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Result<()> {
     let hash = fx.hash(showtime).await?;
     let occupancy = ctx.mysql.occupancy(&[showtime]).await?;
-    let occ = occupancy.get(&showtime).cloned().unwrap_or_default();
+    let occ = occupancy.of(showtime);
     println!(
         "showtime {showtime} seat map (0 free, 1 locked, 2 sold; * = Redis disagrees with MySQL):"
     );
@@ -144,7 +144,7 @@ async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Resul
         for col in 1..=8 {
             let seat = format!("{row}-{col}");
             let value = hash.get(&seat).map(String::as_str).unwrap_or("?");
-            let expected = SeatState::expected(occ.get(&seat).copied()).as_redis();
+            let expected = SeatState::expected(occ.get(&seat)).as_redis();
             let mark = if value == expected { ' ' } else { '*' };
             line.push_str(&format!(" {value}{mark}"));
         }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::jobs::Context;
-use crate::model::{Kind, OrderStatus, SeatState, ShowtimeId};
+use crate::model::{Kind, Occupancy, OrderStatus, SeatFields, SeatState, ShowtimeId, Template};
 use crate::plan::{self, Anomaly, HashObservation, ShowtimeInput, Suspect};
 use crate::store::mysql::{AuditEntry, ShowtimeInfo};
 use crate::store::redis::HashRead;
@@ -70,16 +70,18 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         .await?
         .is_some();
 
-    let template: Vec<String> = layout
+    let template = Template::new(
+        layout
+            .iter()
+            .filter(|s| s.enabled)
+            .map(|s| s.seat_no.clone())
+            .collect(),
+    );
+    let occupancy: Occupancy = occupants
         .iter()
-        .filter(|s| s.enabled)
-        .map(|s| s.seat_no.clone())
+        .map(|o| (id, o.seat_no.as_str(), o.status))
         .collect();
-    let occupancy: HashMap<String, OrderStatus> = occupants
-        .iter()
-        .map(|o| (o.seat_no.clone(), o.status))
-        .collect();
-    let empty = HashMap::new();
+    let empty = SeatFields::default();
     let (hash_word, fields) = match &read.hash {
         HashRead::Missing => ("missing", &empty),
         HashRead::WrongType => ("wrong_type", &empty),
@@ -87,7 +89,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
     };
     let plan = plan::plan_showtime(ShowtimeInput {
         template: &template,
-        occupancy: &occupancy,
+        occupancy: occupancy.of(id),
         hash: match &read.hash {
             HashRead::Missing => HashObservation::Missing,
             HashRead::WrongType => HashObservation::WrongType,
@@ -123,7 +125,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
                 repairs.get(s.seat_no.as_str()).map(|k| k.cli_name())
             };
             SeatView {
-                redis: fields.get(&s.seat_no).cloned(),
+                redis: fields.get(&s.seat_no),
                 expected: expected.as_redis(),
                 order: occupant.map(|o| OrderView {
                     id: o.order_id,
@@ -413,17 +415,21 @@ pub async fn differences(ctx: &Context) -> Result<Vec<Difference>> {
         });
         let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
         let halls: Vec<i64> = page.iter().map(|s| s.hall_id).collect();
-        let templates = ctx.mysql.templates(&halls).await?;
+        let templates: HashMap<i64, Template> = ctx
+            .mysql
+            .templates(&halls)
+            .await?
+            .into_iter()
+            .map(|(h, seats)| (h, Template::new(seats)))
+            .collect();
         let occupancy = ctx.mysql.occupancy(&ids).await?;
         let (_, reads) = ctx.redis.read_showtimes(&ids, false).await?;
-        let (no_fields, no_occupancy) = (HashMap::new(), HashMap::new());
         for (s, read) in page.iter().zip(&reads) {
             let fields = match &read.hash {
-                HashRead::Fields(f) => f,
-                _ => &no_fields,
+                HashRead::Fields(f) => f.to_map(),
+                _ => HashMap::new(),
             };
-            let occupancy = occupancy.get(&s.id).unwrap_or(&no_occupancy);
-            let expected = plan::expected_hash(&templates[&s.hall_id], occupancy);
+            let expected = plan::expected_hash(&templates[&s.hall_id], occupancy.of(s.id));
             for (seat, state) in expected {
                 let redis = fields.get(&seat).cloned();
                 if redis.as_deref() != Some(state.as_redis()) {

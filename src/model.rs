@@ -1,5 +1,6 @@
 //! Domain vocabulary shared by every layer. Pure: no I/O here.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -30,10 +31,15 @@ impl SeatState {
 
     /// Parses a Redis value; anything but `0`, `1`, `2` is invalid data.
     pub fn from_redis(raw: &str) -> Option<SeatState> {
+        SeatState::from_bytes(raw.as_bytes())
+    }
+
+    /// [`SeatState::from_redis`] on the raw bytes of a reply.
+    pub fn from_bytes(raw: &[u8]) -> Option<SeatState> {
         match raw {
-            "0" => Some(SeatState::Free),
-            "1" => Some(SeatState::Locked),
-            "2" => Some(SeatState::Sold),
+            b"0" => Some(SeatState::Free),
+            b"1" => Some(SeatState::Locked),
+            b"2" => Some(SeatState::Sold),
             _ => None,
         }
     }
@@ -45,6 +51,225 @@ impl SeatState {
             Some(OrderStatus::Pending) => SeatState::Locked,
             None => SeatState::Free,
         }
+    }
+}
+
+/// A hall's enabled seats in template order, with a lookup from seat number
+/// to position. Built once per hall and shared by every showtime in it, so
+/// planning a showtime needs no per-seat map of its own.
+#[derive(Debug, Clone, Default)]
+pub struct Template {
+    seats: Vec<SeatNo>,
+    position: HashMap<Box<[u8]>, usize>,
+}
+
+impl Template {
+    pub fn new(seats: Vec<SeatNo>) -> Template {
+        let mut position = HashMap::with_capacity(seats.len());
+        for (i, seat) in seats.iter().enumerate() {
+            position.entry(seat.as_bytes().into()).or_insert(i);
+        }
+        Template { seats, position }
+    }
+
+    pub fn seats(&self) -> &[SeatNo] {
+        &self.seats
+    }
+
+    pub fn len(&self) -> usize {
+        self.seats.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seats.is_empty()
+    }
+
+    /// Where `seat` sits in the template, if it is an enabled seat.
+    pub fn find(&self, seat: &[u8]) -> Option<usize> {
+        self.position.get(seat).copied()
+    }
+
+    /// Like [`Template::find`], trying position `hint` first: a seat hash
+    /// written in template order (as seatflow and our rebuild write it) then
+    /// matches without hashing.
+    pub fn find_near(&self, seat: &[u8], hint: usize) -> Option<usize> {
+        match self.seats.get(hint) {
+            Some(s) if s.as_bytes() == seat => Some(hint),
+            _ => self.find(seat),
+        }
+    }
+}
+
+impl From<Vec<SeatNo>> for Template {
+    fn from(seats: Vec<SeatNo>) -> Template {
+        Template::new(seats)
+    }
+}
+
+/// A seat hash as `HGETALL` returns it: field, value, field, value, … as raw
+/// bytes, in the order Redis keeps them. Validating them is the planner's job
+/// (a non-UTF-8 field is bad data like any other, not a failed read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeatFields(Vec<Vec<u8>>);
+
+impl SeatFields {
+    /// From the flat reply; a dangling last item (never sent by Redis) is dropped.
+    pub fn from_flat(mut items: Vec<Vec<u8>>) -> SeatFields {
+        if items.len() % 2 == 1 {
+            items.pop();
+        }
+        SeatFields(items)
+    }
+
+    /// `(field, value)` in reply order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.0
+            .chunks_exact(2)
+            .map(|p| (p[0].as_slice(), p[1].as_slice()))
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.0.len() / 2
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// One field's value, as text. A linear scan: for inspecting one
+    /// showtime, not for sweeping.
+    pub fn get(&self, seat: &str) -> Option<String> {
+        self.pairs()
+            .find(|(f, _)| *f == seat.as_bytes())
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// Every field as text, for checks that look up many seats of one hash.
+    pub fn to_map(&self) -> HashMap<String, String> {
+        self.pairs()
+            .map(|(f, v)| {
+                (
+                    String::from_utf8_lossy(f).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl<K: AsRef<[u8]>, V: AsRef<[u8]>> FromIterator<(K, V)> for SeatFields {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> SeatFields {
+        SeatFields(
+            pairs
+                .into_iter()
+                .flat_map(|(k, v)| [k.as_ref().to_vec(), v.as_ref().to_vec()])
+                .collect(),
+        )
+    }
+}
+
+/// The seats held by valid orders (`active = 1`, PENDING or PAID) in a set of
+/// showtimes. Seat numbers share one buffer and rows are sorted by showtime:
+/// a chunk's occupancy is a handful of allocations, not one per seat.
+#[derive(Debug, Clone, Default)]
+pub struct Occupancy {
+    seats: String,
+    rows: Vec<HeldSeat>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HeldSeat {
+    showtime: ShowtimeId,
+    start: usize,
+    end: usize,
+    status: OrderStatus,
+}
+
+/// Collects occupancy rows in any order; [`OccupancyBuilder::finish`] sorts them.
+#[derive(Debug, Default)]
+pub struct OccupancyBuilder(Occupancy);
+
+impl OccupancyBuilder {
+    pub fn push(&mut self, showtime: ShowtimeId, seat: &str, status: OrderStatus) {
+        let start = self.0.seats.len();
+        self.0.seats.push_str(seat);
+        self.0.rows.push(HeldSeat {
+            showtime,
+            start,
+            end: self.0.seats.len(),
+            status,
+        });
+    }
+
+    pub fn finish(mut self) -> Occupancy {
+        // Stable: of two rows for one seat (bad data) the later still wins,
+        // as it would when inserted into a map in row order.
+        self.0.rows.sort_by_key(|r| r.showtime);
+        self.0
+    }
+}
+
+impl Occupancy {
+    /// One showtime's held seats (none if it has no rows).
+    pub fn of(&self, showtime: ShowtimeId) -> ShowtimeOccupancy<'_> {
+        let from = self.rows.partition_point(|r| r.showtime < showtime);
+        let to = from + self.rows[from..].partition_point(|r| r.showtime == showtime);
+        ShowtimeOccupancy {
+            seats: &self.seats,
+            rows: &self.rows[from..to],
+        }
+    }
+
+    /// Number of held seats across all showtimes.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<(ShowtimeId, S, OrderStatus)> for Occupancy {
+    fn from_iter<I: IntoIterator<Item = (ShowtimeId, S, OrderStatus)>>(rows: I) -> Occupancy {
+        let mut b = OccupancyBuilder::default();
+        for (showtime, seat, status) in rows {
+            b.push(showtime, seat.as_ref(), status);
+        }
+        b.finish()
+    }
+}
+
+/// One showtime's part of an [`Occupancy`].
+#[derive(Debug, Clone, Copy)]
+pub struct ShowtimeOccupancy<'a> {
+    seats: &'a str,
+    rows: &'a [HeldSeat],
+}
+
+impl<'a> ShowtimeOccupancy<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, OrderStatus)> + 'a {
+        let seats = self.seats;
+        self.rows
+            .iter()
+            .map(move |r| (&seats[r.start..r.end], r.status))
+    }
+
+    /// Who holds `seat` (a linear scan: for single seats, not for sweeping).
+    pub fn get(&self, seat: &str) -> Option<OrderStatus> {
+        self.iter()
+            .filter(|(s, _)| *s == seat)
+            .last()
+            .map(|(_, o)| o)
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
     }
 }
 
@@ -156,6 +381,54 @@ mod tests {
         }
         assert_eq!(SeatState::from_redis("x"), None);
         assert_eq!(SeatState::from_redis(" 1"), None);
+    }
+
+    #[test]
+    fn template_finds_seats_in_and_out_of_order() {
+        let t = Template::new(vec!["A-1".into(), "A-2".into(), "B-1".into()]);
+        assert_eq!(t.find_near(b"A-2", 1), Some(1));
+        assert_eq!(t.find_near(b"B-1", 0), Some(2));
+        assert_eq!(t.find_near(b"A-1", 9), Some(0));
+        assert_eq!(t.find(b"Z-9"), None);
+    }
+
+    #[test]
+    fn occupancy_groups_rows_by_showtime_and_the_later_row_wins() {
+        let occ: Occupancy = [
+            (7, "A-1", OrderStatus::Paid),
+            (3, "B-2", OrderStatus::Pending),
+            (7, "A-2", OrderStatus::Pending),
+            (7, "A-1", OrderStatus::Pending),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(occ.len(), 4);
+        let seven: Vec<_> = occ.of(7).iter().collect();
+        assert_eq!(
+            seven,
+            vec![
+                ("A-1", OrderStatus::Paid),
+                ("A-2", OrderStatus::Pending),
+                ("A-1", OrderStatus::Pending)
+            ]
+        );
+        assert_eq!(occ.of(7).get("A-1"), Some(OrderStatus::Pending));
+        assert_eq!(occ.of(3).get("B-2"), Some(OrderStatus::Pending));
+        assert!(occ.of(5).is_empty() && occ.of(99).is_empty());
+    }
+
+    #[test]
+    fn seat_fields_keep_reply_order_and_bytes() {
+        let f: SeatFields = [("A-1", "0"), ("A-2", "2")].into_iter().collect();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f.get("A-2").as_deref(), Some("2"));
+        assert_eq!(f.get("A-3"), None);
+        let pairs: Vec<_> = f.pairs().collect();
+        assert_eq!(
+            pairs,
+            vec![(&b"A-1"[..], &b"0"[..]), (&b"A-2"[..], &b"2"[..])]
+        );
+        assert_eq!(SeatFields::from_flat(vec![b"A-1".to_vec()]).len(), 0);
     }
 
     #[test]

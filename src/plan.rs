@@ -6,15 +6,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::model::{Kind, OrderStatus, SeatNo, SeatState};
+use crate::model::{Kind, OrderStatus, SeatFields, SeatNo, SeatState, ShowtimeOccupancy, Template};
 
 /// What the scan found at `{prefix}seat:{S}`.
 #[derive(Debug, Clone, Copy)]
 pub enum HashObservation<'a> {
     /// The key does not exist.
     Missing,
-    /// A hash; field → raw value.
-    Present(&'a HashMap<String, String>),
+    /// A hash, as HGETALL returned it.
+    Present(&'a SeatFields),
     /// The key exists but is not a hash (bad data: left alone).
     WrongType,
 }
@@ -23,9 +23,9 @@ pub enum HashObservation<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct ShowtimeInput<'a> {
     /// Enabled seats of the hall template.
-    pub template: &'a [SeatNo],
+    pub template: &'a Template,
     /// Seats occupied by a valid order (`active = 1`, PENDING or PAID).
-    pub occupancy: &'a HashMap<SeatNo, OrderStatus>,
+    pub occupancy: ShowtimeOccupancy<'a>,
     pub hash: HashObservation<'a>,
 }
 
@@ -111,50 +111,49 @@ pub fn classify(observed: Option<SeatState>, expected: SeatState) -> Option<Kind
 
 /// The expected hash of a showtime: every template seat at the state its occupancy implies.
 pub fn expected_hash(
-    template: &[SeatNo],
-    occupancy: &HashMap<SeatNo, OrderStatus>,
+    template: &Template,
+    occupancy: ShowtimeOccupancy<'_>,
 ) -> Vec<(SeatNo, SeatState)> {
-    template
-        .iter()
-        .map(|seat| {
-            (
-                seat.clone(),
-                SeatState::expected(occupancy.get(seat).copied()),
-            )
-        })
-        .collect()
+    let (expected, _) = expected_states(template, occupancy);
+    template.seats().iter().cloned().zip(expected).collect()
+}
+
+/// The expected state of each template seat, by position, and the held seats
+/// that are not enabled template seats (sorted, each once).
+fn expected_states<'o>(
+    template: &Template,
+    occupancy: ShowtimeOccupancy<'o>,
+) -> (Vec<SeatState>, Vec<&'o str>) {
+    let mut expected = vec![SeatState::Free; template.len()];
+    let mut outside = Vec::new();
+    for (seat, status) in occupancy.iter() {
+        match template.find(seat.as_bytes()) {
+            Some(i) => expected[i] = SeatState::expected(Some(status)),
+            None => outside.push(seat),
+        }
+    }
+    outside.sort_unstable();
+    outside.dedup();
+    (expected, outside)
 }
 
 /// Plans one showtime. Pure and total: any input yields a plan.
+///
+/// Runs for every showtime of every sweep, so it works on positions in the
+/// template (dense arrays, no per-showtime maps) and on the reply's bytes.
 pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
     let mut plan = ShowtimePlan::default();
-    if input.template.is_empty() {
+    let template = input.template;
+    if template.is_empty() {
         plan.anomalies.push(Anomaly::EmptyTemplate);
         return plan;
     }
-    // Template seats are unique, so counting matches tells whether anything
-    // lies outside the template; the set is built only then (bad data is rare,
-    // and this runs for every showtime of every sweep).
-    let template_set = || -> HashSet<&str> { input.template.iter().map(String::as_str).collect() };
-    let occupied = input
-        .template
-        .iter()
-        .filter(|s| input.occupancy.contains_key(*s))
-        .count();
-    if occupied < input.occupancy.len() {
-        let template = template_set();
-        let mut outside: Vec<&SeatNo> = input
-            .occupancy
-            .keys()
-            .filter(|seat| !template.contains(seat.as_str()))
-            .collect();
-        outside.sort();
-        plan.anomalies.extend(
-            outside
-                .into_iter()
-                .map(|seat| Anomaly::OccupancyOutsideTemplate { seat: seat.clone() }),
-        );
-    }
+    let (expected, outside) = expected_states(template, input.occupancy);
+    plan.anomalies.extend(
+        outside
+            .into_iter()
+            .map(|seat| Anomaly::OccupancyOutsideTemplate { seat: seat.into() }),
+    );
 
     let fields = match input.hash {
         HashObservation::WrongType => {
@@ -162,30 +161,33 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             return plan;
         }
         HashObservation::Missing => {
-            plan.rebuild = Some(expected_hash(input.template, input.occupancy));
+            plan.rebuild = Some(template.seats().iter().cloned().zip(expected).collect());
             return plan;
         }
         HashObservation::Present(fields) => fields,
     };
 
-    let mut present = 0;
-    for seat in input.template {
-        let expected = SeatState::expected(input.occupancy.get(seat).copied());
-        let observed = match fields.get(seat) {
+    let mut observed: Vec<Option<&[u8]>> = vec![None; template.len()];
+    let mut unknown: Vec<&[u8]> = Vec::new();
+    for (i, (field, value)) in fields.pairs().enumerate() {
+        match template.find_near(field, i) {
+            Some(at) => observed[at] = Some(value),
+            None => unknown.push(field),
+        }
+    }
+    for ((seat, raw), expected) in template.seats().iter().zip(observed).zip(expected) {
+        let observed = match raw {
             None => None,
-            Some(raw) => {
-                present += 1;
-                match SeatState::from_redis(raw) {
-                    Some(state) => Some(state),
-                    None => {
-                        plan.anomalies.push(Anomaly::InvalidValue {
-                            seat: seat.clone(),
-                            raw: raw.clone(),
-                        });
-                        continue;
-                    }
+            Some(raw) => match SeatState::from_bytes(raw) {
+                Some(state) => Some(state),
+                None => {
+                    plan.anomalies.push(Anomaly::InvalidValue {
+                        seat: seat.clone(),
+                        raw: String::from_utf8_lossy(raw).into_owned(),
+                    });
+                    continue;
                 }
-            }
+            },
         };
         match classify(observed, expected) {
             Some(kind) => plan.repairs.push(SeatRepair {
@@ -200,19 +202,11 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             None => {}
         }
     }
-    if present < fields.len() {
-        let template = template_set();
-        let mut unknown: Vec<&String> = fields
-            .keys()
-            .filter(|f| !template.contains(f.as_str()))
-            .collect();
-        unknown.sort();
-        plan.anomalies.extend(
-            unknown
-                .into_iter()
-                .map(|seat| Anomaly::UnknownField { seat: seat.clone() }),
-        );
-    }
+    unknown.sort_unstable();
+    plan.anomalies
+        .extend(unknown.into_iter().map(|f| Anomaly::UnknownField {
+            seat: String::from_utf8_lossy(f).into_owned(),
+        }));
     plan
 }
 
@@ -341,10 +335,19 @@ pub fn apply_grace(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Occupancy;
     use SeatState::*;
 
-    fn seats(names: &[&str]) -> Vec<SeatNo> {
-        names.iter().map(|s| s.to_string()).collect()
+    fn seats(names: &[&str]) -> Template {
+        Template::new(names.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn held(seats: &[(&str, OrderStatus)]) -> Occupancy {
+        seats.iter().map(|(s, o)| (1, *s, *o)).collect()
+    }
+
+    fn fields(pairs: &[(&str, &str)]) -> SeatFields {
+        pairs.iter().copied().collect()
     }
 
     fn hash(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -371,11 +374,11 @@ mod tests {
     #[test]
     fn sold_orphan_goes_to_expected_not_blindly_free() {
         let template = seats(&["A-1", "A-2"]);
-        let occ = HashMap::from([("A-1".to_string(), OrderStatus::Pending)]);
-        let h = hash(&[("A-1", "2"), ("A-2", "2")]);
+        let occ = held(&[("A-1", OrderStatus::Pending)]);
+        let h = fields(&[("A-1", "2"), ("A-2", "2")]);
         let plan = plan_showtime(ShowtimeInput {
             template: &template,
-            occupancy: &occ,
+            occupancy: occ.of(1),
             hash: HashObservation::Present(&h),
         });
         let targets: Vec<_> = plan
@@ -390,13 +393,10 @@ mod tests {
     #[test]
     fn missing_hash_is_rebuilt_with_occupancy_overlay() {
         let template = seats(&["A-1", "A-2", "A-3"]);
-        let occ = HashMap::from([
-            ("A-1".to_string(), OrderStatus::Pending),
-            ("A-3".to_string(), OrderStatus::Paid),
-        ]);
+        let occ = held(&[("A-1", OrderStatus::Pending), ("A-3", OrderStatus::Paid)]);
         let plan = plan_showtime(ShowtimeInput {
             template: &template,
-            occupancy: &occ,
+            occupancy: occ.of(1),
             hash: HashObservation::Missing,
         });
         assert_eq!(
@@ -412,11 +412,11 @@ mod tests {
     #[test]
     fn bad_data_is_reported_and_left_alone() {
         let template = seats(&["A-1", "A-2", "A-3"]);
-        let occ = HashMap::from([("Z-9".to_string(), OrderStatus::Paid)]);
-        let h = hash(&[("A-1", "x"), ("A-2", "0"), ("B-7", "1")]);
+        let occ = held(&[("Z-9", OrderStatus::Paid)]);
+        let h = fields(&[("A-1", "x"), ("A-2", "0"), ("B-7", "1")]);
         let plan = plan_showtime(ShowtimeInput {
             template: &template,
-            occupancy: &occ,
+            occupancy: occ.of(1),
             hash: HashObservation::Present(&h),
         });
         assert!(plan.repairs.is_empty());
@@ -433,12 +433,35 @@ mod tests {
             ]
         );
         let empty = plan_showtime(ShowtimeInput {
-            template: &[],
-            occupancy: &occ,
+            template: &Template::default(),
+            occupancy: occ.of(1),
             hash: HashObservation::Missing,
         });
         assert_eq!(empty.anomalies, vec![Anomaly::EmptyTemplate]);
         assert!(empty.rebuild.is_none());
+    }
+
+    #[test]
+    fn a_field_that_is_not_utf8_is_bad_data_not_a_failed_read() {
+        let template = seats(&["A-1"]);
+        let h = SeatFields::from_flat(vec![
+            b"A-1".to_vec(),
+            b"0".to_vec(),
+            vec![0xff, b'!'],
+            b"1".to_vec(),
+        ]);
+        let plan = plan_showtime(ShowtimeInput {
+            template: &template,
+            occupancy: Occupancy::default().of(1),
+            hash: HashObservation::Present(&h),
+        });
+        assert!(plan.repairs.is_empty());
+        assert_eq!(
+            plan.anomalies,
+            vec![Anomaly::UnknownField {
+                seat: "\u{fffd}!".into()
+            }]
+        );
     }
 
     fn orphan(seat: &str) -> SeatRepair {

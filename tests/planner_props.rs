@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use seatflow_reconciler::model::{Kind, OrderStatus, SeatState};
+use seatflow_reconciler::model::{Kind, Occupancy, OrderStatus, SeatFields, SeatState, Template};
 use seatflow_reconciler::plan::{
     self, Anomaly, HashObservation, SeatRepair, ShowtimeInput, ShowtimePlan, apply_grace,
 };
@@ -85,11 +85,20 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn plan_of(c: &Case, hash: &Option<HashMap<String, String>>) -> ShowtimePlan {
+    // A map's iteration order is arbitrary: the fields reach the planner in
+    // any order, as from a hash written in another order than the template.
+    let fields: Option<SeatFields> = hash.as_ref().map(|h| h.iter().collect());
+    plan_with(c, fields.as_ref())
+}
+
+fn plan_with(c: &Case, fields: Option<&SeatFields>) -> ShowtimePlan {
+    let template = Template::new(c.template.clone());
+    let occupancy: Occupancy = c.occupancy.iter().map(|(s, o)| (1, s, *o)).collect();
     plan::plan_showtime(ShowtimeInput {
-        template: &c.template,
-        occupancy: &c.occupancy,
-        hash: match hash {
-            Some(h) => HashObservation::Present(h),
+        template: &template,
+        occupancy: occupancy.of(1),
+        hash: match fields {
+            Some(f) => HashObservation::Present(f),
             None => HashObservation::Missing,
         },
     })
@@ -167,6 +176,21 @@ proptest! {
         let invalid = p.anomalies.iter().filter(|a| matches!(a, Anomaly::InvalidValue { .. })).count();
         let bad_values = c.template.iter().filter(|s| c.hash.as_ref().and_then(|h| h.get(*s)).is_some_and(|v| v == "x")).count();
         prop_assert_eq!(invalid, bad_values);
+    }
+
+    #[test]
+    fn the_order_of_the_hash_fields_does_not_matter(c in case(), rotate in 0usize..40) {
+        let Some(h) = &c.hash else { return Ok(()) };
+        // Template order first (the fast path), then the same fields rotated.
+        let mut pairs: Vec<(&String, &String)> = c.template.iter().filter_map(|s| h.get_key_value(s)).collect();
+        let mut extra: Vec<_> = h.iter().filter(|(k, _)| !c.template.contains(k)).collect();
+        extra.sort();
+        pairs.extend(extra);
+        let in_order: SeatFields = pairs.iter().copied().collect();
+        let n = pairs.len();
+        pairs.rotate_left(rotate % n.max(1));
+        let rotated: SeatFields = pairs.into_iter().collect();
+        prop_assert_eq!(plan_with(&c, Some(&in_order)), plan_with(&c, Some(&rotated)));
     }
 
     #[test]

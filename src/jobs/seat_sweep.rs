@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::error::Error;
 use crate::lease::Leases;
-use crate::model::{Kind, SeatNo, ShowtimeId};
+use crate::model::{Kind, SeatNo, ShowtimeId, Template};
 use crate::plan::{self, HashObservation, SeatRepair, ShowtimeInput};
 use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
 use crate::store::redis::{Fenced, HashRead, SeatBatch, ShowtimeRead, SuspectOp};
@@ -152,7 +152,7 @@ struct Sweep<'a, 'o> {
     opts: &'o RunOptions,
     jobs: Vec<Job<'a>>,
     leases: Leases,
-    templates: HashMap<i64, Arc<Vec<SeatNo>>>,
+    templates: HashMap<i64, Arc<Template>>,
     progress: Progress,
 }
 
@@ -310,8 +310,11 @@ impl<'a> Sweep<'a, '_> {
         let loaded = ctx
             .retry("read templates", || ctx.mysql.templates(&missing))
             .await?;
-        self.templates
-            .extend(loaded.into_iter().map(|(h, seats)| (h, Arc::new(seats))));
+        self.templates.extend(
+            loaded
+                .into_iter()
+                .map(|(h, seats)| (h, Arc::new(Template::new(seats)))),
+        );
         Ok(())
     }
 
@@ -352,7 +355,6 @@ impl<'a> Sweep<'a, '_> {
 
         let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
-        let empty = HashMap::new();
         for (showtime, read) in page.iter().zip(&reads) {
             let template = self
                 .templates
@@ -361,7 +363,7 @@ impl<'a> Sweep<'a, '_> {
                 .unwrap_or_default();
             let plan = plan::plan_showtime(ShowtimeInput {
                 template: &template,
-                occupancy: occupancy.get(&showtime.id).unwrap_or(&empty),
+                occupancy: occupancy.of(showtime.id),
                 hash: observation(read),
             });
             let key = ctx.redis.keys.seat(showtime.id);
@@ -614,7 +616,6 @@ impl<'a> Sweep<'a, '_> {
             .map(|s| (s.id, s.hall_id))
             .collect();
         let token = self.leases.token().to_string();
-        let empty = HashMap::new();
         for id in ids {
             let Some(template) = halls.get(&id).and_then(|h| self.templates.get(h)).cloned() else {
                 tracing::info!(
@@ -623,7 +624,7 @@ impl<'a> Sweep<'a, '_> {
                 );
                 continue;
             };
-            let fields = plan::expected_hash(&template, fresh.get(&id).unwrap_or(&empty));
+            let fields = plan::expected_hash(&template, fresh.of(id));
             let one = [id];
             let lost = ctx
                 .retry("renew leases", || self.leases.renew_due(&one))

@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 
 use chrono::NaiveDateTime;
+use futures_util::TryStreamExt;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use crate::config::{MysqlSettings, Shard};
 use crate::error::Result;
-use crate::model::{Kind, OrderStatus, SeatNo, ShowtimeId};
+use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatNo, ShowtimeId};
 
 /// The cancel reason the reconciler writes, so seatflow can tell its cancels apart.
 pub const CANCEL_REASON: &str = "RECONCILE_EXPIRED";
@@ -129,7 +130,7 @@ pub struct MysqlStore {
 }
 
 /// (showtime, seat) → status of the valid order occupying it.
-pub type Occupancy = HashMap<ShowtimeId, HashMap<SeatNo, OrderStatus>>;
+pub use crate::model::Occupancy;
 
 impl MysqlStore {
     pub async fn connect(settings: &MysqlSettings, shard: Shard) -> Result<MysqlStore> {
@@ -248,10 +249,12 @@ impl MysqlStore {
     }
 
     /// Occupancy of whole showtimes: `active = 1` rows of PENDING/PAID orders.
+    /// Rows are streamed and decoded by position into one buffer: this reads
+    /// every held seat of every sweep.
     pub async fn occupancy(&self, showtimes: &[ShowtimeId]) -> Result<Occupancy> {
-        let mut out = Occupancy::new();
+        let mut out = OccupancyBuilder::default();
         if showtimes.is_empty() {
-            return Ok(out);
+            return Ok(out.finish());
         }
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
@@ -259,8 +262,14 @@ impl MysqlStore {
              WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID')",
         );
         push_in(&mut q, "os.showtime_id", showtimes);
-        collect_occupancy(q.build().fetch_all(&self.pool).await?, &mut out);
-        Ok(out)
+        let mut rows = q.build().fetch(&self.pool);
+        while let Some(r) = rows.try_next().await? {
+            let status: &str = r.try_get(2)?;
+            if let Some(status) = OrderStatus::from_db(status) {
+                out.push(r.try_get(0)?, r.try_get(1)?, status);
+            }
+        }
+        Ok(out.finish())
     }
 
     /// Exactly these seats, read now (the re-check right before a repair):
@@ -645,17 +654,6 @@ fn push_in(q: &mut QueryBuilder<MySql>, col: &str, values: &[i64]) {
         sep.push_bind(*v);
     }
     q.push(")");
-}
-
-fn collect_occupancy(rows: Vec<sqlx::mysql::MySqlRow>, out: &mut Occupancy) {
-    for r in rows {
-        let status: String = r.get("status");
-        if let Some(status) = OrderStatus::from_db(&status) {
-            out.entry(r.get("showtime_id"))
-                .or_default()
-                .insert(r.get("seat_no"), status);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Val
 
 use crate::config::RedisSettings;
 use crate::error::{Error, Result};
-use crate::model::{SeatNo, SeatState, ShowtimeId};
+use crate::model::{SeatFields, SeatNo, SeatState, ShowtimeId};
 use crate::plan::SeatRepair;
 
 /// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
@@ -84,7 +84,7 @@ impl Keys {
 pub enum HashRead {
     Missing,
     WrongType,
-    Fields(HashMap<String, String>),
+    Fields(SeatFields),
 }
 
 /// One showtime's scan result.
@@ -342,7 +342,7 @@ impl RedisStore {
         for _ in ids {
             let hash = match results.next().expect("HGETALL reply") {
                 Ok(v) => {
-                    let fields = string_map(v)?;
+                    let fields = seat_fields(v)?;
                     if fields.is_empty() {
                         HashRead::Missing
                     } else {
@@ -652,36 +652,40 @@ fn from_value<T: FromRedisValue>(v: Value) -> Result<T> {
     T::from_redis_value(v).map_err(|e| Error::Protocol(e.to_string()))
 }
 
-/// HGETALL reply → map; non-UTF-8 bytes become U+FFFD and fail validation later.
-/// Takes the reply's buffers as they are (no copy when they are UTF-8, as
-/// seat numbers and values are): this runs for every field of every sweep.
-fn string_map(v: Value) -> Result<HashMap<String, String>> {
-    fn text(v: Value) -> Result<String> {
-        match v {
-            Value::BulkString(b) => Ok(String::from_utf8(b)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
-            Value::SimpleString(s) => Ok(s),
-            other => Err(Error::Protocol(format!("unexpected hash item {other:?}"))),
-        }
+/// One item of an HGETALL reply, as the bytes it holds (no copy).
+fn bytes(v: Value) -> Result<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        other => Err(Error::Protocol(format!("unexpected hash item {other:?}"))),
     }
+}
+
+/// HGETALL reply of a seat hash → its fields as they are. This runs for every
+/// field of every sweep: the reply's buffers are kept, nothing is decoded.
+fn seat_fields(v: Value) -> Result<SeatFields> {
     match v {
         // RESP2: a flat array of field, value, field, value, …
-        Value::Array(items) => {
-            let mut out = HashMap::with_capacity(items.len() / 2);
-            let mut it = items.into_iter();
-            while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                out.insert(text(k)?, text(v)?);
-            }
-            Ok(out)
-        }
+        Value::Array(items) => Ok(SeatFields::from_flat(
+            items.into_iter().map(bytes).collect::<Result<_>>()?,
+        )),
         // RESP3: a map.
-        Value::Map(pairs) => pairs
-            .into_iter()
-            .map(|(k, v)| Ok((text(k)?, text(v)?)))
-            .collect(),
-        Value::Nil => Ok(HashMap::new()),
+        Value::Map(pairs) => Ok(SeatFields::from_flat(
+            pairs
+                .into_iter()
+                .flat_map(|(k, v)| [k, v])
+                .map(bytes)
+                .collect::<Result<_>>()?,
+        )),
+        Value::Nil => Ok(SeatFields::default()),
         other => Err(Error::Protocol(format!("HGETALL replied {other:?}"))),
     }
+}
+
+/// HGETALL reply of a small hash of ours (suspect records) → map;
+/// non-UTF-8 bytes become U+FFFD and fail validation later.
+fn string_map(v: Value) -> Result<HashMap<String, String>> {
+    Ok(seat_fields(v)?.to_map())
 }
 
 #[cfg(test)]
