@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::error::Error;
 use crate::lease::Leases;
-use crate::model::{Kind, SeatNo, ShowtimeId, Template};
+use crate::model::{Kind, Occupancy, SeatNo, ShowtimeId, Template};
 use crate::plan::{self, HashObservation, SeatRepair, ShowtimeInput};
 use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
 use crate::store::redis::{Fenced, HashRead, SeatBatch, ShowtimeRead, SuspectOp};
@@ -194,6 +194,9 @@ impl<'a> Sweep<'a, '_> {
         } else {
             None
         };
+        // While one chunk is planned and repaired, the next one is read: the
+        // servers work on chunk k + 1 while this process works on chunk k.
+        let mut prefetched: Option<Fetched> = None;
         loop {
             if self.opts.stop.is_cancelled() {
                 for j in &mut self.jobs {
@@ -201,15 +204,14 @@ impl<'a> Sweep<'a, '_> {
                 }
                 return Ok(());
             }
-            let want = chunk.min(scan_limit - scanned);
-            if want == 0 {
-                break;
-            }
-            let page = ctx
-                .retry("read showtimes", || {
-                    ctx.mysql.on_sale_page(after, want, &self.opts.showtimes)
-                })
-                .await?;
+            let fetched = match prefetched.take() {
+                Some(f) => f,
+                None => match self.fetch(after, chunk.min(scan_limit - scanned)).await? {
+                    Some(f) => f,
+                    None => break,
+                },
+            };
+            let (page, want) = (&fetched.page, fetched.want);
             let page_start = after;
             if let Some(last) = page.last() {
                 after = Some(Keyset {
@@ -218,17 +220,26 @@ impl<'a> Sweep<'a, '_> {
                 });
             }
             scanned += page.len();
+            let end_of_estate = page.len() < want;
+            let page_ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
             let had_budget: Vec<bool> = self.jobs.iter().map(|j| j.budget > 0).collect();
             for j in &mut self.jobs {
                 j.report.scanned += page.len() as u64;
             }
-            match self.chunk(&page).await {
+            let next_want = if end_of_estate {
+                0
+            } else {
+                chunk.min(scan_limit - scanned)
+            };
+            let next = fetch(self.ctx, self.opts, self.what_to_read(), after, next_want);
+            let (done, next) = tokio::join!(self.chunk(fetched), next);
+            match done {
                 Ok(()) => chunks_ok += 1,
                 Err(e) => {
                     // Quarantine the chunk for this run: counted, reported, skipped.
-                    tracing::warn!(error = %e, first = page.first().map(|s| s.id), "chunk failed; skipped for this run");
+                    tracing::warn!(error = %e, first = page_ids.first(), "chunk failed; skipped for this run");
                     for j in &mut self.jobs {
-                        j.report.quarantine(&e, page.iter().map(|s| s.id));
+                        j.report.quarantine(&e, page_ids.iter().copied());
                     }
                     last_failure = Some(e.to_string());
                 }
@@ -239,9 +250,13 @@ impl<'a> Sweep<'a, '_> {
                     j.resume = Some(page_start);
                 }
             }
-            if page.len() < want {
+            if end_of_estate {
                 reached_end = true;
                 break;
+            }
+            match next? {
+                Some(f) => prefetched = Some(f),
+                None => break,
             }
         }
         self.progress.finish();
@@ -318,41 +333,34 @@ impl<'a> Sweep<'a, '_> {
         Ok(())
     }
 
-    async fn chunk(&mut self, page: &[ShowtimeRow]) -> Result<(), Error> {
+    fn with_suspects(&self) -> bool {
+        self.ctx.settings.reconcile.orphan_grace.as_millis() > 0
+            && self.jobs.iter().any(|j| j.kind.needs_grace())
+    }
+
+    fn what_to_read(&self) -> WhatToRead {
+        WhatToRead {
+            suspects: self.with_suspects(),
+            // missing-hashes alone needs occupancy only where a hash is missing.
+            occupancy_where_missing_only: self.jobs.iter().all(|j| j.kind == Kind::MissingHashes),
+        }
+    }
+
+    /// Reads the page of showtimes after `after`, and its hashes and occupancy.
+    async fn fetch(&self, after: Option<Keyset>, want: usize) -> Result<Option<Fetched>, Error> {
+        fetch(self.ctx, self.opts, self.what_to_read(), after, want).await
+    }
+
+    async fn chunk(&mut self, fetched: Fetched) -> Result<(), Error> {
+        let Fetched { page, reads, .. } = fetched;
         if page.is_empty() {
             return Ok(());
         }
         let ctx = self.ctx;
-        self.load_templates(page).await?;
-        let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
+        let (now_ms, reads, occupancy) = reads?;
+        self.load_templates(&page).await?;
         let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
-        let with_suspects = grace_ms > 0 && self.jobs.iter().any(|j| j.kind.needs_grace());
-        let read_hashes = || {
-            ctx.retry("read seat hashes", || {
-                ctx.redis.read_showtimes(&ids, with_suspects)
-            })
-        };
-        let read_occupancy = |of: Vec<ShowtimeId>| async move {
-            ctx.retry("read occupancy", || ctx.mysql.occupancy(&of))
-                .await
-        };
-        let ((now_ms, reads), occupancy) =
-            if self.jobs.iter().all(|j| j.kind == Kind::MissingHashes) {
-                // missing-hashes alone needs occupancy only where a hash is missing.
-                let (now_ms, reads) = read_hashes().await?;
-                let missing = page
-                    .iter()
-                    .zip(&reads)
-                    .filter(|(_, r)| r.hash == HashRead::Missing)
-                    .map(|(s, _)| s.id)
-                    .collect();
-                ((now_ms, reads), read_occupancy(missing).await?)
-            } else {
-                // Both stores at once: the chunk waits for the slower, not the sum.
-                let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));
-                (hashes?, occupancy?)
-            };
-
+        let with_suspects = self.with_suspects();
         let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
         for (showtime, read) in page.iter().zip(&reads) {
@@ -669,6 +677,82 @@ impl<'a> Sweep<'a, '_> {
         }
         Ok(())
     }
+}
+
+/// What a sweep reads besides the seat hashes.
+#[derive(Debug, Clone, Copy)]
+struct WhatToRead {
+    /// Suspect records (grace-period jobs with a non-zero grace).
+    suspects: bool,
+    /// Occupancy only of showtimes whose hash is missing (missing-hashes alone).
+    occupancy_where_missing_only: bool,
+}
+
+/// A page of showtimes and what the stores hold for them; `want` is how many
+/// were asked for (fewer means the estate ends here).
+struct Fetched {
+    page: Vec<ShowtimeRow>,
+    want: usize,
+    /// Redis time, the hash reads and the occupancy; an error quarantines the chunk.
+    reads: Result<(i64, Vec<ShowtimeRead>, Occupancy), Error>,
+}
+
+/// Reads the next page (`None` when `want` is 0 or the page is empty) and,
+/// for a page, its seat hashes and occupancy. A failed page read stops the
+/// sweep; failed hash or occupancy reads only quarantine the chunk.
+async fn fetch(
+    ctx: &Context,
+    opts: &RunOptions,
+    what: WhatToRead,
+    after: Option<Keyset>,
+    want: usize,
+) -> Result<Option<Fetched>, Error> {
+    if want == 0 {
+        return Ok(None);
+    }
+    let page = ctx
+        .retry("read showtimes", || {
+            ctx.mysql.on_sale_page(after, want, &opts.showtimes)
+        })
+        .await?;
+    if page.is_empty() {
+        return Ok(Some(Fetched {
+            page,
+            want,
+            reads: Ok((0, Vec::new(), Occupancy::default())),
+        }));
+    }
+    let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
+    let read_hashes = || {
+        ctx.retry("read seat hashes", || {
+            ctx.redis.read_showtimes(&ids, what.suspects)
+        })
+    };
+    let read_occupancy = |of: Vec<ShowtimeId>| async move {
+        ctx.retry("read occupancy", || ctx.mysql.occupancy(&of))
+            .await
+    };
+    let reads = if what.occupancy_where_missing_only {
+        match read_hashes().await {
+            Ok((now_ms, reads)) => {
+                let missing = page
+                    .iter()
+                    .zip(&reads)
+                    .filter(|(_, r)| r.hash == HashRead::Missing)
+                    .map(|(s, _)| s.id)
+                    .collect();
+                read_occupancy(missing)
+                    .await
+                    .map(|occupancy| (now_ms, reads, occupancy))
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        // Both stores at once: the chunk waits for the slower, not the sum.
+        let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));
+        hashes.and_then(|(now_ms, reads)| occupancy.map(|o| (now_ms, reads, o)))
+    };
+    Ok(Some(Fetched { page, want, reads }))
 }
 
 /// The jobs that own a batch's repairs.
