@@ -31,12 +31,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::Parser;
+use futures_util::TryStreamExt as _;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use serde::Serialize;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, QueryBuilder, Row};
 use tokio::task::JoinSet;
 
@@ -1113,22 +1114,17 @@ impl Bench {
         Ok((fields, pipelines))
     }
 
-    /// Streams every occupancy row and decodes it. `try_map` runs on each row as
-    /// it arrives and keeps nothing, so `fetch_all` collects a `Vec<()>` (zero
-    /// bytes): a streaming read without `futures::StreamExt`, which is not a
-    /// dependency of this crate.
+    /// Streams every occupancy row and decodes it by position, keeping
+    /// nothing: the way the reconciler reads occupancy, minus what it keeps.
     async fn stream_occupancy(&self) -> Result<u64> {
         let mut rows = 0u64;
-        sqlx::query(OCCUPANCY_SQL)
-            .try_map(|row: MySqlRow| {
-                let _: i64 = row.try_get(0)?;
-                let _: &str = row.try_get(1)?;
-                let _: &str = row.try_get(2)?;
-                rows += 1;
-                Ok(())
-            })
-            .fetch_all(&self.pool)
-            .await?;
+        let mut stream = sqlx::query(OCCUPANCY_SQL).fetch(&self.pool);
+        while let Some(row) = stream.try_next().await? {
+            let _: i64 = row.try_get(0)?;
+            let _: &str = row.try_get(1)?;
+            let _: &str = row.try_get(2)?;
+            rows += 1;
+        }
         Ok(rows)
     }
 
