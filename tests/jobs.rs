@@ -6,6 +6,7 @@ mod common;
 use common::{TestEnv, audit_row};
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::Kind;
+use std::time::Duration;
 
 async fn value(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
     env.fx.seat_value(showtime, seat).await.unwrap()
@@ -531,4 +532,42 @@ async fn a_run_that_ends_exactly_at_the_scan_limit_starts_over_next_time() {
     };
     // 200, 201 | 202, 203 (the end) | 200, 201: no empty run in between.
     assert_eq!(scanned, vec![2, 2, 2]);
+}
+
+#[tokio::test]
+async fn reading_the_next_chunk_ahead_needs_no_second_mysql_connection() {
+    // The sweep reads chunk k + 1 while it re-checks, repairs and audits
+    // chunk k. With a single pooled connection that must queue, never wait on
+    // itself: a chunk holding a connection while it awaits the read-ahead
+    // would time out here.
+    let env = TestEnv::with(|s| {
+        s.mysql.max_connections = 1;
+        s.mysql.connect_timeout = Duration::from_secs(3);
+        s.reconcile.scan_chunk = 2;
+    })
+    .await;
+    let seats = env.fx.hall(1, 2, 3).await.unwrap();
+    for id in 1..=9 {
+        env.fx.showtime(id, 1, id, "ON_SALE").await.unwrap();
+        if id % 3 != 0 {
+            env.fx.warm_all(id, &seats, &[]).await.unwrap();
+            env.fx
+                .warm(id, &[("A-1", "1"), ("B-2", "2")])
+                .await
+                .unwrap();
+        }
+    }
+    let report = env
+        .once(&[
+            Kind::PaidSeats,
+            Kind::MissingHashes,
+            Kind::OrphanLocks,
+            Kind::SoldOrphans,
+        ])
+        .await;
+    assert_eq!(report.exit_code(), 0, "{}", report.to_text());
+    let fixed: Vec<u64> = report.jobs.iter().map(|j| j.fixed).collect();
+    assert_eq!(fixed, vec![0, 3, 6, 6]);
+    assert!(report.jobs.iter().all(|j| j.scanned == 9));
+    assert_eq!(env.audit().await.len(), 15);
 }
