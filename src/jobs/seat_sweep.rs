@@ -10,7 +10,8 @@
 //! Per chunk: 1 SQL page + 1 SQL template read (new halls only) + 1 SQL
 //! occupancy read + 1 Redis pipeline of HGETALLs; then, only where there is
 //! something to repair, 1 pipeline of leases, 1 SQL re-check, 1 pipeline of
-//! repair scripts and 1 pipeline of releases.
+//! repair scripts and 1 pipeline of releases. The next chunk's page, hashes
+//! and occupancy are read while the current chunk is planned and repaired.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -206,7 +207,15 @@ impl<'a> Sweep<'a, '_> {
             }
             let fetched = match prefetched.take() {
                 Some(f) => f,
-                None => match self.fetch(after, chunk.min(scan_limit - scanned)).await? {
+                None => match fetch(
+                    ctx,
+                    self.opts,
+                    self.what_to_read(),
+                    after,
+                    chunk.min(scan_limit - scanned),
+                )
+                .await?
+                {
                     Some(f) => f,
                     None => break,
                 },
@@ -231,7 +240,7 @@ impl<'a> Sweep<'a, '_> {
             } else {
                 chunk.min(scan_limit - scanned)
             };
-            let next = fetch(self.ctx, self.opts, self.what_to_read(), after, next_want);
+            let next = fetch(ctx, self.opts, self.what_to_read(), after, next_want);
             let (done, next) = tokio::join!(self.chunk(fetched), next);
             match done {
                 Ok(()) => chunks_ok += 1,
@@ -346,11 +355,7 @@ impl<'a> Sweep<'a, '_> {
         }
     }
 
-    /// Reads the page of showtimes after `after`, and its hashes and occupancy.
-    async fn fetch(&self, after: Option<Keyset>, want: usize) -> Result<Option<Fetched>, Error> {
-        fetch(self.ctx, self.opts, self.what_to_read(), after, want).await
-    }
-
+    /// Plans one chunk and repairs what its jobs may repair.
     async fn chunk(&mut self, fetched: Fetched) -> Result<(), Error> {
         let Fetched { page, reads, .. } = fetched;
         if page.is_empty() {
