@@ -197,5 +197,14 @@ async fn the_five_jobs_repair_a_three_primary_cluster() {
     assert_eq!(inspect::differences(&env.ctx).await.unwrap(), vec![]);
     let second = env.once(&Kind::ALL).await;
     assert_eq!(second.total_fixed(), 0, "{}", second.to_text());
+    // O(1) round trips per batch in a cluster too: each chunk's per-slot
+    // pipelines go out at once (one wait per chunk: 3 chunks of 4 here), plus
+    // the run's reads and writes of the four seat jobs' cursors (8). Sent one
+    // slot after another, the same run waited 23 times, once more per showtime.
+    assert!(
+        second.redis_round_trips <= 3 + 8,
+        "{} round trips",
+        second.redis_round_trips
+    );
     assert!(second.jobs.iter().all(|j| j.drift == 0));
 }

@@ -197,7 +197,11 @@ impl RedisStore {
     }
 
     fn trip(&self) {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.trips(1);
+    }
+
+    fn trips(&self, n: u64) {
+        self.round_trips.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn connection(&self) -> RedisConn {
@@ -239,33 +243,46 @@ impl RedisStore {
     }
 
     /// Runs commands, each with its own result: in one pipeline on a single
-    /// server; in a cluster, one pipeline per hash slot group (a cluster
-    /// pipeline must not cross slots).
+    /// server; in a cluster, one pipeline per hash slot (redis-rs routes a
+    /// pipeline as a unit, so it must not cross slots), all sent at once. The
+    /// cluster connection multiplexes them over one connection per node, so a
+    /// batch still waits about one round trip, and is counted as one.
     async fn pipeline(&self, cmds: &[Cmd]) -> Result<Vec<RedisResult<Value>>> {
         if let RedisConn::Single(_) = self.conn {
-            return self.pipeline_on_one_node(cmds, true).await;
+            let (results, sends) = self.pipeline_on_one_node(cmds, true).await?;
+            self.trips(sends);
+            return Ok(results);
         }
-        let mut results: Vec<Option<RedisResult<Value>>> = cmds.iter().map(|_| None).collect();
-        for group in group_by_slot(cmds) {
+        let groups = group_by_slot(cmds);
+        let sent = futures_util::future::join_all(groups.iter().map(|group| async move {
             let part: Vec<Cmd> = group.iter().map(|&i| cmds[i].clone()).collect();
-            let out = self.pipeline_on_one_node(&part, false).await?;
+            self.pipeline_on_one_node(&part, false).await
+        }))
+        .await;
+        let mut results: Vec<Option<RedisResult<Value>>> = cmds.iter().map(|_| None).collect();
+        let mut waits = 0;
+        for (group, out) in groups.into_iter().zip(sent) {
+            let (out, sends) = out?;
+            waits = waits.max(sends);
             for (i, r) in group.into_iter().zip(out) {
                 results[i] = Some(r);
             }
         }
+        self.trips(waits);
         Ok(results
             .into_iter()
             .map(|r| r.expect("every command ran in its group"))
             .collect())
     }
 
-    /// One pipeline. Scripts the server lost (restart, SCRIPT FLUSH) are
-    /// reloaded and only those commands re-run, so no script runs twice.
+    /// One pipeline, and how many times it was sent (1, or 2 when scripts
+    /// the server lost (restart, SCRIPT FLUSH) were reloaded and only those
+    /// commands re-run, so no script runs twice).
     async fn pipeline_on_one_node(
         &self,
         cmds: &[Cmd],
         name_client: bool,
-    ) -> Result<Vec<RedisResult<Value>>> {
+    ) -> Result<(Vec<RedisResult<Value>>, u64)> {
         let mut pipe = Pipeline::with_capacity(cmds.len() + 1);
         pipe.ignore_errors();
         if name_client {
@@ -281,7 +298,7 @@ impl RedisStore {
             pipe.add_command(c.clone());
         }
         let mut conn = self.conn.clone();
-        self.trip();
+        let mut sends = 1;
         let mut results: Vec<RedisResult<Value>> = pipe.query_async(&mut conn).await?;
         let lost: Vec<usize> = results
             .iter()
@@ -296,7 +313,7 @@ impl RedisStore {
             for &i in &lost {
                 again.add_command(cmds[i].clone());
             }
-            self.trip();
+            sends += 1;
             let rerun: Vec<RedisResult<Value>> = again.query_async(&mut conn).await?;
             for (i, r) in lost.into_iter().zip(rerun) {
                 results[i] = r;
@@ -309,7 +326,7 @@ impl RedisStore {
                 results.len()
             )));
         }
-        Ok(results)
+        Ok((results, sends))
     }
 
     /// Redis server time in milliseconds: one clock for every replica.
