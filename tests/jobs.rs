@@ -571,3 +571,41 @@ async fn reading_the_next_chunk_ahead_needs_no_second_mysql_connection() {
     assert!(report.jobs.iter().all(|j| j.scanned == 9));
     assert_eq!(env.audit().await.len(), 15);
 }
+
+/// Eight showtimes of 80 seats, every seat held with no order: 640 orphan
+/// locks, more than one audit batch (500), so one batch is written in the
+/// background while the sweep goes on.
+async fn many_orphan_locks(env: &TestEnv) -> u64 {
+    let seats = env.fx.hall(1, 8, 10).await.unwrap();
+    for id in 1..=8 {
+        env.fx.showtime(id, 1, id, "ON_SALE").await.unwrap();
+        let held: Vec<(&str, &str)> = seats.iter().map(|s| (s.as_str(), "1")).collect();
+        env.fx.warm(id, &held).await.unwrap();
+    }
+    8 * 80
+}
+
+#[tokio::test]
+async fn every_repair_of_a_run_larger_than_an_audit_batch_is_audited() {
+    let env = TestEnv::with(|s| s.job_mut(Kind::OrphanLocks).batch_size = 1000).await;
+    let locks = many_orphan_locks(&env).await;
+    let report = env.job(Kind::OrphanLocks).await;
+    assert_eq!(report.fixed, locks);
+    assert_eq!(report.errors, 0);
+    assert_eq!(env.audit().await.len() as u64, locks);
+}
+
+#[tokio::test]
+async fn audit_batches_that_cannot_be_written_are_counted() {
+    let env = TestEnv::with(|s| s.job_mut(Kind::OrphanLocks).batch_size = 1000).await;
+    let locks = many_orphan_locks(&env).await;
+    sqlx::query("RENAME TABLE reconcile_fix TO reconcile_fix_gone")
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+    let report = env.job(Kind::OrphanLocks).await;
+    // The repairs stand; both batches (the background one of 500 and the
+    // last 140) are counted as audit errors.
+    assert_eq!(report.fixed, locks);
+    assert_eq!(report.errors_by_stage.get("audit"), Some(&2), "{report:?}");
+}

@@ -1,8 +1,14 @@
 //! Buffered audit rows (safety rule 10): written in batches; when a batch
 //! cannot be written, each row is still logged as a structured event and
 //! the failure is counted under `stage="audit"`.
+//!
+//! A full batch is written in the background while the sweep goes on (at
+//! most one batch in flight per job); `flush` waits for it and writes the
+//! rest, so a settled job's audit is complete or its failures are counted.
 
-use crate::error::Result;
+use tokio::task::JoinHandle;
+
+use crate::error::{Error, Result};
 use crate::model::{Kind, SeatNo, SeatState, ShowtimeId};
 use crate::store::mysql::FixRecord;
 
@@ -16,6 +22,7 @@ pub struct AuditLog<'a> {
     run_id: &'a str,
     job: Kind,
     pending: Vec<FixRecord>,
+    in_flight: Option<JoinHandle<Result<()>>>,
     failed_batches: u64,
 }
 
@@ -26,6 +33,7 @@ impl<'a> AuditLog<'a> {
             run_id,
             job,
             pending: Vec::new(),
+            in_flight: None,
             failed_batches: 0,
         }
     }
@@ -81,40 +89,69 @@ impl<'a> AuditLog<'a> {
         );
         self.pending.push(fix);
         if self.pending.len() >= BATCH {
-            let _ = self.flush().await;
+            let _ = self.wait_in_flight().await;
+            let rows = std::mem::take(&mut self.pending);
+            let batch = write_batch(self.ctx.clone(), self.run_id.to_string(), rows);
+            self.in_flight = Some(tokio::spawn(batch));
         }
     }
 
-    /// Writes what is buffered.
+    /// Waits for the batch in flight, if any, and writes what is buffered.
     pub async fn flush(&mut self) -> Result<()> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
+        let earlier = self.wait_in_flight().await;
         let rows = std::mem::take(&mut self.pending);
-        let instance = &self.ctx.settings.reconcile.instance;
-        let written = self
-            .ctx
-            .retry("audit insert", || {
-                self.ctx.mysql.insert_fixes(self.run_id, instance, &rows)
-            })
-            .await;
-        if let Err(e) = &written {
-            self.failed_batches += 1;
-            for fix in &rows {
-                tracing::error!(
-                    run_id = self.run_id,
-                    job = fix.job.label(),
-                    kind = fix.kind,
-                    showtime_id = fix.showtime_id,
-                    seat_no = fix.seat_no.as_deref(),
-                    order_id = fix.order_id,
-                    before = fix.before.as_deref(),
-                    after = fix.after.as_deref(),
-                    error = %e,
-                    "repair applied but its audit row could not be written"
-                );
+        let now = if rows.is_empty() {
+            Ok(())
+        } else {
+            let written = write_batch(self.ctx.clone(), self.run_id.to_string(), rows).await;
+            if written.is_err() {
+                self.failed_batches += 1;
             }
+            written
+        };
+        earlier.and(now)
+    }
+
+    async fn wait_in_flight(&mut self) -> Result<()> {
+        let Some(handle) = self.in_flight.take() else {
+            return Ok(());
+        };
+        // The writer only fails to finish if it panicked or the runtime is
+        // going down: its rows are then unaccounted for, a failed batch.
+        let written = handle.await.unwrap_or_else(|e| {
+            tracing::error!(run_id = self.run_id, error = %e, "audit writer stopped");
+            Err(Error::Mysql(sqlx::Error::WorkerCrashed))
+        });
+        if written.is_err() {
+            self.failed_batches += 1;
         }
         written
     }
+}
+
+/// Inserts one batch; when it cannot, logs every row it could not write.
+async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Result<()> {
+    let instance = &ctx.settings.reconcile.instance;
+    let written = ctx
+        .retry("audit insert", || {
+            ctx.mysql.insert_fixes(&run_id, instance, &rows)
+        })
+        .await;
+    if let Err(e) = &written {
+        for fix in &rows {
+            tracing::error!(
+                run_id,
+                job = fix.job.label(),
+                kind = fix.kind,
+                showtime_id = fix.showtime_id,
+                seat_no = fix.seat_no.as_deref(),
+                order_id = fix.order_id,
+                before = fix.before.as_deref(),
+                after = fix.after.as_deref(),
+                error = %e,
+                "repair applied but its audit row could not be written"
+            );
+        }
+    }
+    written
 }
