@@ -100,12 +100,6 @@ impl Template {
     }
 }
 
-impl From<Vec<SeatNo>> for Template {
-    fn from(seats: Vec<SeatNo>) -> Template {
-        Template::new(seats)
-    }
-}
-
 /// A seat hash as `HGETALL` returns it: field, value, field, value, … as raw
 /// bytes, in the order Redis keeps them. Validating them is the planner's job
 /// (a non-UTF-8 field is bad data like any other, not a failed read).
@@ -262,10 +256,6 @@ impl<'a> ShowtimeOccupancy<'a> {
             .filter(|(s, _)| *s == seat)
             .last()
             .map(|(_, o)| o)
-    }
-
-    pub fn len(&self) -> usize {
-        self.rows.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -197,6 +197,7 @@ impl<'a> Sweep<'a, '_> {
         };
         // While one chunk is planned and repaired, the next one is read: the
         // servers work on chunk k + 1 while this process works on chunk k.
+        let what = self.what_to_read();
         let mut prefetched: Option<Fetched> = None;
         loop {
             if self.opts.stop.is_cancelled() {
@@ -207,14 +208,8 @@ impl<'a> Sweep<'a, '_> {
             }
             let fetched = match prefetched.take() {
                 Some(f) => f,
-                None => match fetch(
-                    ctx,
-                    self.opts,
-                    self.what_to_read(),
-                    after,
-                    chunk.min(scan_limit - scanned),
-                )
-                .await?
+                None => match fetch(ctx, self.opts, what, after, chunk.min(scan_limit - scanned))
+                    .await?
                 {
                     Some(f) => f,
                     None => break,
@@ -240,7 +235,7 @@ impl<'a> Sweep<'a, '_> {
             } else {
                 chunk.min(scan_limit - scanned)
             };
-            let next = fetch(ctx, self.opts, self.what_to_read(), after, next_want);
+            let next = fetch(ctx, self.opts, what, after, next_want);
             let (done, next) = tokio::join!(self.chunk(fetched), next);
             match done {
                 Ok(()) => chunks_ok += 1,
@@ -342,14 +337,10 @@ impl<'a> Sweep<'a, '_> {
         Ok(())
     }
 
-    fn with_suspects(&self) -> bool {
-        self.ctx.settings.reconcile.orphan_grace.as_millis() > 0
-            && self.jobs.iter().any(|j| j.kind.needs_grace())
-    }
-
     fn what_to_read(&self) -> WhatToRead {
         WhatToRead {
-            suspects: self.with_suspects(),
+            suspects: self.ctx.settings.reconcile.orphan_grace.as_millis() > 0
+                && self.jobs.iter().any(|j| j.kind.needs_grace()),
             // missing-hashes alone needs occupancy only where a hash is missing.
             occupancy_where_missing_only: self.jobs.iter().all(|j| j.kind == Kind::MissingHashes),
         }
@@ -365,7 +356,7 @@ impl<'a> Sweep<'a, '_> {
         let (now_ms, reads, occupancy) = reads?;
         self.load_templates(&page).await?;
         let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
-        let with_suspects = self.with_suspects();
+        let with_suspects = self.what_to_read().suspects;
         let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
         for (showtime, read) in page.iter().zip(&reads) {
@@ -738,20 +729,17 @@ async fn fetch(
             .await
     };
     let reads = if what.occupancy_where_missing_only {
-        match read_hashes().await {
-            Ok((now_ms, reads)) => {
-                let missing = page
-                    .iter()
-                    .zip(&reads)
-                    .filter(|(_, r)| r.hash == HashRead::Missing)
-                    .map(|(s, _)| s.id)
-                    .collect();
-                read_occupancy(missing)
-                    .await
-                    .map(|occupancy| (now_ms, reads, occupancy))
-            }
-            Err(e) => Err(e),
+        async {
+            let (now_ms, reads) = read_hashes().await?;
+            let missing = page
+                .iter()
+                .zip(&reads)
+                .filter(|(_, r)| r.hash == HashRead::Missing)
+                .map(|(s, _)| s.id)
+                .collect();
+            Ok((now_ms, reads, read_occupancy(missing).await?))
         }
+        .await
     } else {
         // Both stores at once: the chunk waits for the slower, not the sum.
         let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));
