@@ -207,24 +207,36 @@ async fn probe_dependencies(runner: Arc<Runner>) {
     }
 }
 
-/// Waits for SIGTERM or SIGINT.
-async fn signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
+/// SIGTERM and SIGINT, handled from the moment they are installed. `run`
+/// installs them before it serves `/healthz`: a signal that arrived between
+/// "healthy" and the first wait would otherwise kill the process with the
+/// default action, skipping the graceful shutdown (seen once in CI).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next SIGTERM or SIGINT.
+    async fn next(&mut self) {
         tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 /// Runs the daemon until a signal; returns when shut down cleanly.
 pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    let mut signals = Signals::install()?;
     let metrics = Metrics::new();
     let runner = Runner::new(ctx.clone(), metrics.clone());
     let listener = tokio::net::TcpListener::bind(ctx.settings.http.listen).await?;
@@ -260,10 +272,10 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let probe = tokio::spawn(probe_dependencies(runner.clone()));
     tracing::info!(dry_run = ctx.settings.reconcile.dry_run, "daemon started");
 
-    signal().await;
+    signals.next().await;
     tracing::info!("shutdown requested; finishing running batches (a second signal exits at once)");
-    tokio::spawn(async {
-        signal().await;
+    tokio::spawn(async move {
+        signals.next().await;
         tracing::warn!("second signal: exiting at once");
         std::process::exit(130);
     });
