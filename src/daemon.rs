@@ -1,245 +1,46 @@
-//! `run`: each enabled job on its own UTC cron schedule, never overlapping
-//! itself, plus the HTTP server; graceful shutdown on SIGTERM/SIGINT.
+//! The daemon: each enabled job on its own UTC cron schedule (through the
+//! `Runner`, so a job never overlaps itself), the HTTP server, and a graceful
+//! stop when the caller's `shutdown` future completes. Signals and the process
+//! exit belong to `main.rs`, so the daemon can run inside a test.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use rand::Rng;
-use serde::Serialize;
+use tokio::net::TcpListener;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::config::parse_schedule;
-use crate::jobs::report::JobReport;
-use crate::jobs::{self, Context, RunOptions};
+use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::model::Kind;
-
-/// What `/status` shows for one job.
-#[derive(Debug, Clone, Serialize)]
-pub struct JobStatus {
-    pub enabled: bool,
-    pub schedule: String,
-    pub running: bool,
-    pub next_fire: Option<DateTime<Utc>>,
-    pub last_run: Option<LastRun>,
-    /// Drift found by the last run that completed its scan.
-    pub current_drift: Option<u64>,
-    pub skipped_overlaps: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct LastRun {
-    pub run_id: String,
-    pub started_at: DateTime<Utc>,
-    pub finished_at: DateTime<Utc>,
-    #[serde(flatten)]
-    pub report: JobReport,
-}
-
-/// Runs jobs on request (schedule or admin endpoint), one at a time per job.
-pub struct Runner {
-    pub ctx: Context,
-    pub metrics: Metrics,
-    stop: CancellationToken,
-    tracker: TaskTracker,
-    guards: BTreeMap<Kind, Arc<tokio::sync::Mutex<()>>>,
-    status: Mutex<BTreeMap<Kind, JobStatus>>,
-}
-
-/// Why a trigger did not start a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotStarted {
-    AlreadyRunning,
-    ShuttingDown,
-}
-
-impl Runner {
-    pub fn new(ctx: Context, metrics: Metrics) -> Arc<Runner> {
-        let status = Kind::ALL
-            .into_iter()
-            .map(|k| {
-                let job = ctx.settings.job(k);
-                (
-                    k,
-                    JobStatus {
-                        enabled: job.enabled,
-                        schedule: job.schedule.clone(),
-                        running: false,
-                        next_fire: job.enabled.then(|| next_fire(&job.schedule)).flatten(),
-                        last_run: None,
-                        current_drift: None,
-                        skipped_overlaps: 0,
-                    },
-                )
-            })
-            .collect();
-        Arc::new(Runner {
-            ctx,
-            metrics,
-            stop: CancellationToken::new(),
-            tracker: TaskTracker::new(),
-            guards: Kind::ALL
-                .into_iter()
-                .map(|k| (k, Default::default()))
-                .collect(),
-            status: Mutex::new(status),
-        })
-    }
-
-    fn status_mut(&self) -> std::sync::MutexGuard<'_, BTreeMap<Kind, JobStatus>> {
-        self.status.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn status(&self) -> BTreeMap<Kind, JobStatus> {
-        let mut s = self.status_mut().clone();
-        for (k, st) in s.iter_mut() {
-            if st.enabled {
-                st.next_fire = next_fire(&self.ctx.settings.job(*k).schedule);
-            }
-        }
-        s
-    }
-
-    /// A scheduled fire: skipped and counted if the previous run still goes.
-    pub fn fire(self: &Arc<Self>, kind: Kind) {
-        if let Err(NotStarted::AlreadyRunning) = self.start(kind, true) {
-            self.metrics.record_skipped_overlap(kind);
-            self.status_mut()
-                .get_mut(&kind)
-                .expect("kind")
-                .skipped_overlaps += 1;
-            tracing::warn!(
-                kind = kind.label(),
-                "previous run still going; this fire is skipped"
-            );
-        }
-    }
-
-    /// Starts a run of `kind` in the background unless one is running.
-    pub fn start(self: &Arc<Self>, kind: Kind, jitter: bool) -> Result<(), NotStarted> {
-        if self.stop.is_cancelled() {
-            return Err(NotStarted::ShuttingDown);
-        }
-        let guard = self.guards[&kind]
-            .clone()
-            .try_lock_owned()
-            .map_err(|_| NotStarted::AlreadyRunning)?;
-        let this = Arc::clone(self);
-        self.status_mut().get_mut(&kind).expect("kind").running = true;
-        self.tracker.spawn(async move {
-            let max = this.ctx.settings.daemon.start_jitter;
-            if jitter && !max.is_zero() {
-                let delay = rand::rng().random_range(Duration::ZERO..=max);
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = this.stop.cancelled() => {}
-                }
-            }
-            this.run(kind).await;
-            drop(guard);
-        });
-        Ok(())
-    }
-
-    async fn run(&self, kind: Kind) {
-        let started_at = Utc::now();
-        let opts = RunOptions {
-            dry_run: self.ctx.settings.reconcile.dry_run,
-            stop: self.stop.clone(),
-            ..RunOptions::default()
-        };
-        let report = jobs::run_once(&self.ctx, &[kind], &opts).await;
-        let job = report.jobs.into_iter().next().expect("one job");
-        self.metrics.record(&job);
-        let mut status = self.status_mut();
-        let st = status.get_mut(&kind).expect("kind");
-        st.running = false;
-        if job.outcome != jobs::report::Outcome::Failure {
-            st.current_drift = Some(job.drift);
-        }
-        st.last_run = Some(LastRun {
-            run_id: report.run_id,
-            started_at,
-            finished_at: Utc::now(),
-            report: job,
-        });
-    }
-
-    /// Stops new runs, lets running ones finish their chunk within
-    /// `timeout`, then releases every lease this process still holds.
-    pub async fn shutdown(&self, timeout: Duration) {
-        self.stop.cancel();
-        self.tracker.close();
-        if tokio::time::timeout(timeout, self.tracker.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                ?timeout,
-                "running jobs did not finish in time; releasing their leases"
-            );
-        }
-        let held = self.ctx.leases.len();
-        if let Err(e) = self.ctx.leases.release_all(&self.ctx.redis).await {
-            tracing::warn!(error = %e, held, "could not release every lease; they expire with their TTL");
-        }
-    }
-}
-
-/// The next time a schedule fires after now (UTC).
-pub fn next_fire(schedule: &str) -> Option<DateTime<Utc>> {
-    parse_schedule(schedule)
-        .ok()?
-        .find_next_occurrence(&Utc::now(), false)
-        .ok()
-}
+use crate::runner::Runner;
 
 /// Keeps `seatflow_reconciler_dependency_up` current between readiness probes.
 async fn probe_dependencies(runner: Arc<Runner>) {
     let mut every = tokio::time::interval(Duration::from_secs(10));
     loop {
         every.tick().await;
-        crate::http::probe(&runner).await;
+        runner.probe_dependencies().await;
     }
 }
 
-/// SIGTERM and SIGINT, handled from the moment they are installed. `run`
-/// installs them before it serves `/healthz`: a signal that arrived between
-/// "healthy" and the first wait would otherwise kill the process with the
-/// default action, skipping the graceful shutdown (seen once in CI).
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
+/// Binds `http.listen` and runs the daemon until `shutdown` completes.
+pub async fn run(ctx: Context, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(ctx.settings.http.listen).await?;
+    run_on(ctx, listener, shutdown).await
 }
 
-impl Signals {
-    fn install() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    /// Waits for the next SIGTERM or SIGINT.
-    async fn next(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
-}
-
-/// Runs the daemon until a signal; returns when shut down cleanly.
-pub async fn run(ctx: Context) -> anyhow::Result<()> {
-    let mut signals = Signals::install()?;
+/// Runs the daemon with HTTP on `listener` until `shutdown` completes; then
+/// stops firing, lets running batches finish within `daemon.shutdown_timeout`,
+/// releases every lease this process holds, and returns.
+pub async fn run_on(
+    ctx: Context,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let runner = Runner::new(ctx.clone(), metrics.clone());
-    let listener = tokio::net::TcpListener::bind(ctx.settings.http.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, "HTTP listening");
     let http_stop = CancellationToken::new();
     let server = {
@@ -272,13 +73,8 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let probe = tokio::spawn(probe_dependencies(runner.clone()));
     tracing::info!(dry_run = ctx.settings.reconcile.dry_run, "daemon started");
 
-    signals.next().await;
-    tracing::info!("shutdown requested; finishing running batches (a second signal exits at once)");
-    tokio::spawn(async move {
-        signals.next().await;
-        tracing::warn!("second signal: exiting at once");
-        std::process::exit(130);
-    });
+    shutdown.await;
+    tracing::info!("shutdown requested; finishing running batches");
     scheduler.shutdown().await?;
     probe.abort();
     runner.shutdown(ctx.settings.daemon.shutdown_timeout).await;

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::Settings;
+use crate::context::Context;
 use crate::fixtures::{self, Fixtures};
-use crate::jobs::{self, Context, RunOptions};
+use crate::jobs::{self, RunOptions};
 use crate::model::{Kind, SeatState};
 
 pub const DEMO_DATABASE: &str = "seatflow_demo";

@@ -2,7 +2,6 @@
 //! `/status`, and the admin trigger `POST /jobs/{job}/run`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -11,11 +10,8 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
-use crate::daemon::{NotStarted, Runner};
 use crate::model::Kind;
-
-/// How long a readiness probe waits for each dependency.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+use crate::runner::{NotStarted, Runner};
 
 pub fn router(runner: Arc<Runner>) -> Router {
     Router::new()
@@ -38,22 +34,9 @@ async fn metrics(State(r): State<Arc<Runner>>) -> Response {
         .into_response()
 }
 
-/// Pings both stores (bounded) and records the result as metrics.
-pub async fn probe(r: &Runner) -> (bool, bool) {
-    let (mysql, redis) = tokio::join!(
-        tokio::time::timeout(PROBE_TIMEOUT, r.ctx.mysql.ping()),
-        tokio::time::timeout(PROBE_TIMEOUT, r.ctx.redis.ping()),
-    );
-    let mysql_ok = matches!(mysql, Ok(Ok(())));
-    let redis_ok = matches!(redis, Ok(Ok(())));
-    r.metrics.set_dependency("mysql", mysql_ok);
-    r.metrics.set_dependency("redis", redis_ok);
-    (mysql_ok, redis_ok)
-}
-
 /// Ready when both stores answer; each failure is named, never its URL.
 async fn readyz(State(r): State<Arc<Runner>>) -> Response {
-    let (mysql_ok, redis_ok) = probe(&r).await;
+    let (mysql_ok, redis_ok) = r.probe_dependencies().await;
     let word = |ok| if ok { "ok" } else { "unreachable" };
     let body = Json(json!({"mysql": word(mysql_ok), "redis": word(redis_ok)}));
     if mysql_ok && redis_ok {
@@ -99,7 +82,7 @@ async fn run_job(
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let expected = &r.ctx.settings.http.admin_token;
+    let expected = r.ctx.settings.http.admin_token.expose();
     if expected.is_empty() {
         return StatusCode::NOT_FOUND.into_response();
     }

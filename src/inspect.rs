@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::context::Context;
 use crate::error::Result;
-use crate::jobs::Context;
 use crate::model::{Kind, Occupancy, OrderStatus, SeatFields, SeatState, ShowtimeId, Template};
 use crate::plan::{self, Anomaly, HashObservation, ShowtimeInput, Suspect};
 use crate::store::mysql::{AuditEntry, ShowtimeInfo};

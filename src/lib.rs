@@ -2,6 +2,7 @@
 //! seat hashes and its MySQL orders. See ARCHITECTURE.md for the map.
 
 pub mod config;
+pub mod context;
 pub mod daemon;
 pub mod demo;
 pub mod error;
@@ -15,6 +16,8 @@ pub mod model;
 pub mod plan;
 pub mod push;
 pub mod retry;
+pub mod runner;
+pub mod schedule;
 pub mod simulator;
 pub mod store;
 pub mod telemetry;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::jobs::{self, Context, RunOptions};
+use seatflow_reconciler::context::Context;
+use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::{demo, push, telemetry};
 
@@ -115,7 +116,23 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             let Some(ctx) = connect(settings).await else {
                 return ExitCode::from(EXIT_UNREACHABLE);
             };
-            match seatflow_reconciler::daemon::run(ctx).await {
+            let mut signals = match Signals::install() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: installing signal handlers: {e}");
+                    return ExitCode::from(EXIT_FAILED);
+                }
+            };
+            let shutdown = async move {
+                signals.next().await;
+                tracing::info!("signal received (a second signal exits at once)");
+                tokio::spawn(async move {
+                    signals.next().await;
+                    tracing::warn!("second signal: exiting at once");
+                    std::process::exit(130);
+                });
+            };
+            match seatflow_reconciler::daemon::run(ctx, shutdown).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "daemon failed");
@@ -195,6 +212,33 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
                 return ExitCode::from(EXIT_FAILED);
             }
             ExitCode::from(report.exit_code() as u8)
+        }
+    }
+}
+
+/// SIGTERM and SIGINT, handled from the moment they are installed: `run`
+/// installs them before the daemon serves `/healthz`, since a signal that
+/// arrived between "healthy" and the first wait would otherwise kill the
+/// process with the default action, skipping the graceful stop (seen once in CI).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
     }
 }

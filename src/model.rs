@@ -360,6 +360,31 @@ impl FromStr for Kind {
     }
 }
 
+/// A per-seat compare-and-set: change `observed` (None = field absent) to `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeatRepair {
+    pub kind: Kind,
+    pub seat: SeatNo,
+    pub observed: Option<SeatState>,
+    pub target: SeatState,
+}
+
+/// This replica's share of the showtimes: `id mod total == index`, with the
+/// Euclidean remainder so that negative ids belong to a shard too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub total: u32,
+    pub index: u32,
+}
+
+impl Shard {
+    pub const ALL: Shard = Shard { total: 1, index: 0 };
+
+    pub fn covers(&self, showtime: i64) -> bool {
+        showtime.rem_euclid(self.total as i64) == self.index as i64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::model::{Kind, OrderStatus, SeatFields, SeatNo, SeatState, ShowtimeOccupancy, Template};
+use crate::model::{
+    Kind, OrderStatus, SeatFields, SeatNo, SeatRepair, SeatState, ShowtimeOccupancy, Template,
+};
 
 /// What the scan found at `{prefix}seat:{S}`.
 #[derive(Debug, Clone, Copy)]
@@ -27,15 +29,6 @@ pub struct ShowtimeInput<'a> {
     /// Seats occupied by a valid order (`active = 1`, PENDING or PAID).
     pub occupancy: ShowtimeOccupancy<'a>,
     pub hash: HashObservation<'a>,
-}
-
-/// A per-seat compare-and-set: change `observed` (None = field absent) to `target`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeatRepair {
-    pub kind: Kind,
-    pub seat: SeatNo,
-    pub observed: Option<SeatState>,
-    pub target: SeatState,
 }
 
 /// Bad data: reported (`errors_total{stage="invalid_data"}`), never repaired

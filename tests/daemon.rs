@@ -362,3 +362,64 @@ async fn readyz_follows_redis_and_healthz_stays_up() {
     })
     .await;
 }
+
+/// The daemon as a library call: `run_on` serves and schedules until the
+/// shutdown future completes, then returns (no signals, no process exit).
+#[tokio::test]
+async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
+    let env = TestEnv::with(|s| {
+        for kind in seatflow_reconciler::model::Kind::ALL {
+            s.job_mut(kind).schedule = "* * * * * *".into();
+        }
+    })
+    .await;
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(seatflow_reconciler::daemon::run_on(
+        env.ctx.clone(),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let body = http
+            .get(format!("{base}/status"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if status["jobs"]["orphan_locks"]["last_run"]["fixed"] == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no orphan_locks run repaired the seat: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.fx.hash(1).await.unwrap()["A-1"], "0");
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), daemon)
+        .await
+        .expect("the daemon returns once its shutdown future completes")
+        .unwrap()
+        .unwrap();
+    assert!(
+        http.get(format!("{base}/healthz")).send().await.is_err(),
+        "HTTP stops with the daemon"
+    );
+    assert!(env.ctx.leases.is_empty(), "every lease is released");
+}

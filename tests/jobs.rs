@@ -421,7 +421,6 @@ async fn showtime_filter_limits_the_run() {
 
 #[tokio::test]
 async fn shards_cover_every_showtime_exactly_once() {
-    use seatflow_reconciler::config::Shard;
     let env = TestEnv::new().await;
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     let ids: Vec<i64> = (100..123).collect();
@@ -440,8 +439,9 @@ async fn shards_cover_every_showtime_exactly_once() {
         let mut scanned = 0;
         for index in 0..total {
             let mut settings = (*env.ctx.settings).clone();
-            settings.sharding = Shard { total, index };
-            let shard = seatflow_reconciler::jobs::Context::connect(settings)
+            settings.sharding.total = total;
+            settings.sharding.index = i64::from(index);
+            let shard = seatflow_reconciler::context::Context::connect(settings)
                 .await
                 .unwrap();
             let r = seatflow_reconciler::jobs::run_once(

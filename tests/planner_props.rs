@@ -6,9 +6,11 @@
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use seatflow_reconciler::model::{Kind, Occupancy, OrderStatus, SeatFields, SeatState, Template};
+use seatflow_reconciler::model::{
+    Kind, Occupancy, OrderStatus, SeatFields, SeatRepair, SeatState, Template,
+};
 use seatflow_reconciler::plan::{
-    self, Anomaly, HashObservation, SeatRepair, ShowtimeInput, ShowtimePlan, apply_grace,
+    self, Anomaly, HashObservation, ShowtimeInput, ShowtimePlan, apply_grace,
 };
 
 #[derive(Debug, Clone)]

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::TestEnv;
 use common::daemon::{Daemon, daemon_command, free_port, sample};
-use seatflow_reconciler::jobs::{self, Context, RunOptions};
+use seatflow_reconciler::context::Context;
+use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
 
 /// Two reconcilers (separate connections and leases) on the same showtimes

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::TestEnv;
 use seatflow_reconciler::jobs::report::Outcome;
+use seatflow_reconciler::model::SeatRepair;
 use seatflow_reconciler::model::{Kind, SeatState};
-use seatflow_reconciler::plan::SeatRepair;
 use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
 
 fn release(seat: &str, observed: Option<SeatState>) -> SeatRepair {

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::model::{Kind, SeatNo, SeatState, ShowtimeId};
 use crate::store::mysql::FixRecord;
 
-use super::Context;
+use crate::context::Context;
 
 /// Rows per INSERT.
 const BATCH: usize = 500;

@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 
 use crate::error::Error;
 use crate::lease::Leases;
+use crate::model::SeatRepair;
 use crate::model::{Kind, SeatState, ShowtimeId};
-use crate::plan::SeatRepair;
 use crate::store::mysql::{ExpiredOrder, FixRecord, Keyset};
 use crate::store::redis::{Fenced, SeatBatch};
 
+use super::RunOptions;
 use super::audit::AuditLog;
 use super::report::JobReport;
-use super::{Context, RunOptions};
+use crate::context::Context;
 
 pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> JobReport {
     let mut report = JobReport::new(Kind::ExpiredOrders);

@@ -6,30 +6,13 @@ pub mod progress;
 pub mod report;
 pub mod seat_sweep;
 
-use std::future::Future;
-use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Settings;
-use crate::error::Result;
-use crate::lease::LeaseBook;
+use crate::context::Context;
 use crate::model::{Kind, ShowtimeId};
-use crate::retry::with_retry;
-use crate::store::mysql::MysqlStore;
-use crate::store::redis::RedisStore;
 use report::{JobReport, RunReport};
-
-/// Everything a job needs: settings and the two stores.
-#[derive(Clone)]
-pub struct Context {
-    pub settings: Arc<Settings>,
-    pub mysql: MysqlStore,
-    pub redis: RedisStore,
-    /// Every showtime lease this process holds, so shutdown can release them.
-    pub leases: LeaseBook,
-}
 
 /// What one run is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -41,29 +24,6 @@ pub struct RunOptions {
     pub stop: CancellationToken,
     /// Draw progress on stderr (set when stderr is a terminal).
     pub progress: bool,
-}
-
-impl Context {
-    /// Connects to both stores; an error here is "unreachable at start".
-    pub async fn connect(settings: Settings) -> Result<Context> {
-        let mysql = MysqlStore::connect(&settings.mysql, settings.sharding).await?;
-        let redis = RedisStore::connect(&settings.redis, &settings.reconcile.instance).await?;
-        Ok(Context {
-            settings: Arc::new(settings),
-            mysql,
-            redis,
-            leases: LeaseBook::default(),
-        })
-    }
-
-    /// Runs an I/O step with the configured retry policy.
-    pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        with_retry(&self.settings.reconcile.retry, what, op).await
-    }
 }
 
 /// Runs jobs once and returns their settled reports: `expired-orders`

@@ -18,15 +18,17 @@ use std::sync::Arc;
 
 use crate::error::Error;
 use crate::lease::Leases;
+use crate::model::SeatRepair;
 use crate::model::{Kind, Occupancy, SeatNo, ShowtimeId, Template};
-use crate::plan::{self, HashObservation, SeatRepair, ShowtimeInput};
+use crate::plan::{self, HashObservation, ShowtimeInput};
 use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
 use crate::store::redis::{Fenced, HashRead, SeatBatch, ShowtimeRead, SuspectOp};
 
+use super::RunOptions;
 use super::audit::AuditLog;
 use super::progress::Progress;
 use super::report::JobReport;
-use super::{Context, RunOptions};
+use crate::context::Context;
 
 /// Most hall templates kept between chunks; cleared when exceeded.
 const TEMPLATE_CACHE_HALLS: usize = 1024;

@@ -3,15 +3,15 @@
 //! Every query is bounded by a LIMIT or by an IN list of one chunk.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use futures_util::TryStreamExt;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use crate::config::{MysqlSettings, Shard};
 use crate::error::Result;
-use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatNo, ShowtimeId};
+use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatNo, Shard, ShowtimeId};
 
 /// The cancel reason the reconciler writes, so seatflow can tell its cancels apart.
 pub const CANCEL_REASON: &str = "RECONCILE_EXPIRED";
@@ -133,11 +133,17 @@ pub struct MysqlStore {
 pub use crate::model::Occupancy;
 
 impl MysqlStore {
-    pub async fn connect(settings: &MysqlSettings, shard: Shard) -> Result<MysqlStore> {
+    /// A pool of at most `max_connections`, each acquired within `acquire_timeout`.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+        shard: Shard,
+    ) -> Result<MysqlStore> {
         let pool = MySqlPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.connect_timeout)
-            .connect(settings.url.expose())
+            .max_connections(max_connections)
+            .acquire_timeout(acquire_timeout)
+            .connect(url)
             .await?;
         Ok(MysqlStore { pool, shard })
     }

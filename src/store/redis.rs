@@ -5,15 +5,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Value};
 
-use crate::config::RedisSettings;
 use crate::error::{Error, Result};
-use crate::model::{SeatFields, SeatNo, SeatState, ShowtimeId};
-use crate::plan::SeatRepair;
+use crate::model::{SeatFields, SeatNo, SeatRepair, SeatState, ShowtimeId};
 
 /// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
 pub struct Lua {
@@ -149,6 +148,13 @@ pub struct RedisStore {
     round_trips: Arc<AtomicU64>,
 }
 
+/// One Redis server, or the seed nodes of a Redis Cluster.
+#[derive(Debug, Clone, Copy)]
+pub enum RedisEndpoint<'a> {
+    Single(&'a str),
+    Cluster(&'a [&'a str]),
+}
+
 /// `seatflow-reconciler:<instance>`, reduced to characters Redis accepts.
 pub fn client_name(instance: &str) -> String {
     let clean: String = instance
@@ -165,25 +171,34 @@ pub fn client_name(instance: &str) -> String {
 }
 
 impl RedisStore {
-    pub async fn connect(settings: &RedisSettings, instance: &str) -> Result<RedisStore> {
-        let conn = if settings.cluster_urls.is_empty() {
-            let client = redis::Client::open(settings.url.expose())?;
-            let config = redis::aio::ConnectionManagerConfig::new()
-                .set_response_timeout(Some(settings.response_timeout))
-                .set_connection_timeout(Some(settings.response_timeout))
-                .set_number_of_retries(2);
-            RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
-        } else {
-            let urls: Vec<&str> = settings.cluster_urls.iter().map(|u| u.expose()).collect();
-            let client = redis::cluster::ClusterClient::builder(urls)
-                .response_timeout(settings.response_timeout)
-                .connection_timeout(settings.response_timeout)
-                .build()?;
-            RedisConn::Cluster(client.get_async_connection().await?)
+    /// Connects to `endpoint`; keys are named under `key_prefix`, and the
+    /// connection is named after `instance` (visible in CLIENT LIST).
+    pub async fn connect(
+        endpoint: RedisEndpoint<'_>,
+        key_prefix: &str,
+        response_timeout: Duration,
+        instance: &str,
+    ) -> Result<RedisStore> {
+        let conn = match endpoint {
+            RedisEndpoint::Single(url) => {
+                let client = redis::Client::open(url)?;
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(response_timeout))
+                    .set_connection_timeout(Some(response_timeout))
+                    .set_number_of_retries(2);
+                RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
+            }
+            RedisEndpoint::Cluster(urls) => {
+                let client = redis::cluster::ClusterClient::builder(urls.to_vec())
+                    .response_timeout(response_timeout)
+                    .connection_timeout(response_timeout)
+                    .build()?;
+                RedisConn::Cluster(client.get_async_connection().await?)
+            }
         };
         let store = RedisStore {
             conn,
-            keys: Keys::new(settings.key_prefix.clone()),
+            keys: Keys::new(key_prefix.to_string()),
             client_name: client_name(instance),
             round_trips: Arc::default(),
         };

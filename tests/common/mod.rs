@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use seatflow_reconciler::config::{SecretUrl, Settings};
+use seatflow_reconciler::context::Context;
 use seatflow_reconciler::fixtures::{self, Fixtures};
 use seatflow_reconciler::jobs::report::{JobReport, RunReport};
-use seatflow_reconciler::jobs::{self, Context, RunOptions};
+use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
 
 pub fn mysql_base_url() -> String {
@@ -37,7 +38,7 @@ pub fn test_settings(db_url: &str, prefix: &str) -> Settings {
     s.redis.url = SecretUrl::new(redis_url());
     s.redis.key_prefix = prefix.to_string();
     s.reconcile.orphan_grace = Duration::ZERO;
-    s.reconcile.retry.base_delay = Duration::from_millis(5);
+    s.reconcile.retry_base_delay = Duration::from_millis(5);
     s.reconcile.instance = "test".into();
     s
 }

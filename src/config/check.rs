@@ -1,0 +1,156 @@
+//! Rules the types alone cannot say: ranges, URL schemes, the key prefix,
+//! cron expressions, the shard and the instance name. Pure: what it needs of
+//! the machine (the host name) is passed in.
+
+use std::time::Duration;
+
+use super::{ConfigError, JobSettings, SecretUrl, Settings, redact_url};
+use crate::model::Kind;
+use crate::schedule;
+
+impl Settings {
+    /// Checks every rule and fills what defaults to the host: the instance
+    /// name and, with `sharding.index = -1`, the StatefulSet ordinal.
+    pub(super) fn checked(mut self, hostname: Option<&str>) -> Result<Settings, ConfigError> {
+        check_url("mysql.url", &self.mysql.url, &["mysql", "mariadb"])?;
+        in_range("mysql.max_connections", self.mysql.max_connections, 1, 256)?;
+        positive("mysql.connect_timeout", self.mysql.connect_timeout)?;
+
+        check_url("redis.url", &self.redis.url, &["redis", "rediss"])?;
+        for url in &self.redis.cluster_urls {
+            check_url("redis.cluster_urls", url, &["redis", "rediss"])?;
+        }
+        if self.redis.key_prefix.contains(['{', '}']) || self.redis.key_prefix.is_empty() {
+            return Err(ConfigError::new(
+                "redis.key_prefix",
+                "must be non-empty and must not contain braces (they form the hash tag)",
+            ));
+        }
+        positive("redis.response_timeout", self.redis.response_timeout)?;
+
+        let r = &mut self.reconcile;
+        if r.lock_ttl < Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "reconcile.lock_ttl",
+                "must be at least 1s",
+            ));
+        }
+        in_range("reconcile.scan_chunk", r.scan_chunk, 1, 10_000)?;
+        in_range("reconcile.retry_attempts", r.retry_attempts, 1, 20)?;
+        if r.instance.trim().is_empty() {
+            r.instance = hostname
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .unwrap_or("seatflow-reconciler")
+                .to_string();
+        }
+
+        positive("daemon.shutdown_timeout", self.daemon.shutdown_timeout)?;
+        self.sharding.index = shard_index(self.sharding.total, self.sharding.index, hostname)?;
+
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| ConfigError::new("log.level", format!("invalid filter: {e}")))?;
+
+        for kind in Kind::ALL {
+            check_job(kind, self.job(kind))?;
+        }
+        Ok(self)
+    }
+}
+
+fn check_job(kind: Kind, job: &JobSettings) -> Result<(), ConfigError> {
+    let key = |field: &str| format!("jobs.{}.{field}", kind.label());
+    schedule::check(&job.schedule).map_err(|reason| ConfigError::new(key("schedule"), reason))?;
+    in_range(&key("batch_size"), job.batch_size, 1, 10_000_000)?;
+    in_range(&key("scan_limit"), job.scan_limit, 1, 100_000_000)?;
+    Ok(())
+}
+
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<(), ConfigError> {
+    if value >= min && value <= max {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            key,
+            format!("{value} is out of range {min}..={max}"),
+        ))
+    }
+}
+
+fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {
+    if d.is_zero() {
+        Err(ConfigError::new(key, "must be greater than 0"))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_url(key: &str, url: &SecretUrl, schemes: &[&str]) -> Result<(), ConfigError> {
+    let raw = url.expose();
+    let parsed = url::Url::parse(raw)
+        .map_err(|e| ConfigError::new(key, format!("invalid URL {}: {e}", redact_url(raw))))?;
+    if !schemes.contains(&parsed.scheme()) {
+        return Err(ConfigError::new(
+            key,
+            format!("scheme must be one of {}", schemes.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates the shard index; -1 takes the StatefulSet ordinal from the host name.
+fn shard_index(total: u32, index: i64, hostname: Option<&str>) -> Result<i64, ConfigError> {
+    in_range("sharding.total", total, 1, 4096)?;
+    let total = i64::from(total);
+    if index != -1 {
+        in_range("sharding.index", index, 0, total - 1)?;
+        return Ok(index);
+    }
+    let ordinal = hostname
+        .and_then(|h| h.trim().rsplit_once('-'))
+        .and_then(|(_, n)| n.parse::<i64>().ok())
+        .ok_or_else(|| {
+            ConfigError::new(
+                "sharding.index",
+                format!("-1 needs a host name ending in -N (a StatefulSet pod), got {hostname:?}"),
+            )
+        })?;
+    if ordinal >= total {
+        return Err(ConfigError::new(
+            "sharding.index",
+            format!("the host name's ordinal {ordinal} is not below sharding.total = {total}"),
+        ));
+    }
+    Ok(ordinal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard_index;
+
+    #[test]
+    fn shards_come_from_config_or_the_statefulset_ordinal() {
+        assert_eq!(shard_index(3, 2, None).unwrap(), 2);
+        assert_eq!(
+            shard_index(3, -1, Some("seatflow-reconciler-1")).unwrap(),
+            1
+        );
+        assert_eq!(shard_index(3, 3, None).unwrap_err().key, "sharding.index");
+        assert_eq!(
+            shard_index(2, -1, Some("seatflow-reconciler-2"))
+                .unwrap_err()
+                .key,
+            "sharding.index"
+        );
+        assert_eq!(
+            shard_index(2, -1, Some("laptop")).unwrap_err().key,
+            "sharding.index"
+        );
+        assert_eq!(shard_index(0, 0, None).unwrap_err().key, "sharding.total");
+    }
+}

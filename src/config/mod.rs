@@ -1,0 +1,363 @@
+//! Settings, typed. Where they come from is `sources.rs` (defaults, file,
+//! environment), the rules the types cannot say are `check.rs`, and values
+//! that must never be printed are `secret.rs`. Every error names its key.
+
+mod check;
+mod secret;
+mod sources;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::model::{Kind, Shard};
+
+pub use secret::{Secret, SecretUrl, redact_url};
+pub use sources::DEFAULT_TOML;
+
+/// A configuration problem, always tied to one key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration key `{key}`: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct MysqlSettings {
+    pub url: SecretUrl,
+    pub max_connections: u32,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RedisSettings {
+    pub url: SecretUrl,
+    pub cluster_urls: Vec<SecretUrl>,
+    pub key_prefix: String,
+    #[serde(with = "humantime_serde")]
+    pub response_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpSettings {
+    pub listen: SocketAddr,
+    /// Empty disables the admin endpoint.
+    pub admin_token: Secret,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReconcileSettings {
+    pub dry_run: bool,
+    #[serde(with = "humantime_serde")]
+    pub expired_order_buffer: Duration,
+    #[serde(with = "humantime_serde")]
+    pub orphan_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub lock_ttl: Duration,
+    pub scan_chunk: usize,
+    /// Who this process is in the audit; empty in the file means the host name.
+    pub instance: String,
+    pub retry_attempts: u32,
+    #[serde(with = "humantime_serde")]
+    pub retry_base_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_max_delay: Duration,
+}
+
+impl ReconcileSettings {
+    pub fn retry(&self) -> RetrySettings {
+        RetrySettings {
+            attempts: self.retry_attempts,
+            base_delay: self.retry_base_delay,
+            max_delay: self.retry_max_delay,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct RetrySettings {
+    pub attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct DaemonSettings {
+    /// How long running batches may take to finish after SIGTERM.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// Each scheduled run starts after a random delay up to this, so that
+    /// replicas do not fire in lockstep.
+    #[serde(with = "humantime_serde")]
+    pub start_jitter: Duration,
+}
+
+/// `sharding.total` and `sharding.index`; once checked, the index is the
+/// resolved one (never -1).
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct ShardingSettings {
+    pub total: u32,
+    pub index: i64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct JobSettings {
+    pub enabled: bool,
+    pub schedule: String,
+    pub batch_size: usize,
+    pub scan_limit: usize,
+}
+
+/// `[jobs.<job>]`, one section per job.
+#[derive(Debug, Clone, Deserialize)]
+struct JobsSettings {
+    expired_orders: JobSettings,
+    paid_seats: JobSettings,
+    missing_hashes: JobSettings,
+    orphan_locks: JobSettings,
+    sold_orphans: JobSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub mysql: MysqlSettings,
+    pub redis: RedisSettings,
+    pub http: HttpSettings,
+    pub reconcile: ReconcileSettings,
+    pub daemon: DaemonSettings,
+    pub sharding: ShardingSettings,
+    pub log: LogSettings,
+    jobs: JobsSettings,
+}
+
+impl Settings {
+    pub fn job(&self, kind: Kind) -> &JobSettings {
+        let j = &self.jobs;
+        match kind {
+            Kind::ExpiredOrders => &j.expired_orders,
+            Kind::PaidSeats => &j.paid_seats,
+            Kind::MissingHashes => &j.missing_hashes,
+            Kind::OrphanLocks => &j.orphan_locks,
+            Kind::SoldOrphans => &j.sold_orphans,
+        }
+    }
+
+    pub fn job_mut(&mut self, kind: Kind) -> &mut JobSettings {
+        let j = &mut self.jobs;
+        match kind {
+            Kind::ExpiredOrders => &mut j.expired_orders,
+            Kind::PaidSeats => &mut j.paid_seats,
+            Kind::MissingHashes => &mut j.missing_hashes,
+            Kind::OrphanLocks => &mut j.orphan_locks,
+            Kind::SoldOrphans => &mut j.sold_orphans,
+        }
+    }
+
+    /// This replica's share of the showtimes.
+    pub fn shard(&self) -> Shard {
+        Shard {
+            total: self.sharding.total,
+            index: self.sharding.index as u32,
+        }
+    }
+
+    /// Loads defaults, then `file`, then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`], with the environment given explicitly (tests).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let hostname = host_name(&env);
+        Self::from_sources(file, env, hostname.as_deref())
+    }
+
+    /// Pure: settings from these sources and this host name.
+    pub fn from_sources(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        hostname: Option<&str>,
+    ) -> Result<Settings, ConfigError> {
+        let merged = sources::merge(file, env)?;
+        let settings: Settings = merged
+            .try_deserialize()
+            .map_err(|e| ConfigError::new(sources::error_key(&e), e.to_string()))?;
+        settings.checked(hostname)
+    }
+}
+
+/// The host name: `HOSTNAME` (set in every Kubernetes pod), else /etc/hostname.
+fn host_name(env: &[(String, String)]) -> Option<String> {
+    env.iter()
+        .find(|(k, _)| k == "HOSTNAME")
+        .map(|(_, v)| v.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn load_toml(text: &str, vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let mut f = tempfile_in_target();
+        f.1.write_all(text.as_bytes()).unwrap();
+        Settings::load_with_env(Some(&f.0), env(vars))
+    }
+
+    fn tempfile_in_target() -> (std::path::PathBuf, std::fs::File) {
+        let path = std::env::temp_dir().join(format!("seatflow-cfg-{}.toml", uuid::Uuid::new_v4()));
+        let file = std::fs::File::create(&path).unwrap();
+        (path, file)
+    }
+
+    #[test]
+    fn defaults_load_and_match_the_spec() {
+        let s = Settings::load_with_env(None, env(&[])).unwrap();
+        assert_eq!(s.mysql.url.expose(), "mysql://root@127.0.0.1:3306/seatflow");
+        assert_eq!(s.redis.key_prefix, "seatflow:");
+        assert_eq!(s.http.listen.to_string(), "127.0.0.1:9464");
+        assert_eq!(s.reconcile.expired_order_buffer, Duration::from_secs(60));
+        assert_eq!(s.reconcile.orphan_grace, Duration::from_secs(120));
+        assert_eq!(s.reconcile.lock_ttl, Duration::from_secs(30));
+        assert_eq!(s.reconcile.scan_chunk, 200);
+        assert!(!s.reconcile.dry_run);
+        for k in Kind::ALL {
+            assert!(s.job(k).enabled);
+        }
+    }
+
+    #[test]
+    fn file_then_environment_override() {
+        let s = load_toml(
+            "[reconcile]\norphan_grace = \"2m\"\n[jobs.paid_seats]\nbatch_size = 7\n",
+            &[
+                ("SEATFLOW__RECONCILE__DRY_RUN", "true"),
+                ("SEATFLOW__JOBS__PAID_SEATS__BATCH_SIZE", "9"),
+                ("SEATFLOW__MYSQL__URL", "mysql://u:hunter2@db:3306/x"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.reconcile.orphan_grace, Duration::from_secs(120));
+        assert!(s.reconcile.dry_run);
+        assert_eq!(s.job(Kind::PaidSeats).batch_size, 9);
+        assert_eq!(s.mysql.url.expose(), "mysql://u:hunter2@db:3306/x");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = load_toml("[reconcile]\norphan_grase = \"2m\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "reconcile.orphan_grase");
+        let e = Settings::load_with_env(None, env(&[("SEATFLOW__HTTP__PORT", "1")])).unwrap_err();
+        assert_eq!(e.key, "http.port");
+        let e = load_toml("[jobs.refunds]\nenabled = true\n", &[]).unwrap_err();
+        assert_eq!(e.key, "jobs.refunds.enabled");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let cases = [
+            ("[reconcile]\nlock_ttl = \"soon\"\n", "reconcile.lock_ttl"),
+            ("[reconcile]\nscan_chunk = 0\n", "reconcile.scan_chunk"),
+            ("[reconcile]\ndry_run = \"maybe\"\n", "reconcile.dry_run"),
+            (
+                "[jobs.orphan_locks]\nschedule = \"* * * * *\"\n",
+                "jobs.orphan_locks.schedule",
+            ),
+            (
+                "[jobs.orphan_locks]\nschedule = \"0 0 25 * * *\"\n",
+                "jobs.orphan_locks.schedule",
+            ),
+            (
+                "[jobs.sold_orphans]\nbatch_size = -1\n",
+                "jobs.sold_orphans.batch_size",
+            ),
+            ("[redis]\nurl = \"http://x\"\n", "redis.url"),
+            ("[redis]\nkey_prefix = \"a{b\"\n", "redis.key_prefix"),
+            ("[http]\nlisten = \"nowhere\"\n", "http.listen"),
+            ("[log]\nformat = \"xml\"\n", "log.format"),
+        ];
+        for (text, key) in cases {
+            let e = load_toml(text, &[]).unwrap_err();
+            assert_eq!(e.key, key, "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn environment_strings_stay_strings() {
+        let s = Settings::load_with_env(
+            None,
+            env(&[
+                ("SEATFLOW__HTTP__ADMIN_TOKEN", "00042"),
+                ("SEATFLOW__REDIS__KEY_PREFIX", "1e3"),
+                ("SEATFLOW__RECONCILE__INSTANCE", "007"),
+                ("SEATFLOW__JOBS__PAID_SEATS__BATCH_SIZE", "0009"),
+                ("SEATFLOW__REDIS__CLUSTER_URLS", "redis://a:1, redis://b:2"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.http.admin_token.expose(), "00042");
+        assert_eq!(s.redis.key_prefix, "1e3");
+        assert_eq!(s.reconcile.instance, "007");
+        assert_eq!(s.job(Kind::PaidSeats).batch_size, 9);
+        assert_eq!(s.redis.cluster_urls.len(), 2);
+        assert!(!format!("{s:?}").contains("00042"));
+    }
+
+    #[test]
+    fn the_host_name_fills_instance_and_shard() {
+        let s = Settings::from_sources(
+            None,
+            env(&[
+                ("SEATFLOW__SHARDING__TOTAL", "3"),
+                ("SEATFLOW__SHARDING__INDEX", "-1"),
+            ]),
+            Some("seatflow-reconciler-2"),
+        )
+        .unwrap();
+        assert_eq!(s.shard(), Shard { total: 3, index: 2 });
+        assert_eq!(s.reconcile.instance, "seatflow-reconciler-2");
+    }
+}

@@ -1,0 +1,66 @@
+//! The connections a command works with: settings, both stores, and the
+//! book of leases this process holds. Jobs, `inspect`, the runner and the
+//! demo all take a `Context`; it is built from settings in one place.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::error::Result;
+use crate::lease::LeaseBook;
+use crate::retry::with_retry;
+use crate::store::mysql::MysqlStore;
+use crate::store::redis::{RedisEndpoint, RedisStore};
+
+/// Everything a command needs: settings and the two stores.
+#[derive(Clone)]
+pub struct Context {
+    pub settings: Arc<Settings>,
+    pub mysql: MysqlStore,
+    pub redis: RedisStore,
+    /// Every showtime lease this process holds, so shutdown can release them.
+    pub leases: LeaseBook,
+}
+
+impl Context {
+    /// Connects to both stores; an error here is "unreachable at start".
+    pub async fn connect(settings: Settings) -> Result<Context> {
+        let m = &settings.mysql;
+        let mysql = MysqlStore::connect(
+            m.url.expose(),
+            m.max_connections,
+            m.connect_timeout,
+            settings.shard(),
+        )
+        .await?;
+        let r = &settings.redis;
+        let cluster: Vec<&str> = r.cluster_urls.iter().map(|u| u.expose()).collect();
+        let endpoint = if cluster.is_empty() {
+            RedisEndpoint::Single(r.url.expose())
+        } else {
+            RedisEndpoint::Cluster(&cluster)
+        };
+        let redis = RedisStore::connect(
+            endpoint,
+            &r.key_prefix,
+            r.response_timeout,
+            &settings.reconcile.instance,
+        )
+        .await?;
+        Ok(Context {
+            settings: Arc::new(settings),
+            mysql,
+            redis,
+            leases: LeaseBook::default(),
+        })
+    }
+
+    /// Runs an I/O step with the configured retry policy.
+    pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        with_retry(&self.settings.reconcile.retry(), what, op).await
+    }
+}

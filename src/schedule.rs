@@ -1,0 +1,49 @@
+//! Cron schedules: six fields (seconds first), evaluated in UTC, parsed
+//! exactly as `tokio-cron-scheduler` parses them so that the next fire times
+//! shown in `/status` agree with the scheduler's.
+
+use chrono::{DateTime, Utc};
+
+/// Parses a schedule (seconds required, day-of-month AND day-of-week).
+pub fn parse(raw: &str) -> Result<croner::Cron, croner::errors::CronError> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .dom_and_dow(true)
+        .build()
+        .parse(raw)
+}
+
+/// Why a schedule is not usable, in words for a configuration error.
+pub fn check(raw: &str) -> Result<(), String> {
+    let fields = raw.split_whitespace().count();
+    if fields != 6 {
+        return Err(format!(
+            "cron expression {raw:?} must have 6 fields (seconds first), has {fields}"
+        ));
+    }
+    parse(raw)
+        .map(|_| ())
+        .map_err(|e| format!("invalid cron expression {raw:?}: {e}"))
+}
+
+/// The next time a schedule fires after now (UTC).
+pub fn next_fire(schedule: &str) -> Option<DateTime<Utc>> {
+    parse(schedule)
+        .ok()?
+        .find_next_occurrence(&Utc::now(), false)
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn six_fields_seconds_first() {
+        assert!(check("0 * * * * *").is_ok());
+        assert!(check("* * * * *").unwrap_err().contains("6 fields"));
+        assert!(check("0 0 25 * * *").unwrap_err().contains("invalid cron"));
+        assert!(next_fire("*/5 * * * * *").is_some());
+        assert!(next_fire("nonsense").is_none());
+    }
+}
