@@ -21,16 +21,47 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Where an error happened: the `stage` label of
+/// `seatflow_reconcile_errors_total`, a bounded set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    Mysql,
+    Redis,
+    Lock,
+    Audit,
+    InvalidData,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 5] = [
+        Stage::Mysql,
+        Stage::Redis,
+        Stage::Lock,
+        Stage::Audit,
+        Stage::InvalidData,
+    ];
+
+    pub const fn label(self) -> &'static str {
+        match self {
+            Stage::Mysql => "mysql",
+            Stage::Redis => "redis",
+            Stage::Lock => "lock",
+            Stage::Audit => "audit",
+            Stage::InvalidData => "invalid_data",
+        }
+    }
+}
+
 /// MySQL: lock wait timeout, deadlock.
 const TRANSIENT_MYSQL_CODES: [&str; 2] = ["1205", "1213"];
 
 impl Error {
     /// The `stage` label of `seatflow_reconcile_errors_total`.
-    pub fn stage(&self) -> &'static str {
+    pub fn stage(&self) -> Stage {
         match self {
-            Error::Mysql(_) | Error::Migrate(_) => "mysql",
-            Error::Redis(_) | Error::Protocol(_) => "redis",
-            Error::LeaseLost(_) => "lock",
+            Error::Mysql(_) | Error::Migrate(_) => Stage::Mysql,
+            Error::Redis(_) | Error::Protocol(_) => Stage::Redis,
+            Error::LeaseLost(_) => Stage::Lock,
         }
     }
 

@@ -20,8 +20,9 @@ pub struct SeatMap {
     pub key: String,
     /// `present`, `missing` or `wrong_type`.
     pub hash: &'static str,
-    /// Whether some reconciler holds this showtime's mutex right now.
-    pub lock_held: bool,
+    /// Whether some reconciler holds this showtime's lease right now.
+    #[serde(rename = "lock_held")]
+    pub lease_held: bool,
     pub seats: Vec<SeatView>,
     /// Problems not tied to a template seat (unknown fields, wrong type, …).
     pub other_problems: Vec<String>,
@@ -64,9 +65,9 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
     let occupants = ctx.mysql.occupants(id).await?;
     let (_, mut reads) = ctx.redis.read_showtimes(&[id], true).await?;
     let read = reads.remove(0);
-    let lock_held = ctx
+    let lease_held = ctx
         .redis
-        .get_string(&ctx.redis.keys.lock(id))
+        .get_string(&ctx.redis.keys.lease(id))
         .await?
         .is_some();
 
@@ -155,7 +156,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         key: ctx.redis.keys.seat(id),
         showtime,
         hash: hash_word,
-        lock_held,
+        lease_held,
         seats,
         other_problems,
         drift,
@@ -199,7 +200,7 @@ impl SeatMap {
             } else {
                 String::new()
             },
-            if self.lock_held { "held" } else { "free" }
+            if self.lease_held { "held" } else { "free" }
         );
         let mut rows: BTreeMap<&str, Vec<&SeatView>> = BTreeMap::new();
         for v in &self.seats {

@@ -45,7 +45,7 @@ impl LeaseBook {
     }
 }
 
-pub struct Leases {
+pub struct RunLeases {
     redis: RedisStore,
     book: LeaseBook,
     token: String,
@@ -62,9 +62,9 @@ pub struct Acquired {
     pub busy: Vec<ShowtimeId>,
 }
 
-impl Leases {
-    pub fn new(redis: RedisStore, ttl: Duration, book: LeaseBook) -> Leases {
-        Leases {
+impl RunLeases {
+    pub fn new(redis: RedisStore, ttl: Duration, book: LeaseBook) -> RunLeases {
+        RunLeases {
             redis,
             book,
             token: uuid::Uuid::new_v4().to_string(),

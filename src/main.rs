@@ -283,7 +283,10 @@ async fn connect(settings: Settings) -> Option<Context> {
     match Context::connect(settings).await {
         Ok(ctx) => Some(ctx),
         Err(e) => {
-            eprintln!("error: cannot reach {} ({mysql} / {redis}): {e}", e.stage());
+            eprintln!(
+                "error: cannot reach {} ({mysql} / {redis}): {e}",
+                e.stage().label()
+            );
             None
         }
     }

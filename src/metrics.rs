@@ -8,21 +8,13 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::error::Stage;
 use crate::jobs::report::{JobReport, Outcome};
 use crate::model::Kind;
 
-/// The `kind` label values, in the order `once` runs the jobs.
-pub const KIND_LABELS: [&str; 5] = [
-    Kind::ExpiredOrders.label(),
-    Kind::PaidSeats.label(),
-    Kind::MissingHashes.label(),
-    Kind::OrphanLocks.label(),
-    Kind::SoldOrphans.label(),
-];
-/// Run outcomes as labelled on `seatflow_reconcile_runs_total`.
-pub const OUTCOMES: [&str; 4] = ["success", "partial", "failure", "skipped_overlap"];
-/// Error stages as labelled on `seatflow_reconcile_errors_total`.
-pub const STAGES: [&str; 5] = ["mysql", "redis", "lock", "audit", "invalid_data"];
+/// The `outcome` of a scheduled fire that found the previous run still
+/// going; the other outcomes are `Outcome`'s.
+pub const SKIPPED_OVERLAP: &str = "skipped_overlap";
 /// Dependencies reported by `seatflow_reconciler_dependency_up`.
 pub const DEPENDENCIES: [&str; 2] = ["mysql", "redis"];
 /// Run durations from milliseconds (a tiny estate) to minutes (a backlog).
@@ -202,10 +194,11 @@ impl Metrics {
             self.mutex_busy.with_label_values(&[k]);
             self.backlog.with_label_values(&[k]);
             self.scanned.with_label_values(&[k]);
-            for o in OUTCOMES {
+            for o in Outcome::ALL.map(Outcome::label) {
                 self.runs.with_label_values(&[k, o]);
             }
-            for s in STAGES {
+            self.runs.with_label_values(&[k, SKIPPED_OVERLAP]);
+            for s in Stage::ALL.map(Stage::label) {
                 self.errors.with_label_values(&[k, s]);
             }
         }
@@ -226,7 +219,9 @@ impl Metrics {
             .with_label_values(&[k])
             .inc_by(r.skipped_busy);
         for (stage, n) in &r.errors_by_stage {
-            self.errors.with_label_values(&[k, stage]).inc_by(*n);
+            self.errors
+                .with_label_values(&[k, stage.label()])
+                .inc_by(*n);
         }
         self.runs.with_label_values(&[k, r.outcome.label()]).inc();
         self.run_duration
@@ -246,7 +241,7 @@ impl Metrics {
 
     pub fn record_skipped_overlap(&self, kind: Kind) {
         self.runs
-            .with_label_values(&[kind.label(), "skipped_overlap"])
+            .with_label_values(&[kind.label(), SKIPPED_OVERLAP])
             .inc();
     }
 

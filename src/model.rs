@@ -360,6 +360,27 @@ impl FromStr for Kind {
     }
 }
 
+/// What one audited repair did (the `kind` column of `reconcile_fix`; the
+/// job that did it is its `job` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixAction {
+    OrderCancelled,
+    SeatSet,
+    SeatReleased,
+    HashRebuilt,
+}
+
+impl FixAction {
+    pub const fn label(self) -> &'static str {
+        match self {
+            FixAction::OrderCancelled => "order_cancelled",
+            FixAction::SeatSet => "seat_set",
+            FixAction::SeatReleased => "seat_released",
+            FixAction::HashRebuilt => "hash_rebuilt",
+        }
+    }
+}
+
 /// A per-seat compare-and-set: change `observed` (None = field absent) to `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeatRepair {

@@ -18,7 +18,13 @@ use seatflow_reconciler::simulator::{HoldRecord, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
 const TRAFFIC: Duration = Duration::from_secs(10);
-const KINDS: [&str; 5] = seatflow_reconciler::metrics::KIND_LABELS;
+const KINDS: [&str; 5] = [
+    "expired_orders",
+    "paid_seats",
+    "missing_hashes",
+    "orphan_locks",
+    "sold_orphans",
+];
 
 /// A MariaDB user per reconciler process, so the test can find (and kill)
 /// exactly that process's connections; dropped at the end.

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{TestEnv, audit_row};
+use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::Kind;
 use std::time::Duration;
@@ -607,5 +608,9 @@ async fn audit_batches_that_cannot_be_written_are_counted() {
     // The repairs stand; both batches (the background one of 500 and the
     // last 140) are counted as audit errors.
     assert_eq!(report.fixed, locks);
-    assert_eq!(report.errors_by_stage.get("audit"), Some(&2), "{report:?}");
+    assert_eq!(
+        report.errors_by_stage.get(&Stage::Audit),
+        Some(&2),
+        "{report:?}"
+    );
 }

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestEnv;
+use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::SeatRepair;
 use seatflow_reconciler::model::{Kind, SeatState};
@@ -75,7 +76,7 @@ async fn a_showtime_locked_by_another_token_is_skipped_and_counted() {
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(5, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(5, &seats, &[("A-1", "1")]).await.unwrap();
-    let lock = env.ctx.redis.keys.lock(5);
+    let lock = env.ctx.redis.keys.lease(5);
     let _: () = env
         .redis(
             redis::cmd("SET")
@@ -151,7 +152,7 @@ async fn a_holder_whose_lease_expired_cannot_write() {
         redis.release_leases("old", &[7]).await.unwrap(),
         vec![false]
     );
-    let holder: Option<String> = env.redis(redis::cmd("GET").arg(redis.keys.lock(7))).await;
+    let holder: Option<String> = env.redis(redis::cmd("GET").arg(redis.keys.lease(7))).await;
     assert_eq!(holder.as_deref(), Some("new"));
 }
 
@@ -482,7 +483,7 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
         "{r:?}"
     );
     assert_eq!(r.quarantined, vec![1]);
-    assert_eq!(r.errors_by_stage.get("redis"), Some(&1));
+    assert_eq!(r.errors_by_stage.get(&Stage::Redis), Some(&1));
     assert_eq!(report.exit_code(), 1);
     assert!(report.to_text().contains("quarantined for this run"));
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();

@@ -9,7 +9,7 @@
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
-use crate::model::{Kind, SeatNo, SeatState, ShowtimeId};
+use crate::model::{FixAction, Kind, SeatNo, SeatState, ShowtimeId};
 use crate::store::mysql::FixRecord;
 
 use crate::context::Context;
@@ -51,15 +51,15 @@ impl<'a> AuditLog<'a> {
         before: Option<SeatState>,
         after: SeatState,
     ) {
-        let kind = if after == SeatState::Free {
-            "seat_released"
+        let action = if after == SeatState::Free {
+            FixAction::SeatReleased
         } else {
-            "seat_set"
+            FixAction::SeatSet
         };
         self.push(FixRecord {
             fix_id: uuid::Uuid::new_v4().simple().to_string(),
             job: self.job,
-            kind,
+            action,
             showtime_id: Some(showtime),
             seat_no: Some(seat.clone()),
             order_id,
@@ -79,7 +79,7 @@ impl<'a> AuditLog<'a> {
         tracing::debug!(
             run_id = self.run_id,
             job = fix.job.label(),
-            kind = fix.kind,
+            kind = fix.action.label(),
             showtime_id = fix.showtime_id,
             seat_no = fix.seat_no.as_deref(),
             order_id = fix.order_id,
@@ -142,7 +142,7 @@ async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Resu
             tracing::error!(
                 run_id,
                 job = fix.job.label(),
-                kind = fix.kind,
+                kind = fix.action.label(),
                 showtime_id = fix.showtime_id,
                 seat_no = fix.seat_no.as_deref(),
                 order_id = fix.order_id,

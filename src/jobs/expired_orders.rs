@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::error::Error;
-use crate::lease::Leases;
-use crate::model::SeatRepair;
+use crate::lease::RunLeases;
+use crate::model::{FixAction, SeatRepair};
 use crate::model::{Kind, SeatState, ShowtimeId};
 use crate::store::mysql::{ExpiredOrder, FixRecord, Keyset};
 use crate::store::redis::{Fenced, SeatBatch};
@@ -19,7 +19,7 @@ use crate::context::Context;
 
 pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> JobReport {
     let mut report = JobReport::new(Kind::ExpiredOrders);
-    let leases = Leases::new(
+    let leases = RunLeases::new(
         ctx.redis.clone(),
         ctx.settings.reconcile.lock_ttl,
         ctx.leases.clone(),
@@ -39,7 +39,7 @@ async fn sweep(
     opts: &RunOptions,
     audit: &mut AuditLog<'_>,
     report: &mut JobReport,
-    leases: &Leases,
+    leases: &RunLeases,
 ) -> Result<(), Error> {
     let job = ctx.settings.job(Kind::ExpiredOrders);
     let buffer = chrono::Duration::from_std(ctx.settings.reconcile.expired_order_buffer)
@@ -114,7 +114,7 @@ async fn cancel_chunk(
     deadline: chrono::NaiveDateTime,
     audit: &mut AuditLog<'_>,
     report: &mut JobReport,
-    leases: &Leases,
+    leases: &RunLeases,
 ) -> Result<(), Error> {
     let mut by_showtime: BTreeMap<ShowtimeId, Vec<i64>> = BTreeMap::new();
     for o in orders {
@@ -128,7 +128,7 @@ async fn cancel_chunk(
         tracing::info!(
             kind = "expired_orders",
             showtime_id = busy,
-            "showtime busy (mutex held elsewhere); skipped this run"
+            "showtime busy (leased by another reconciler); skipped this run"
         );
     }
     let result = cancel_locked(
@@ -153,7 +153,7 @@ async fn cancel_locked(
     deadline: chrono::NaiveDateTime,
     audit: &mut AuditLog<'_>,
     report: &mut JobReport,
-    leases: &Leases,
+    leases: &RunLeases,
 ) -> Result<(), Error> {
     let order_ids: Vec<i64> = taken
         .iter()
@@ -186,7 +186,7 @@ async fn cancel_locked(
             .push(FixRecord {
                 fix_id: uuid::Uuid::new_v4().simple().to_string(),
                 job: Kind::ExpiredOrders,
-                kind: "order_cancelled",
+                action: FixAction::OrderCancelled,
                 showtime_id: Some(order.showtime_id),
                 seat_no: None,
                 order_id: Some(order.id),

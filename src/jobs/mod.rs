@@ -11,6 +11,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
+use crate::error::Stage;
 use crate::model::{Kind, ShowtimeId};
 use report::{JobReport, RunReport};
 
@@ -68,7 +69,7 @@ async fn settle(
     // A failed flush already logged every row as an event; count it below.
     let _ = audit.flush().await;
     for _ in 0..audit.failed_batches() {
-        report.error_at("audit");
+        report.error_at(Stage::Audit);
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
     report.finish();
@@ -113,7 +114,7 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
     let mut jobs = run_jobs(ctx, kinds, opts, &run_id).await;
     if !audit_ok {
         for report in &mut jobs {
-            report.error_at("audit");
+            report.error_at(Stage::Audit);
             report.finish();
         }
     }

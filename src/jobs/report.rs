@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::error::Error;
+use crate::error::{Error, Stage};
 use crate::model::Kind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -18,7 +18,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn label(self) -> &'static str {
+    pub const ALL: [Outcome; 3] = [Outcome::Success, Outcome::Partial, Outcome::Failure];
+
+    pub const fn label(self) -> &'static str {
         match self {
             Outcome::Success => "success",
             Outcome::Partial => "partial",
@@ -55,7 +57,7 @@ pub struct JobReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<i64>,
     #[serde(skip)]
-    pub errors_by_stage: BTreeMap<&'static str, u64>,
+    pub errors_by_stage: BTreeMap<Stage, u64>,
     #[serde(skip)]
     pub examples: Vec<String>,
     #[serde(skip)]
@@ -99,14 +101,14 @@ impl JobReport {
         self.error_at(e.stage());
     }
 
-    pub fn error_at(&mut self, stage: &'static str) {
+    pub fn error_at(&mut self, stage: Stage) {
         self.errors += 1;
         *self.errors_by_stage.entry(stage).or_default() += 1;
     }
 
     pub fn invalid(&mut self) {
         self.invalid_data += 1;
-        *self.errors_by_stage.entry("invalid_data").or_default() += 1;
+        *self.errors_by_stage.entry(Stage::InvalidData).or_default() += 1;
     }
 
     pub fn example(&mut self, text: impl FnOnce() -> String) {
@@ -301,7 +303,7 @@ mod tests {
             Outcome::Success,
             "bad data alone is not a failure"
         );
-        j.error_at("redis");
+        j.error_at(Stage::Redis);
         j.finish();
         assert_eq!(j.outcome, Outcome::Partial);
         let mut k = JobReport::new(Kind::PaidSeats);

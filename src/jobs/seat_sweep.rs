@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::lease::Leases;
-use crate::model::SeatRepair;
+use crate::lease::RunLeases;
+use crate::model::{FixAction, SeatRepair};
 use crate::model::{Kind, Occupancy, SeatNo, ShowtimeId, Template};
 use crate::plan::{self, HashObservation, ShowtimeInput};
 use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
@@ -120,7 +120,7 @@ pub async fn run<'a>(
         ctx,
         opts,
         jobs,
-        leases: Leases::new(
+        leases: RunLeases::new(
             ctx.redis.clone(),
             ctx.settings.reconcile.lock_ttl,
             ctx.leases.clone(),
@@ -154,7 +154,7 @@ struct Sweep<'a, 'o> {
     ctx: &'a Context,
     opts: &'o RunOptions,
     jobs: Vec<Job<'a>>,
-    leases: Leases,
+    leases: RunLeases,
     templates: HashMap<i64, Arc<Template>>,
     progress: Progress,
 }
@@ -460,7 +460,7 @@ impl<'a> Sweep<'a, '_> {
         for id in &acquired.busy {
             tracing::info!(
                 showtime_id = id,
-                "showtime busy (mutex held elsewhere); skipped this run"
+                "showtime busy (leased by another reconciler); skipped this run"
             );
             let mut per_job: HashMap<Kind, u64> = HashMap::new();
             if work.rebuilds.contains(id) {
@@ -653,7 +653,7 @@ impl<'a> Sweep<'a, '_> {
                         .push(FixRecord {
                             fix_id: uuid::Uuid::new_v4().simple().to_string(),
                             job: Kind::MissingHashes,
-                            kind: "hash_rebuilt",
+                            action: FixAction::HashRebuilt,
                             showtime_id: Some(id),
                             seat_no: None,
                             order_id: None,

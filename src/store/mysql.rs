@@ -11,7 +11,7 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use crate::error::Result;
-use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatNo, Shard, ShowtimeId};
+use crate::model::{FixAction, Kind, OccupancyBuilder, OrderStatus, SeatNo, Shard, ShowtimeId};
 
 /// The cancel reason the reconciler writes, so seatflow can tell its cancels apart.
 pub const CANCEL_REASON: &str = "RECONCILE_EXPIRED";
@@ -112,8 +112,7 @@ pub struct FixRecord {
     /// Unique per repair, so a retried INSERT never writes a row twice.
     pub fix_id: String,
     pub job: Kind,
-    /// What was done: `order_cancelled`, `seat_set`, `seat_released`, `hash_rebuilt`.
-    pub kind: &'static str,
+    pub action: FixAction,
     pub showtime_id: Option<ShowtimeId>,
     pub seat_no: Option<SeatNo>,
     pub order_id: Option<i64>,
@@ -612,7 +611,7 @@ impl MysqlStore {
             b.push_bind(&f.fix_id)
                 .push_bind(run_id)
                 .push_bind(f.job.label())
-                .push_bind(f.kind)
+                .push_bind(f.action.label())
                 .push_bind(f.showtime_id)
                 .push_bind(f.seat_no.as_deref())
                 .push_bind(f.order_id)

@@ -63,7 +63,9 @@ impl Keys {
     pub fn seat(&self, s: ShowtimeId) -> String {
         format!("{}seat:{{{s}}}", self.prefix)
     }
-    pub fn lock(&self, s: ShowtimeId) -> String {
+    /// The showtime's lease (the spec's per-showtime mutex; the key name
+    /// `reconcile:lock:` is seatflow's interface and stays).
+    pub fn lease(&self, s: ShowtimeId) -> String {
         format!("{}reconcile:lock:{{{s}}}", self.prefix)
     }
     pub fn suspect(&self, s: ShowtimeId) -> String {
@@ -446,7 +448,7 @@ impl RedisStore {
                     &REPAIR_SEATS,
                     &[
                         self.keys.seat(id),
-                        self.keys.lock(id),
+                        self.keys.lease(id),
                         self.keys.suspect(id),
                         self.keys.done(id),
                     ],
@@ -491,7 +493,7 @@ impl RedisStore {
             &REBUILD_HASH,
             &[
                 self.keys.seat(showtime),
-                self.keys.lock(showtime),
+                self.keys.lease(showtime),
                 self.keys.done(showtime),
             ],
         );
@@ -519,7 +521,7 @@ impl RedisStore {
             .iter()
             .map(|&id| {
                 redis::cmd("SET")
-                    .arg(self.keys.lock(id))
+                    .arg(self.keys.lease(id))
                     .arg(token)
                     .arg("NX")
                     .arg("PX")
@@ -544,7 +546,7 @@ impl RedisStore {
         let cmds: Vec<Cmd> = ids
             .iter()
             .map(|&id| {
-                let mut c = evalsha(&LEASE_RENEW, &[self.keys.lock(id)]);
+                let mut c = evalsha(&LEASE_RENEW, &[self.keys.lease(id)]);
                 c.arg(token).arg(ttl_ms);
                 c
             })
@@ -557,7 +559,7 @@ impl RedisStore {
         let cmds: Vec<Cmd> = ids
             .iter()
             .map(|&id| {
-                let mut c = evalsha(&LEASE_RELEASE, &[self.keys.lock(id)]);
+                let mut c = evalsha(&LEASE_RELEASE, &[self.keys.lease(id)]);
                 c.arg(token);
                 c
             })
@@ -732,7 +734,7 @@ mod tests {
             redis::cmd("HGETALL").arg(k.seat(1)).clone(),
             redis::cmd("HGETALL").arg(k.suspect(1)).clone(),
             redis::cmd("HGETALL").arg(k.seat(2)).clone(),
-            evalsha(&REPAIR_SEATS, &[k.seat(2), k.lock(2)]),
+            evalsha(&REPAIR_SEATS, &[k.seat(2), k.lease(2)]),
             redis::cmd("GET").arg(k.cursor("paid_seats")).clone(),
         ];
         assert_eq!(
@@ -747,7 +749,7 @@ mod tests {
     fn keys_of_one_showtime_share_its_hash_tag() {
         let k = Keys::new("seatflow:");
         assert_eq!(k.seat(42), "seatflow:seat:{42}");
-        assert_eq!(k.lock(42), "seatflow:reconcile:lock:{42}");
+        assert_eq!(k.lease(42), "seatflow:reconcile:lock:{42}");
         assert_eq!(k.suspect(42), "seatflow:reconcile:suspect:{42}");
     }
 }
