@@ -21,9 +21,11 @@ pub fn check(raw: &str) -> Result<(), String> {
             "cron expression {raw:?} must have 6 fields (seconds first), has {fields}"
         ));
     }
-    parse(raw)
-        .map(|_| ())
-        .map_err(|e| format!("invalid cron expression {raw:?}: {e}"))
+    let cron = parse(raw).map_err(|e| format!("invalid cron expression {raw:?}: {e}"))?;
+    match cron.find_next_occurrence(&Utc::now(), false) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!("cron expression {raw:?} never fires")),
+    }
 }
 
 /// The next time a schedule fires after now (UTC).
@@ -43,6 +45,7 @@ mod tests {
         assert!(check("0 * * * * *").is_ok());
         assert!(check("* * * * *").unwrap_err().contains("6 fields"));
         assert!(check("0 0 25 * * *").unwrap_err().contains("invalid cron"));
+        assert!(check("0 0 0 30 2 *").unwrap_err().contains("never fires"));
         assert!(next_fire("*/5 * * * * *").is_some());
         assert!(next_fire("nonsense").is_none());
     }

@@ -12,6 +12,9 @@ impl Settings {
     /// Checks every rule and fills what defaults to the host: the instance
     /// name and, with `sharding.index = -1`, the StatefulSet ordinal.
     pub(super) fn checked(mut self, hostname: Option<&str>) -> Result<Settings, ConfigError> {
+        for (key, d) in self.durations() {
+            at_most_a_year(key, d)?;
+        }
         check_url("mysql.url", &self.mysql.url, &["mysql", "mariadb"])?;
         in_range("mysql.max_connections", self.mysql.max_connections, 1, 256)?;
         positive("mysql.connect_timeout", self.mysql.connect_timeout)?;
@@ -37,6 +40,16 @@ impl Settings {
         }
         in_range("reconcile.scan_chunk", r.scan_chunk, 1, 10_000)?;
         in_range("reconcile.retry_attempts", r.retry_attempts, 1, 20)?;
+        if r.retry_base_delay > r.retry_max_delay {
+            return Err(ConfigError::new(
+                "reconcile.retry_base_delay",
+                format!(
+                    "{} is longer than reconcile.retry_max_delay = {}",
+                    humantime::format_duration(r.retry_base_delay),
+                    humantime::format_duration(r.retry_max_delay)
+                ),
+            ));
+        }
         if r.instance.trim().is_empty() {
             r.instance = hostname
                 .map(str::trim)
@@ -55,6 +68,39 @@ impl Settings {
             check_job(kind, self.job(kind))?;
         }
         Ok(self)
+    }
+}
+
+/// The longest duration any key takes: a year. Longer ones are mistakes, and
+/// far longer ones overflow the clock arithmetic at run time.
+const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
+    if d > MAX_DURATION {
+        Err(ConfigError::new(
+            key,
+            format!("{} is longer than a year", humantime::format_duration(d)),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+impl Settings {
+    /// Every duration setting with its key.
+    fn durations(&self) -> [(&'static str, Duration); 9] {
+        let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
+        [
+            ("mysql.connect_timeout", m.connect_timeout),
+            ("redis.response_timeout", r.response_timeout),
+            ("reconcile.expired_order_buffer", c.expired_order_buffer),
+            ("reconcile.orphan_grace", c.orphan_grace),
+            ("reconcile.lock_ttl", c.lock_ttl),
+            ("reconcile.retry_base_delay", c.retry_base_delay),
+            ("reconcile.retry_max_delay", c.retry_max_delay),
+            ("daemon.shutdown_timeout", d.shutdown_timeout),
+            ("daemon.start_jitter", d.start_jitter),
+        ]
     }
 }
 

@@ -318,6 +318,24 @@ mod tests {
             ("[redis]\nkey_prefix = \"a{b\"\n", "redis.key_prefix"),
             ("[http]\nlisten = \"nowhere\"\n", "http.listen"),
             ("[log]\nformat = \"xml\"\n", "log.format"),
+            (
+                "[jobs.paid_seats]\nbatch_size = 1.5\n",
+                "jobs.paid_seats.batch_size",
+            ),
+            ("[mysql]\nmax_connections = 1.5\n", "mysql.max_connections"),
+            ("[http]\nadmin_token = 42\n", "http.admin_token"),
+            (
+                "[reconcile]\norphan_grace = \"100000000y\"\n",
+                "reconcile.orphan_grace",
+            ),
+            (
+                "[jobs.paid_seats]\nschedule = \"0 0 0 30 2 *\"\n",
+                "jobs.paid_seats.schedule",
+            ),
+            (
+                "[reconcile]\nretry_base_delay = \"3s\"\nretry_max_delay = \"1s\"\n",
+                "reconcile.retry_base_delay",
+            ),
         ];
         for (text, key) in cases {
             let e = load_toml(text, &[]).unwrap_err();

@@ -4,7 +4,7 @@
 //! the typed settings ask for a number or a flag, so `00042` stays `00042`
 //! where a string is wanted.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use config::{Config, File, FileFormat, Map, Value, ValueKind};
@@ -53,7 +53,7 @@ pub fn merge(
     let merged = builder
         .build()
         .map_err(|e| ConfigError::new(error_key(&e), e.to_string()))?;
-    reject_unknown_keys(&merged)?;
+    check_keys_and_types(&merged)?;
     Ok(merged)
 }
 
@@ -77,7 +77,12 @@ pub fn error_key(e: &config::ConfigError) -> String {
         .unwrap_or_else(|| "<file>".to_string())
 }
 
-fn flatten_keys(prefix: &str, table: &Map<String, Value>, out: &mut BTreeSet<String>) {
+/// Every leaf of a table, by its dotted key.
+fn leaves<'a>(
+    prefix: &str,
+    table: &'a Map<String, Value>,
+    out: &mut BTreeMap<String, &'a ValueKind>,
+) {
     for (k, v) in table {
         let key = if prefix.is_empty() {
             k.clone()
@@ -85,38 +90,99 @@ fn flatten_keys(prefix: &str, table: &Map<String, Value>, out: &mut BTreeSet<Str
             format!("{prefix}.{k}")
         };
         match &v.kind {
-            ValueKind::Table(t) => flatten_keys(&key, t, out),
-            _ => {
-                out.insert(key);
+            ValueKind::Table(t) => leaves(&key, t, out),
+            kind => {
+                out.insert(key, kind);
             }
         }
     }
 }
 
-/// Every key set anywhere must be one of `default.toml`'s keys.
-fn reject_unknown_keys(merged: &Config) -> Result<(), ConfigError> {
+/// Every key set anywhere must be one of `default.toml`'s keys, with a value
+/// of its default's type: an integer where the default is an integer (`1.5`
+/// is refused, not rounded), a string where it is a string. Environment
+/// values arrive as strings and must spell the type exactly.
+fn check_keys_and_types(merged: &Config) -> Result<(), ConfigError> {
     let defaults = Config::builder()
         .add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml))
         .build()
-        .expect("default.toml is valid");
-    let mut known = BTreeSet::new();
-    let defaults = defaults.cache.into_table().expect("defaults are a table");
-    flatten_keys("", &defaults, &mut known);
-    let mut seen = BTreeSet::new();
+        .expect("default.toml is valid")
+        .cache
+        .into_table()
+        .expect("defaults are a table");
+    let mut known = BTreeMap::new();
+    leaves("", &defaults, &mut known);
     let table = merged
         .cache
         .clone()
         .into_table()
         .map_err(|e| ConfigError::new(error_key(&e), e.to_string()))?;
-    flatten_keys("", &table, &mut seen);
-    match seen.difference(&known).next() {
-        Some(key) => Err(ConfigError::new(key.clone(), "unknown key")),
-        None => Ok(()),
+    let mut seen = BTreeMap::new();
+    leaves("", &table, &mut seen);
+    for (key, value) in seen {
+        let Some(default) = known.get(&key) else {
+            return Err(ConfigError::new(key, "unknown key"));
+        };
+        if let Err(reason) = same_type(default, value) {
+            return Err(ConfigError::new(key, reason));
+        }
+    }
+    Ok(())
+}
+
+fn same_type(default: &ValueKind, value: &ValueKind) -> Result<(), String> {
+    use ValueKind::*;
+    match (default, value) {
+        (I64(_) | U64(_) | I128(_) | U128(_), I64(_) | U64(_) | I128(_) | U128(_)) => Ok(()),
+        (I64(_) | U64(_) | I128(_) | U128(_), String(s)) if s.trim().parse::<i64>().is_ok() => {
+            Ok(())
+        }
+        (I64(_) | U64(_) | I128(_) | U128(_), other) => {
+            Err(format!("must be a whole number, got {}", shown(other)))
+        }
+        (Boolean(_), Boolean(_)) => Ok(()),
+        (Boolean(_), String(s)) if s == "true" || s == "false" => Ok(()),
+        (Boolean(_), other) => Err(format!("must be true or false, got {}", shown(other))),
+        (String(_), String(_)) => Ok(()),
+        (String(_), other) => Err(format!(
+            "must be a string (in quotes), got {}",
+            shown(other)
+        )),
+        (Array(_), Array(items)) if items.iter().all(|v| matches!(v.kind, String(_))) => Ok(()),
+        (Array(_), other) => Err(format!("must be a list of strings, got {}", shown(other))),
+        _ => Ok(()),
+    }
+}
+
+/// A value as the user wrote it, for an error message.
+fn shown(v: &ValueKind) -> std::string::String {
+    match v {
+        ValueKind::String(s) => format!("{s:?}"),
+        ValueKind::Table(_) => "a table".into(),
+        ValueKind::Array(_) => "a list".into(),
+        ValueKind::Nil => "nothing".into(),
+        other => other.to_string(),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use config::ValueKind;
+
+    #[test]
+    fn values_must_have_their_defaults_type() {
+        let int = ValueKind::I64(4);
+        assert!(super::same_type(&int, &ValueKind::I64(7)).is_ok());
+        assert!(super::same_type(&int, &ValueKind::String("0009".into())).is_ok());
+        assert!(super::same_type(&int, &ValueKind::Float(1.5)).is_err());
+        assert!(super::same_type(&int, &ValueKind::String("1.5".into())).is_err());
+        let flag = ValueKind::Boolean(false);
+        assert!(super::same_type(&flag, &ValueKind::String("true".into())).is_ok());
+        assert!(super::same_type(&flag, &ValueKind::String("yes".into())).is_err());
+        let text = ValueKind::String(String::new());
+        assert!(super::same_type(&text, &ValueKind::I64(42)).is_err());
+    }
+
     #[test]
     fn environment_names_become_keys() {
         assert_eq!(
