@@ -43,15 +43,13 @@ pub async fn run_on(
     let runner = Runner::new(ctx.clone(), metrics.clone());
     tracing::info!(listen = %listener.local_addr()?, "HTTP listening");
     let http_stop = CancellationToken::new();
-    let server = {
-        let app = crate::http::router(runner.clone());
-        let stop = http_stop.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-        })
-    };
+    let server = tokio::spawn(crate::http::serve(
+        listener,
+        crate::http::router(runner.clone()),
+        ctx.settings.http.header_timeout,
+        ctx.settings.http.max_connections,
+        http_stop.clone(),
+    ));
 
     let mut scheduler = JobScheduler::new().await?;
     for kind in Kind::ALL {

@@ -2,16 +2,78 @@
 //! `/status`, and the admin trigger `POST /jobs/{job}/run`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::model::Kind;
 use crate::runner::{NotStarted, Runner};
+
+/// Serves `app` on `listener` until `stop`, HTTP/1 only (probes and
+/// Prometheus speak it), with bounds a plain `axum::serve` lacks: at most
+/// `max_connections` at once (more wait in the listen backlog), and a
+/// connection that sends no complete request head within `header_timeout`
+/// (a silent client, or an idle keep-alive) is closed. On `stop`, open
+/// connections finish their request in hand and close.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    header_timeout: Duration,
+    max_connections: usize,
+    stop: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let connections = TaskTracker::new();
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("never closed"),
+            _ = stop.cancelled() => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, don't spin.
+                    tracing::warn!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let mut http1 = hyper::server::conn::http1::Builder::new();
+            http1
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let conn = http1.serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(slot);
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}
 
 pub fn router(runner: Arc<Runner>) -> Router {
     Router::new()

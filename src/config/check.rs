@@ -58,6 +58,8 @@ impl Settings {
                 .to_string();
         }
 
+        positive("http.header_timeout", self.http.header_timeout)?;
+        in_range("http.max_connections", self.http.max_connections, 1, 10_000)?;
         positive("daemon.shutdown_timeout", self.daemon.shutdown_timeout)?;
         self.sharding.index = shard_index(self.sharding.total, self.sharding.index, hostname)?;
 
@@ -88,7 +90,7 @@ fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Settings {
     /// Every duration setting with its key.
-    fn durations(&self) -> [(&'static str, Duration); 9] {
+    fn durations(&self) -> [(&'static str, Duration); 10] {
         let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
         [
             ("mysql.connect_timeout", m.connect_timeout),
@@ -98,6 +100,7 @@ impl Settings {
             ("reconcile.lock_ttl", c.lock_ttl),
             ("reconcile.retry_base_delay", c.retry_base_delay),
             ("reconcile.retry_max_delay", c.retry_max_delay),
+            ("http.header_timeout", self.http.header_timeout),
             ("daemon.shutdown_timeout", d.shutdown_timeout),
             ("daemon.start_jitter", d.start_jitter),
         ]

@@ -56,6 +56,9 @@ pub struct HttpSettings {
     pub listen: SocketAddr,
     /// Empty disables the admin endpoint.
     pub admin_token: Secret,
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,0 +1,117 @@
+//! The daemon's HTTP server is bounded: a silent or idle client is cut off
+//! after `http.header_timeout`, and at most `http.max_connections` are
+//! served at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestEnv;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Starts the daemon in process with no job enabled; returns its address and
+/// the handle that stops it.
+async fn daemon(
+    env: &TestEnv,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(seatflow_reconciler::daemon::run_on(
+        env.ctx.clone(),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    (addr, stop, handle)
+}
+
+async fn settings_env(header_timeout: Duration, max_connections: usize) -> TestEnv {
+    TestEnv::with(|s| {
+        for kind in seatflow_reconciler::model::Kind::ALL {
+            s.job_mut(kind).enabled = false;
+        }
+        s.http.header_timeout = header_timeout;
+        s.http.max_connections = max_connections;
+    })
+    .await
+}
+
+/// Reads until the server closes the connection; panics if it stays open
+/// for `limit` (far longer than the configured timeout).
+async fn closed_by_server(stream: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let mut got = Vec::new();
+    tokio::time::timeout(limit, stream.read_to_end(&mut got))
+        .await
+        .expect("the server closes a connection that sends no complete request")
+        .unwrap();
+    got
+}
+
+async fn healthz(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test]
+async fn silent_partial_and_idle_clients_are_cut_off() {
+    let env = settings_env(Duration::from_secs(1), 64).await;
+    let (addr, stop, handle) = daemon(&env).await;
+
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    closed_by_server(&mut silent, Duration::from_secs(30)).await;
+
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    partial
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    closed_by_server(&mut partial, Duration::from_secs(30)).await;
+
+    // A keep-alive connection that served a request, then went quiet.
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    assert!(healthz(&mut idle).await.starts_with("HTTP/1.1 200"));
+    closed_by_server(&mut idle, Duration::from_secs(30)).await;
+
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_wait_until_one_closes() {
+    let env = settings_env(Duration::from_secs(60), 1).await;
+    let (addr, stop, handle) = daemon(&env).await;
+
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    assert!(healthz(&mut first).await.starts_with("HTTP/1.1 200"));
+    // `first` stays open (keep-alive): the only slot is taken.
+    let second = tokio::spawn(async move {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        healthz(&mut s).await
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !second.is_finished(),
+        "a second connection was served while the only slot was taken"
+    );
+    drop(first);
+    let reply = tokio::time::timeout(Duration::from_secs(30), second)
+        .await
+        .expect("the waiting connection is served once the slot frees")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
