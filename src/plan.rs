@@ -51,19 +51,42 @@ pub enum Anomaly {
 }
 
 impl Anomaly {
+    /// One line for a log or report; data from the stores is cut to
+    /// `SHOWN_CHARS`, so a 1 MB junk value costs a few dozen bytes.
     pub fn describe(&self) -> String {
         match self {
             Anomaly::EmptyTemplate => "hall template has no enabled seats".into(),
             Anomaly::WrongType => "seat key is not a hash".into(),
-            Anomaly::InvalidValue { seat, raw } => format!("seat {seat} has invalid value {raw:?}"),
-            Anomaly::UnknownField { seat } => format!("field {seat} is not a template seat"),
+            Anomaly::InvalidValue { seat, raw } => {
+                format!("seat {} has invalid value {}", shown(seat), shown(raw))
+            }
+            Anomaly::UnknownField { seat } => {
+                format!("field {} is not a template seat", shown(seat))
+            }
             Anomaly::MissingField { seat } => {
-                format!("template seat {seat} is absent from the hash")
+                format!("template seat {} is absent from the hash", shown(seat))
             }
             Anomaly::OccupancyOutsideTemplate { seat } => {
-                format!("seat {seat} is occupied but not an enabled template seat")
+                format!(
+                    "seat {} is occupied but not an enabled template seat",
+                    shown(seat)
+                )
             }
         }
+    }
+}
+
+/// Most characters of a stored value that a message shows.
+const SHOWN_CHARS: usize = 40;
+
+/// A value from a store, quoted and cut to `SHOWN_CHARS`.
+fn shown(raw: &str) -> String {
+    let mut chars = raw.chars();
+    let head: String = chars.by_ref().take(SHOWN_CHARS).collect();
+    if chars.next().is_none() {
+        format!("{head:?}")
+    } else {
+        format!("{head:?}… ({} bytes)", raw.len())
     }
 }
 

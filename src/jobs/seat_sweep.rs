@@ -75,6 +75,22 @@ pub async fn run<'a>(
     opts: &RunOptions,
     audits: Vec<AuditLog<'a>>,
 ) -> Vec<(JobReport, AuditLog<'a>)> {
+    let Some(&reporter) = kinds.first() else {
+        return Vec::new();
+    };
+    run_with_reporter(ctx, kinds, opts, audits, reporter).await
+}
+
+/// As `run`; bad data is counted and logged by `reporter` alone, so that one
+/// bad value is one `invalid_data` error and one log line, whichever jobs
+/// saw it.
+async fn run_with_reporter<'a>(
+    ctx: &'a Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    audits: Vec<AuditLog<'a>>,
+    reporter: Kind,
+) -> Vec<(JobReport, AuditLog<'a>)> {
     let use_cursor = opts.showtimes.is_empty();
     let mut cursors = Vec::with_capacity(kinds.len());
     for kind in kinds {
@@ -96,7 +112,16 @@ pub async fn run<'a>(
     if kinds.len() > 1 && !shared {
         let mut out = Vec::with_capacity(kinds.len());
         for (kind, audit) in kinds.iter().zip(audits) {
-            out.extend(Box::pin(run(ctx, &[*kind], opts, vec![audit])).await);
+            out.extend(
+                Box::pin(run_with_reporter(
+                    ctx,
+                    &[*kind],
+                    opts,
+                    vec![audit],
+                    reporter,
+                ))
+                .await,
+            );
         }
         return out;
     }
@@ -127,6 +152,7 @@ pub async fn run<'a>(
         ),
         templates: HashMap::new(),
         progress: Progress::new(opts.progress, label, "showtimes"),
+        bad_data: BadDataLog::new(reporter),
     };
     let cursor = match cursors.into_iter().next() {
         Some(Err(e)) => Err(e),
@@ -140,6 +166,7 @@ pub async fn run<'a>(
         tracing::error!(kinds = ?kinds, error = %e, "seat sweep stopped");
         sweep.jobs.iter_mut().for_each(|j| j.report.fail(&e));
     }
+    sweep.bad_data.summarise();
     if let Err(e) = sweep.leases.release_all().await {
         sweep.jobs.iter_mut().for_each(|j| j.report.error(&e));
     }
@@ -157,6 +184,7 @@ struct Sweep<'a, 'o> {
     leases: RunLeases,
     templates: HashMap<i64, Arc<Template>>,
     progress: Progress,
+    bad_data: BadDataLog,
 }
 
 impl<'a> Sweep<'a, '_> {
@@ -373,13 +401,16 @@ impl<'a> Sweep<'a, '_> {
                 hash: observation(read),
             });
             let key = ctx.redis.keys.seat(showtime.id);
-            for anomaly in &plan.anomalies {
-                tracing::warn!(key, showtime_id = showtime.id, problem = %anomaly.describe(), "invalid data left alone");
+            if !plan.anomalies.is_empty() {
+                self.bad_data.showtime(&key, showtime.id, &plan.anomalies);
             }
             let mut planned = Vec::new();
             let mut ops = Vec::new();
+            let reporter = self.bad_data.reporter;
             for job in &mut self.jobs {
-                plan.anomalies.iter().for_each(|_| job.report.invalid());
+                if job.kind == reporter {
+                    plan.anomalies.iter().for_each(|_| job.report.invalid());
+                }
                 if job.kind == Kind::MissingHashes {
                     if plan.rebuild.is_some() {
                         job.report.drift += 1;
@@ -674,6 +705,65 @@ impl<'a> Sweep<'a, '_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Bad data, logged once per showtime per sweep as one summarised line
+/// (count and the first few problems, values cut short), and at most
+/// `MAX_LINES` such lines per sweep; the rest is one closing count. Log
+/// volume stays bounded whatever the data.
+struct BadDataLog {
+    /// The one job that counts and logs bad data in this run.
+    reporter: Kind,
+    logged: usize,
+    showtimes: u64,
+    problems: u64,
+}
+
+impl BadDataLog {
+    const MAX_LINES: usize = 20;
+    const EXAMPLES: usize = 3;
+
+    fn new(reporter: Kind) -> BadDataLog {
+        BadDataLog {
+            reporter,
+            logged: 0,
+            showtimes: 0,
+            problems: 0,
+        }
+    }
+
+    fn showtime(&mut self, key: &str, showtime_id: ShowtimeId, anomalies: &[plan::Anomaly]) {
+        self.showtimes += 1;
+        self.problems += anomalies.len() as u64;
+        if self.logged >= Self::MAX_LINES {
+            return;
+        }
+        self.logged += 1;
+        let examples = anomalies
+            .iter()
+            .take(Self::EXAMPLES)
+            .map(plan::Anomaly::describe)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(
+            key,
+            showtime_id,
+            problems = anomalies.len(),
+            examples,
+            "invalid data left alone"
+        );
+    }
+
+    fn summarise(&self) {
+        if self.showtimes as usize > self.logged {
+            tracing::warn!(
+                showtimes = self.showtimes,
+                problems = self.problems,
+                logged_showtimes = self.logged,
+                "invalid data left alone in more showtimes than logged one by one"
+            );
+        }
     }
 }
 
