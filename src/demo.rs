@@ -145,7 +145,7 @@ async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Resul
         for col in 1..=8 {
             let seat = format!("{row}-{col}");
             let value = hash.get(&seat).map(String::as_str).unwrap_or("?");
-            let expected = SeatState::expected(occ.get(&seat)).as_redis();
+            let expected = SeatState::expected(occ.get(&seat)).map_or("?", SeatState::as_redis);
             let mark = if value == expected { ' ' } else { '*' };
             line.push_str(&format!(" {value}{mark}"));
         }

@@ -37,7 +37,8 @@ pub struct SeatView {
     pub enabled: bool,
     /// The raw Redis value; None when the field (or hash) is absent.
     pub redis: Option<String>,
-    /// What MySQL implies: `"0"`, `"1"` or `"2"`.
+    /// What MySQL implies: `"0"`, `"1"` or `"2"`; `"?"` when the occupying
+    /// order's status is outside the contract.
     pub expected: &'static str,
     pub order: Option<OrderView>,
     /// The job that would repair this seat, if it differs.
@@ -127,13 +128,14 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
             };
             SeatView {
                 redis: fields.get(&s.seat_no),
-                expected: expected.as_redis(),
+                expected: expected.map_or("?", SeatState::as_redis),
                 order: occupant.map(|o| OrderView {
                     id: o.order_id,
                     order_no: o.order_no.clone(),
                     status: match o.status {
                         OrderStatus::Paid => "PAID",
                         OrderStatus::Pending => "PENDING",
+                        OrderStatus::Unknown { .. } => "not in the contract",
                     },
                     expires_at: o.expires_at,
                 }),

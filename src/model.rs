@@ -44,12 +44,15 @@ impl SeatState {
         }
     }
 
-    /// The state an occupancy implies (the contract's expected state).
-    pub fn expected(occupant: Option<OrderStatus>) -> SeatState {
+    /// The state an occupancy implies (the contract's expected state);
+    /// `None` when the occupying order's status is outside the contract:
+    /// then nobody knows, and the seat is left alone (rule 12).
+    pub fn expected(occupant: Option<OrderStatus>) -> Option<SeatState> {
         match occupant {
-            Some(OrderStatus::Paid) => SeatState::Sold,
-            Some(OrderStatus::Pending) => SeatState::Locked,
-            None => SeatState::Free,
+            Some(OrderStatus::Paid) => Some(SeatState::Sold),
+            Some(OrderStatus::Pending) => Some(SeatState::Locked),
+            Some(OrderStatus::Unknown { .. }) => None,
+            None => Some(SeatState::Free),
         }
     }
 }
@@ -268,15 +271,24 @@ impl<'a> ShowtimeOccupancy<'a> {
 pub enum OrderStatus {
     Pending,
     Paid,
+    /// A status the contract does not spell (`paid`, `PAID `, `SOLD`, …) on
+    /// an `active = 1` seat: MySQL holds the seat (`uq_occupancy`), but what
+    /// state it implies is unknown. Never read as free (rule 12).
+    Unknown {
+        order_id: i64,
+    },
 }
 
 impl OrderStatus {
-    /// `PENDING` / `PAID`; any other status is not an occupancy.
-    pub fn from_db(raw: &str) -> Option<OrderStatus> {
+    /// The status of order `order_id` on an `active = 1` seat, compared
+    /// exactly: `PENDING` and `PAID` occupy it; `CANCELLED` and `REFUNDED`
+    /// do not (the contract's own spelling); anything else is unknown.
+    pub fn of_active_seat(raw: &str, order_id: i64) -> Option<OrderStatus> {
         match raw {
             "PENDING" => Some(OrderStatus::Pending),
             "PAID" => Some(OrderStatus::Paid),
-            _ => None,
+            "CANCELLED" | "REFUNDED" => None,
+            _ => Some(OrderStatus::Unknown { order_id }),
         }
     }
 }

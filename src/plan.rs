@@ -48,6 +48,9 @@ pub enum Anomaly {
     MissingField { seat: SeatNo },
     /// A valid occupancy of a seat that is not an enabled template seat.
     OccupancyOutsideTemplate { seat: SeatNo },
+    /// A seat held (`active = 1`) by an order whose status the contract does
+    /// not spell: its expected state is unknown, so it is left alone.
+    UnknownOrderStatus { seat: SeatNo, order_id: i64 },
 }
 
 impl Anomaly {
@@ -72,6 +75,10 @@ impl Anomaly {
                     shown(seat)
                 )
             }
+            Anomaly::UnknownOrderStatus { seat, order_id } => format!(
+                "seat {} is held by order {order_id} whose status is not in the contract; left alone",
+                shown(seat)
+            ),
         }
     }
 }
@@ -125,22 +132,33 @@ pub fn classify(observed: Option<SeatState>, expected: SeatState) -> Option<Kind
     }
 }
 
-/// The expected hash of a showtime: every template seat at the state its occupancy implies.
+/// The expected hash of a showtime: every template seat at the state its
+/// occupancy implies. Seats whose state is unknown (an order status outside
+/// the contract) are left out: nothing is written for them.
 pub fn expected_hash(
     template: &Template,
     occupancy: ShowtimeOccupancy<'_>,
 ) -> Vec<(SeatNo, SeatState)> {
     let (expected, _) = expected_states(template, occupancy);
-    template.seats().iter().cloned().zip(expected).collect()
+    known_seats(template, expected)
 }
 
-/// The expected state of each template seat, by position, and the held seats
-/// that are not enabled template seats (sorted, each once).
+fn known_seats(template: &Template, expected: Vec<Option<SeatState>>) -> Vec<(SeatNo, SeatState)> {
+    template
+        .seats()
+        .iter()
+        .zip(expected)
+        .filter_map(|(seat, state)| Some((seat.clone(), state?)))
+        .collect()
+}
+
+/// The expected state of each template seat, by position (`None`: unknown),
+/// and the held seats that are not enabled template seats (sorted, each once).
 fn expected_states<'o>(
     template: &Template,
     occupancy: ShowtimeOccupancy<'o>,
-) -> (Vec<SeatState>, Vec<&'o str>) {
-    let mut expected = vec![SeatState::Free; template.len()];
+) -> (Vec<Option<SeatState>>, Vec<&'o str>) {
+    let mut expected = vec![Some(SeatState::Free); template.len()];
     let mut outside = Vec::new();
     for (seat, status) in occupancy.iter() {
         match template.find(seat.as_bytes()) {
@@ -151,6 +169,22 @@ fn expected_states<'o>(
     outside.sort_unstable();
     outside.dedup();
     (expected, outside)
+}
+
+/// Seats held by orders whose status is outside the contract, in seat order.
+fn unknown_occupancy(occupancy: ShowtimeOccupancy<'_>) -> Vec<Anomaly> {
+    let mut out: Vec<Anomaly> = occupancy
+        .iter()
+        .filter_map(|(seat, status)| match status {
+            OrderStatus::Unknown { order_id } => Some(Anomaly::UnknownOrderStatus {
+                seat: seat.into(),
+                order_id,
+            }),
+            _ => None,
+        })
+        .collect();
+    out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    out
 }
 
 /// Plans one showtime. Pure and total: any input yields a plan.
@@ -170,6 +204,7 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             .into_iter()
             .map(|seat| Anomaly::OccupancyOutsideTemplate { seat: seat.into() }),
     );
+    plan.anomalies.extend(unknown_occupancy(input.occupancy));
 
     let fields = match input.hash {
         HashObservation::WrongType => {
@@ -177,7 +212,7 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             return plan;
         }
         HashObservation::Missing => {
-            plan.rebuild = Some(template.seats().iter().cloned().zip(expected).collect());
+            plan.rebuild = Some(known_seats(template, expected));
             return plan;
         }
         HashObservation::Present(fields) => fields,
@@ -205,6 +240,10 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
                 }
             },
         };
+        let Some(expected) = expected else {
+            // Held by an order of unknown status: hands off (reported above).
+            continue;
+        };
         match classify(observed, expected) {
             Some(kind) => plan.repairs.push(SeatRepair {
                 kind,
@@ -229,7 +268,9 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
 /// True when a repair planned from the scan is still right given a fresh read
 /// of the seat's occupancy (safety rule 4's re-check right before repairing).
 pub fn still_valid(repair: &SeatRepair, fresh_occupant: Option<OrderStatus>) -> bool {
-    let expected = SeatState::expected(fresh_occupant);
+    let Some(expected) = SeatState::expected(fresh_occupant) else {
+        return false;
+    };
     expected == repair.target && classify(repair.observed, expected) == Some(repair.kind)
 }
 

@@ -80,6 +80,16 @@ async fn sweep(
         }
         let short = page.len() < want;
         report.scanned += page.len() as u64;
+        // Rule 12: a status only the collation calls PENDING is left alone.
+        let (page, misspelled): (Vec<_>, Vec<_>) = page.into_iter().partition(|o| o.exact);
+        for o in &misspelled {
+            report.invalid();
+            tracing::warn!(
+                order_id = o.id,
+                showtime_id = o.showtime_id,
+                "order status is not spelled PENDING exactly; left alone"
+            );
+        }
         report.drift += page.len() as u64;
         for o in page.iter().take(super::report::MAX_EXAMPLES) {
             report.example(|| {

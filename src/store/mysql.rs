@@ -51,6 +51,9 @@ pub struct ExpiredOrder {
     pub id: i64,
     pub showtime_id: ShowtimeId,
     pub expires_at: NaiveDateTime,
+    /// Spelled exactly `PENDING`. The page also holds orders the collation
+    /// calls PENDING (`pending`, `PENDING `): bad data, never cancelled.
+    pub exact: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,7 +197,7 @@ impl MysqlStore {
         only: &[ShowtimeId],
     ) -> Result<Vec<ShowtimeRow>> {
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE'",
+            "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE'",
         );
         push_shard(&mut q, "id", self.shard);
         push_after(&mut q, "starts_at", "id", after);
@@ -214,8 +217,9 @@ impl MysqlStore {
 
     /// How many ON_SALE showtimes there are (within `only`, when given).
     pub async fn count_on_sale(&self, only: &[ShowtimeId]) -> Result<u64> {
-        let mut q =
-            QueryBuilder::<MySql>::new("SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE'");
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE'",
+        );
         push_shard(&mut q, "id", self.shard);
         push_in(&mut q, "id", only);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
@@ -224,8 +228,9 @@ impl MysqlStore {
 
     /// How many ON_SALE showtimes lie after `after` (the unscanned backlog).
     pub async fn count_on_sale_after(&self, after: Keyset, only: &[ShowtimeId]) -> Result<u64> {
-        let mut q =
-            QueryBuilder::<MySql>::new("SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE'");
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE'",
+        );
         push_shard(&mut q, "id", self.shard);
         push_after(&mut q, "starts_at", "id", Some(after));
         push_in(&mut q, "id", only);
@@ -253,24 +258,27 @@ impl MysqlStore {
         Ok(out)
     }
 
-    /// Occupancy of whole showtimes: `active = 1` rows of PENDING/PAID orders.
-    /// Rows are streamed and decoded by position into one buffer: this reads
-    /// every held seat of every sweep.
+    /// Occupancy of whole showtimes: `active = 1` rows of every order but
+    /// those spelled exactly `CANCELLED` or `REFUNDED`, so that a status
+    /// outside the contract arrives as `OrderStatus::Unknown` instead of
+    /// vanishing (statuses are compared in binary: the default collation
+    /// would match `paid` to `PAID`). Rows are streamed and decoded by
+    /// position into one buffer: this reads every held seat of every sweep.
     pub async fn occupancy(&self, showtimes: &[ShowtimeId]) -> Result<Occupancy> {
         let mut out = OccupancyBuilder::default();
         if showtimes.is_empty() {
             return Ok(out.finish());
         }
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
+            "SELECT os.showtime_id, os.seat_no, o.status, o.id FROM order_seat os \
              JOIN ticket_order o ON o.id = os.order_id \
-             WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID')",
+             WHERE os.active = 1 AND NOT (BINARY o.status IN ('CANCELLED', 'REFUNDED'))",
         );
         push_in(&mut q, "os.showtime_id", showtimes);
         let mut rows = q.build().fetch(&self.pool);
         while let Some(r) = rows.try_next().await? {
             let status: &str = r.try_get(2)?;
-            if let Some(status) = OrderStatus::from_db(status) {
+            if let Some(status) = OrderStatus::of_active_seat(status, r.try_get(3)?) {
                 out.push(r.try_get(0)?, r.try_get(1)?, status);
             }
         }
@@ -288,7 +296,7 @@ impl MysqlStore {
             return Ok(out);
         }
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT os.showtime_id, os.seat_no, os.active, o.status, \
+            "SELECT os.showtime_id, os.seat_no, os.active, o.status, o.id AS order_id, \
              GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), COALESCE(o.cancelled_at, o.created_at)) AS touched \
              FROM order_seat os JOIN ticket_order o ON o.id = os.order_id \
              WHERE (os.showtime_id, os.seat_no) IN (",
@@ -308,7 +316,7 @@ impl MysqlStore {
             let active: Option<bool> = r.get("active");
             let status: String = r.get("status");
             if active == Some(true)
-                && let Some(st) = OrderStatus::from_db(&status)
+                && let Some(st) = OrderStatus::of_active_seat(&status, r.get("order_id"))
             {
                 entry.occupant = Some(st);
             }
@@ -319,8 +327,9 @@ impl MysqlStore {
         Ok(out)
     }
 
-    /// PENDING orders whose `expires_at` is before `deadline`, after `after`
-    /// in (expires_at, id) order.
+    /// Orders whose status the collation takes for PENDING and whose
+    /// `expires_at` is before `deadline`, after `after` in (expires_at, id)
+    /// order; `exact` tells the real PENDING ones.
     pub async fn expired_page(
         &self,
         deadline: NaiveDateTime,
@@ -329,8 +338,8 @@ impl MysqlStore {
         only: &[ShowtimeId],
     ) -> Result<Vec<ExpiredOrder>> {
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT id, showtime_id, expires_at FROM ticket_order \
-             WHERE status = 'PENDING' AND expires_at < ",
+            "SELECT id, showtime_id, expires_at, BINARY status = 'PENDING' AS exact \
+             FROM ticket_order WHERE status = 'PENDING' AND expires_at < ",
         );
         q.push_bind(deadline);
         push_shard(&mut q, "showtime_id", self.shard);
@@ -345,6 +354,7 @@ impl MysqlStore {
                 id: r.get("id"),
                 showtime_id: r.get("showtime_id"),
                 expires_at: r.get("expires_at"),
+                exact: r.get::<i64, _>("exact") == 1,
             })
             .collect())
     }
@@ -369,7 +379,7 @@ impl MysqlStore {
         let mut earlier = self.cancelled_by_us_since(ids, since).await?;
         let mut tx = self.pool.begin().await?;
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT id, showtime_id FROM ticket_order WHERE status = 'PENDING' AND expires_at < ",
+            "SELECT id, showtime_id FROM ticket_order WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ",
         );
         q.push_bind(deadline);
         push_in(&mut q, "id", ids);
@@ -403,7 +413,7 @@ impl MysqlStore {
             "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = ",
         );
         q.push_bind(CANCEL_REASON)
-            .push(" WHERE status = 'PENDING' AND expires_at < ")
+            .push(" WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ")
             .push_bind(deadline);
         push_in(&mut q, "id", &won_ids);
         let updated = q.build().execute(&mut *tx).await?.rows_affected();
@@ -500,7 +510,8 @@ impl MysqlStore {
         let rows = sqlx::query(
             "SELECT os.seat_no, o.id, o.order_no, o.status, o.expires_at FROM order_seat os \
              JOIN ticket_order o ON o.id = os.order_id \
-             WHERE os.showtime_id = ? AND os.active = 1 AND o.status IN ('PENDING', 'PAID') \
+             WHERE os.showtime_id = ? AND os.active = 1 \
+             AND NOT (BINARY o.status IN ('CANCELLED', 'REFUNDED')) \
              ORDER BY os.seat_no",
         )
         .bind(showtime)
@@ -514,7 +525,7 @@ impl MysqlStore {
                     seat_no: r.get("seat_no"),
                     order_id: r.get("id"),
                     order_no: r.get("order_no"),
-                    status: OrderStatus::from_db(&status)?,
+                    status: OrderStatus::of_active_seat(&status, r.get("id"))?,
                     expires_at: r.get("expires_at"),
                 })
             })
@@ -639,11 +650,14 @@ fn push_after(q: &mut QueryBuilder<MySql>, col_at: &str, col_id: &str, after: Op
 }
 
 /// ` AND MOD(col, total) = index` unless there is one shard.
+/// ` AND <col> is in this shard`: the SQL twin of `Shard::covers`, with the
+/// same Euclidean remainder (SQL's `MOD(-5, 2)` is -1; `MOD(MOD(x, n) + n, n)`
+/// is 1, as `rem_euclid` says), so every id, negative ones too, belongs to
+/// exactly one shard.
 fn push_shard(q: &mut QueryBuilder<MySql>, col: &str, shard: Shard) {
     if shard.total > 1 {
-        q.push(format_args!(" AND MOD({col}, "))
-            .push_bind(shard.total)
-            .push(") = ")
+        let n = i64::from(shard.total);
+        q.push(format_args!(" AND MOD(MOD({col}, {n}) + {n}, {n}) = "))
             .push_bind(shard.index);
     }
 }
