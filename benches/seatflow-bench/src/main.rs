@@ -235,7 +235,16 @@ async fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The reconciler binary: `--reconciler`, else the one built next to us.
+/// The repository root: the reconciler's source tree, two levels above this
+/// crate (`benches/seatflow-bench`).
+fn repo_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().and_then(Path::parent).unwrap_or(manifest)
+}
+
+/// The reconciler binary: `--reconciler`, else the one built next to us (in
+/// a workspace both land in the same target directory, `CARGO_TARGET_DIR`
+/// included).
 fn reconciler_path(given: Option<&Path>) -> Result<PathBuf> {
     let path = match given {
         Some(p) => p.to_path_buf(),
@@ -243,7 +252,7 @@ fn reconciler_path(given: Option<&Path>) -> Result<PathBuf> {
     };
     ensure!(
         path.is_file(),
-        "{} not found: build it with `cargo build --release --bin seatflow-reconciler` \
+        "{} not found: build it with `cargo build --release -p seatflow-reconciler` \
          or pass --reconciler",
         path.display()
     );
@@ -251,24 +260,21 @@ fn reconciler_path(given: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// `cargo run --bin seatflow-bench` rebuilds only the benchmark: warn when
+/// `cargo run -p seatflow-bench` rebuilds only the benchmark: warn when
 /// the reconciler it would measure is older than the library's sources.
 fn warn_if_stale(reconciler: &Path) {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let Some(built) = modified(reconciler) else {
         return;
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut dirs = vec![root.join("src")];
+    let mut dirs = vec![repo_root().join("src")];
     let mut newer = None;
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let path = entry.path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if !path.ends_with("bin/seatflow-bench.rs")
-                && modified(&path).is_some_and(|t| t > built)
-            {
+            } else if modified(&path).is_some_and(|t| t > built) {
                 newer = Some(path);
             }
         }
@@ -276,7 +282,7 @@ fn warn_if_stale(reconciler: &Path) {
     if let Some(path) = newer {
         eprintln!(
             "warning: {} is newer than {}: rebuild it with \
-             `cargo build --release --bin seatflow-reconciler`, or this measures old code",
+             `cargo build --release -p seatflow-reconciler`, or this measures old code",
             path.display(),
             reconciler.display()
         );
@@ -2050,12 +2056,12 @@ impl Report {
 }
 
 /// `bc9d361`, with `+dirty` when the reconciler's tracked sources differ from
-/// that commit (the benchmark's own file and results do not count), run in
-/// the source tree the binaries were built from.
+/// that commit (the benchmark's own crate and results, under benches/, do not
+/// count), run in the source tree the binaries were built from.
 fn git_commit() -> String {
     let git = |args: &[&str]| {
         Command::new("git")
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(repo_root())
             .args(args)
             .output()
             .ok()
@@ -2068,7 +2074,6 @@ fn git_commit() -> String {
         "--untracked-files=no",
         "--",
         ".",
-        ":!src/bin/seatflow-bench.rs",
         ":!benches",
     ];
     match git(&["rev-parse", "--short", "HEAD"]) {
