@@ -499,6 +499,10 @@ def check_dockerfile(repo: Path) -> None:
     bins = [b["name"] for b in cargo.get("bin") or []] or [cargo["package"]["name"]]
     check(BINARY in bins, f"Dockerfile: Cargo.toml builds the binary {BINARY}")
     check(f"target/release/{BINARY}" in runs, f"Dockerfile: copies target/release/{BINARY}")
+    check(
+        re.search(rf"cargo build [^&;]*(-p|--package) {BINARY}(\s|$)", runs) is not None,
+        f"Dockerfile: builds the product package only (-p {BINARY}), not the benchmark",
+    )
     final = instr[instr.index(froms[-1]):]
     users = [l.split(None, 1)[1] for l in final if l.upper().startswith("USER ")]
     check(

@@ -1,0 +1,219 @@
+//! The benchmark's connections to the services, one whole run (seed, then
+//! measure `--repeat` times), the drift put back between repetitions, and
+//! cleanup.
+
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+
+use seatflow_reconciler::config::redact_url;
+use seatflow_reconciler::fixtures;
+use seatflow_reconciler::store::mysql::MysqlStore;
+use seatflow_reconciler::store::redis::Keys;
+
+use crate::args::Args;
+use crate::estate::{Drift, Estate};
+use crate::report::{Report, Run, thousands};
+use crate::seeding::{SEED_IN_FLIGHT, SeedStats, Seeder};
+use crate::services::{load_average, local_server_pid};
+
+/// Both services, the throwaway names and the estate's size: what every phase
+/// needs. Cheap to clone (pool and connection are shared handles), so the
+/// floor can read Redis and MySQL on two tasks at once.
+#[derive(Clone)]
+pub struct Bench {
+    pub pool: MySqlPool,
+    pub redis: MultiplexedConnection,
+    pub keys: Keys,
+    pub db_url: String,
+    pub redis_url: String,
+    pub database: String,
+    pub showtimes: usize,
+    pub scan_chunk: usize,
+    /// The MariaDB server's process, when it runs on this host.
+    pub mariadb_pid: Option<u32>,
+}
+
+impl Bench {
+    /// Connects, and starts from a clean slate: a new database with the
+    /// reference schema, and no key under the prefix.
+    pub async fn connect(args: &Args, scan_chunk: usize) -> Result<Bench> {
+        let db_url = fixtures::with_database(&args.mysql_url, &args.database)?;
+        fixtures::recreate_database(&db_url, &args.database)
+            .await
+            .with_context(|| format!("MariaDB at {}", redact_url(&args.mysql_url)))?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(SEED_IN_FLIGHT as u32)
+            .connect(&db_url)
+            .await?;
+        MysqlStore::from_pool(pool.clone()).migrate(true).await?;
+        let client = redis::Client::open(args.redis_url.as_str())?;
+        // Seeding pipelines carry megabytes: far beyond the default 500 ms timeout.
+        let config =
+            AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(300)));
+        let redis = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .with_context(|| format!("Redis at {}", redact_url(&args.redis_url)))?;
+        let mariadb_pid = local_server_pid(&pool).await;
+        let bench = Bench {
+            mariadb_pid,
+            pool,
+            redis,
+            keys: Keys::new(args.prefix.clone()),
+            db_url,
+            redis_url: args.redis_url.clone(),
+            database: args.database.clone(),
+            showtimes: args.showtimes,
+            scan_chunk,
+        };
+        bench.delete_keys().await?;
+        Ok(bench)
+    }
+
+    pub async fn seed_and_measure(&self, args: &Args, reconciler: &Path) -> Result<Report> {
+        let estate = Estate::new(args);
+        eprintln!(
+            "seeding {} showtimes × {} seats into database {} and keys {}* …",
+            thousands(args.showtimes as u64),
+            args.seats,
+            args.database,
+            args.prefix
+        );
+        let (seeding, drift) = Seeder::new(self, &estate).run().await?;
+        eprintln!(
+            "seeded in {:.1} s: {} orders, {} order_seat rows, {} hash fields, {} drifted seats",
+            seeding.seconds,
+            thousands(seeding.orders),
+            thousands(seeding.order_seats),
+            thousands(seeding.hash_fields),
+            thousands(seeding.drift_total())
+        );
+        let mut report = Report::new(args, self, seeding).await?;
+        for rep in 1..=args.repeat {
+            if rep > 1 {
+                self.reinject(&drift, &estate).await?;
+            }
+            eprintln!("measuring, run {rep}/{} …", args.repeat);
+            let run = self.measure(&estate, reconciler, &report.seeding).await?;
+            report.runs.push(run);
+        }
+        report.judge();
+        Ok(report)
+    }
+
+    /// One measurement: floor (after a warm-up), check, sweep, sweep again, check.
+    pub async fn measure(
+        &self,
+        estate: &Estate,
+        reconciler: &Path,
+        seeding: &SeedStats,
+    ) -> Result<Run> {
+        let seats = estate.total_seats();
+        let idle = self.idle_load().await?;
+        self.floor().await?; // warm-up: page cache, buffer pool, allocator
+        let floor = self.fastest_floor().await?;
+        let before = self.verify(estate).await?;
+        let repair = self.sweep(reconciler, seeding).await?;
+        let converged = self.sweep(reconciler, seeding).await?;
+        let after = self.verify(estate).await?;
+        let floor_s = floor.seconds;
+        Ok(Run {
+            load_average: load_average(),
+            idle,
+            phases: vec![
+                floor.into_phase(seats, self.showtimes),
+                repair.into_phase("sweep, drift", seats, floor_s, self),
+                converged.into_phase("sweep, converged", seats, floor_s, self),
+            ],
+            verify_before: before,
+            verify_after: after,
+        })
+    }
+
+    /// Puts the drift back (between repetitions): Redis only, MySQL is unchanged.
+    async fn reinject(&self, drift: &[Drift], estate: &Estate) -> Result<()> {
+        let mut conn = self.redis.clone();
+        for batch in drift.chunks(10_000) {
+            let mut pipe = redis::pipe();
+            for d in batch {
+                pipe.cmd("HSET")
+                    .arg(self.keys.seat(d.showtime))
+                    .arg(&estate.seat_names[d.seat])
+                    .arg(std::slice::from_ref(&d.kind.injected()))
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn teardown(&self) -> Result<()> {
+        self.delete_keys().await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS `{}`",
+            self.database
+        )))
+        .execute(&self.pool)
+        .await?;
+        eprintln!(
+            "removed database {} and keys {}*",
+            self.database,
+            self.keys.prefix()
+        );
+        Ok(())
+    }
+
+    /// Every key under the prefix: SCAN (never KEYS) and UNLINK (freed in the
+    /// background, so a 3 GB estate does not block Redis).
+    async fn delete_keys(&self) -> Result<()> {
+        let mut conn = self.redis.clone();
+        let pattern = format!("{}*", self.keys.prefix());
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async::<()>(&mut conn)
+                    .await?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// Showtime ids 1..=n in ranges of `chunk`.
+pub fn id_chunks(n: usize, chunk: usize) -> impl Iterator<Item = Range<i64>> {
+    (1..=n as i64)
+        .step_by(chunk)
+        .map(move |first| first..(first + chunk as i64).min(n as i64 + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_chunks;
+
+    #[test]
+    fn id_chunks_cover_one_to_n_once() {
+        let chunks: Vec<_> = id_chunks(5, 2).collect();
+        assert_eq!(chunks, vec![1..3, 3..5, 5..6]);
+        assert_eq!(id_chunks(4, 4).collect::<Vec<_>>(), vec![1..5]);
+        assert_eq!(id_chunks(3, 200).collect::<Vec<_>>(), vec![1..4]);
+    }
+}

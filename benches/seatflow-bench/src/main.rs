@@ -1,0 +1,102 @@
+//! `seatflow-bench`: how fast does the reconciler sweep a large estate, and
+//! how close is that to the cost of merely reading it?
+//!
+//! 1. Seeds a throwaway database and key prefix on the local services with N
+//!    ON_SALE showtimes × M seats: orders occupying a share of the seats, warmed
+//!    hashes matching MySQL, then drift spread over the three seat-level kinds.
+//! 2. Measures, in the same run and against the same data:
+//!    - the raw-read floor (the fastest of three, after a warm-up): pipelined
+//!      HGETALL of every hash + one streaming read of all occupancy, nothing else;
+//!    - a full sweep of `paid-seats`, `orphan-locks` and `sold-orphans` by the
+//!      real `seatflow-reconciler once` binary (wall time, peak RSS and CPU time
+//!      from `wait4`), then a second sweep over the converged state;
+//!    - around each of them: Redis commands (`INFO commandstats` deltas), SQL
+//!      statements (`SHOW GLOBAL STATUS` deltas, server-wide) and the CPU time
+//!      of both servers.
+//! 3. Checks every seat against MySQL before the sweep (the injected drift must
+//!    be found) and after it (none may be left).
+//! 4. Prints one table, writes JSON (`--json`), and removes the database and
+//!    keys unless `--keep`.
+//!
+//! Method and recorded results: benches/README.md.
+
+mod args;
+mod bench;
+mod estate;
+mod floor;
+mod launcher;
+mod report;
+mod seeding;
+mod services;
+mod sweep;
+mod table;
+mod verify;
+
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+
+use seatflow_reconciler::config::Settings;
+
+use crate::args::Args;
+use crate::bench::Bench;
+use crate::launcher::{LAUNCHER_ENV, launcher_main};
+use crate::sweep::reconciler_path;
+
+fn main() -> ExitCode {
+    if std::env::var_os(LAUNCHER_ENV).is_some() {
+        return launcher_main();
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = Args::parse();
+    if let Err(e) = args.validate() {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let scan_chunk = match args.scan_chunk {
+        Some(n) => n,
+        None => {
+            Settings::load_with_env(None, Vec::new())?
+                .reconcile
+                .scan_chunk
+        }
+    };
+    let reconciler = reconciler_path(args.reconciler.as_deref())?;
+    let bench = Bench::connect(&args, scan_chunk).await?;
+    let outcome = bench.seed_and_measure(&args, &reconciler).await;
+    if args.keep {
+        eprintln!(
+            "kept database {} and keys {}* (inspect with: SEATFLOW__MYSQL__URL=… \
+             SEATFLOW__REDIS__KEY_PREFIX={} {} inspect --showtime 1)",
+            args.database,
+            args.prefix,
+            args.prefix,
+            reconciler.display()
+        );
+    } else {
+        bench.teardown().await?;
+    }
+    let report = outcome?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,338 @@
+//! The services and the machine: Redis `INFO` (commandstats, CPU, memory),
+//! MariaDB's `SHOW GLOBAL STATUS` and server process, this process's CPU time,
+//! and the machine facts recorded with every result.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::mysql::MySqlPool;
+
+use crate::bench::Bench;
+use crate::launcher::timeval_s;
+use crate::report::thousands;
+
+/// How long the idle probe watches the services for other clients' traffic.
+const IDLE_PROBE: Duration = Duration::from_secs(1);
+
+/// Server counters sampled around each phase: statements, then why they cost.
+const SQL_COUNTERS: [&str; 7] = [
+    "Questions",
+    "Com_select",
+    "Com_insert",
+    "Com_update",
+    "Com_stmt_execute",
+    "Rows_read",
+    "Innodb_buffer_pool_reads",
+];
+
+/// One command's `INFO commandstats` numbers.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct CmdStat {
+    pub calls: u64,
+    /// Redis CPU time spent in it, in microseconds.
+    pub usec: u64,
+}
+
+/// Counters of both services at one instant.
+pub struct Snapshot {
+    pub redis: BTreeMap<String, CmdStat>,
+    pub sql: BTreeMap<String, u64>,
+    /// CPU seconds used so far by the Redis server, the MariaDB server (when
+    /// it runs on this host and we may read its /proc entry) and this process.
+    pub redis_cpu_s: f64,
+    pub mariadb_cpu_s: Option<f64>,
+    pub own_cpu_s: f64,
+}
+
+/// What the services did between two snapshots (other clients included).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Load {
+    /// Every Redis command, including those run inside Lua scripts, minus our INFO.
+    pub redis_commands: u64,
+    pub redis_by_command: BTreeMap<String, CmdStat>,
+    /// `SHOW GLOBAL STATUS` deltas: server-wide (our own SHOW is taken out).
+    pub sql: BTreeMap<String, u64>,
+    /// CPU seconds the servers and this process spent meanwhile.
+    pub redis_cpu_s: f64,
+    pub mariadb_cpu_s: Option<f64>,
+    pub bench_cpu_s: f64,
+}
+
+impl Load {
+    pub fn sql_questions(&self) -> u64 {
+        self.sql.get("Questions").copied().unwrap_or(0)
+    }
+
+    /// `hgetall 10000, evalsha 300, …`, busiest first.
+    pub fn redis_summary(&self) -> String {
+        let mut cmds: Vec<(&String, &CmdStat)> = self.redis_by_command.iter().collect();
+        cmds.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(b.0)));
+        cmds.iter()
+            .map(|(name, s)| format!("{name} {}", thousands(s.calls)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Snapshot {
+    pub fn load_until(&self, later: &Snapshot) -> Load {
+        let mut by_command = BTreeMap::new();
+        for (name, after) in &later.redis {
+            let before = self.redis.get(name).copied().unwrap_or_default();
+            let calls = after.calls.saturating_sub(before.calls);
+            // Our own INFO between snapshots is not part of what was measured.
+            if calls > 0 && name != "info" {
+                let usec = after.usec.saturating_sub(before.usec);
+                by_command.insert(name.clone(), CmdStat { calls, usec });
+            }
+        }
+        let sql = later
+            .sql
+            .iter()
+            .map(|(k, v)| {
+                let mut delta = v.saturating_sub(self.sql.get(k).copied().unwrap_or(0));
+                // The later snapshot's own SHOW is counted in it: not measured work.
+                if k == "Questions" {
+                    delta = delta.saturating_sub(1);
+                }
+                (k.clone(), delta)
+            })
+            .collect();
+        Load {
+            redis_commands: by_command.values().map(|s| s.calls).sum(),
+            redis_by_command: by_command,
+            sql,
+            redis_cpu_s: later.redis_cpu_s - self.redis_cpu_s,
+            mariadb_cpu_s: later
+                .mariadb_cpu_s
+                .zip(self.mariadb_cpu_s)
+                .map(|(a, b)| a - b),
+            bench_cpu_s: later.own_cpu_s - self.own_cpu_s,
+        }
+    }
+}
+
+impl Bench {
+    /// Other clients' traffic over an idle second: the noise in every delta.
+    pub async fn idle_load(&self) -> Result<Load> {
+        let before = self.snapshot().await?;
+        tokio::time::sleep(IDLE_PROBE).await;
+        Ok(before.load_until(&self.snapshot().await?))
+    }
+
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let mut conn = self.redis.clone();
+        // "all" holds both sections we need, on every Redis version.
+        let info: String = redis::cmd("INFO").arg("all").query_async(&mut conn).await?;
+        let cpu = |field| info_field(&info, field).and_then(|v| v.parse::<f64>().ok());
+        let names = SQL_COUNTERS.map(|n| format!("'{n}'")).join(", ");
+        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN ({names})"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut sql = BTreeMap::new();
+        for r in rows {
+            let (name, value): (String, String) = (r.try_get(0)?, r.try_get(1)?);
+            sql.insert(name, value.parse().unwrap_or(0));
+        }
+        Ok(Snapshot {
+            redis: parse_commandstats(&info),
+            sql,
+            redis_cpu_s: cpu("used_cpu_user").unwrap_or(0.0) + cpu("used_cpu_sys").unwrap_or(0.0),
+            mariadb_cpu_s: self.mariadb_pid.and_then(process_cpu_s),
+            own_cpu_s: own_cpu_s(),
+        })
+    }
+
+    pub async fn redis_used_memory_mb(&self) -> Result<f64> {
+        let mut conn = self.redis.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await?;
+        let bytes: f64 = info_field(&info, "used_memory").unwrap_or("0").parse()?;
+        Ok(bytes / 1e6)
+    }
+}
+
+/// `cmdstat_hgetall:calls=10,usec=52,…` lines → command → calls, usec.
+fn parse_commandstats(info: &str) -> BTreeMap<String, CmdStat> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let mut stat = CmdStat::default();
+            for (k, v) in rest.split(',').filter_map(|kv| kv.split_once('=')) {
+                match k {
+                    "calls" => stat.calls = v.parse().ok()?,
+                    "usec" => stat.usec = v.parse().ok()?,
+                    _ => {}
+                }
+            }
+            Some((name.to_string(), stat))
+        })
+        .collect()
+}
+
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(field)?.strip_prefix(':'))
+}
+
+/// The MariaDB server's pid, from its pid file, if that process is on this host.
+pub async fn local_server_pid(pool: &MySqlPool) -> Option<u32> {
+    let (pid_file, datadir): (String, String) = sqlx::query_as("SELECT @@pid_file, @@datadir")
+        .fetch_one(pool)
+        .await
+        .ok()?;
+    let path = Path::new(&datadir).join(pid_file); // an absolute pid_file wins
+    let pid: u32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    process_cpu_s(pid).map(|_| pid)
+}
+
+/// User + system CPU seconds of a process, from /proc/<pid>/stat.
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / per_second)
+}
+
+/// User + system CPU seconds of this process so far.
+fn own_cpu_s() -> f64 {
+    // SAFETY: `rusage` is plain old data; getrusage fills it in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the duration of the call.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    timeval_s(usage.ru_utime) + timeval_s(usage.ru_stime)
+}
+
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory_gib: f64,
+    pub load_average: String,
+    pub redis_version: String,
+    /// How Redis stores a seeded seat hash: a listpack (compact, scanned
+    /// linearly) below `hash-max-listpack-entries` fields, else a hash table.
+    pub redis_hash_encoding: String,
+    pub mariadb_version: String,
+    pub innodb_buffer_pool_mb: u64,
+}
+
+pub async fn machine(bench: &Bench) -> Result<Machine> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let mut conn = bench.redis.clone();
+    let server: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    let mariadb_version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(&bench.pool)
+        .await?;
+    let buffer_pool: u64 = sqlx::query_scalar("SELECT @@innodb_buffer_pool_size")
+        .fetch_one(&bench.pool)
+        .await?;
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(bench.keys.seat(1))
+        .query_async(&mut conn)
+        .await?;
+    // CONFIG may be disabled (managed Redis): the encoding alone still tells.
+    let limit: Option<(String, String)> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("hash-max-listpack-entries")
+        .query_async(&mut conn)
+        .await
+        .ok();
+    Ok(Machine {
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model,
+        memory_gib: mem_kib / (1024.0 * 1024.0),
+        load_average: load_average(),
+        redis_version: info_field(&server, "redis_version").unwrap_or("?").into(),
+        redis_hash_encoding: match limit {
+            Some((name, value)) => format!("{encoding} ({name} {value})"),
+            None => encoding,
+        },
+        mariadb_version,
+        innodb_buffer_pool_mb: buffer_pool / (1024 * 1024),
+    })
+}
+
+/// The 1, 5 and 15 minute load averages, e.g. `0.42 1.64 2.26`.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commandstats_lines_become_calls_and_usec_per_command() {
+        let info = "# Commandstats\r\n\
+                    cmdstat_hgetall:calls=10,usec=52,usec_per_call=5.20,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_evalsha:calls=3,usec=900,usec_per_call=300.00\r\n\
+                    used_cpu_sys:1.5\r\n\
+                    cmdstat_broken:calls=x,usec=1\r\n";
+        let stats = parse_commandstats(info);
+        assert_eq!(stats.len(), 2, "{stats:?}");
+        assert_eq!((stats["hgetall"].calls, stats["hgetall"].usec), (10, 52));
+        assert_eq!((stats["evalsha"].calls, stats["evalsha"].usec), (3, 900));
+    }
+
+    #[test]
+    fn info_field_reads_one_value() {
+        let info =
+            "# Server\r\nredis_version:7.0.15\r\nused_memory:1024\r\nused_memory_human:1K\r\n";
+        assert_eq!(info_field(info, "redis_version"), Some("7.0.15"));
+        assert_eq!(info_field(info, "used_memory"), Some("1024"));
+        assert_eq!(info_field(info, "maxmemory"), None);
+    }
+
+    #[test]
+    fn a_load_leaves_out_our_own_info_and_show() {
+        let stat = |calls, usec| CmdStat { calls, usec };
+        let at = |hgetall, info, questions| Snapshot {
+            redis: BTreeMap::from([
+                ("hgetall".to_string(), stat(hgetall, hgetall * 5)),
+                ("info".to_string(), stat(info, info)),
+            ]),
+            sql: BTreeMap::from([("Questions".to_string(), questions)]),
+            redis_cpu_s: 1.0,
+            mariadb_cpu_s: None,
+            own_cpu_s: 0.5,
+        };
+        let load = at(10, 4, 100).load_until(&at(25, 5, 103));
+        assert_eq!(load.redis_commands, 15);
+        assert_eq!(load.redis_summary(), "hgetall 15");
+        assert_eq!(load.sql_questions(), 2);
+        assert_eq!(load.mariadb_cpu_s, None);
+    }
+}

@@ -1,0 +1,98 @@
+//! Verification: every seat against what MySQL implies, independently of the
+//! reconciler's code.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::time::Instant;
+
+use anyhow::{Result, ensure};
+use serde::Serialize;
+use sqlx::{MySql, QueryBuilder, Row};
+
+use crate::bench::{Bench, id_chunks};
+use crate::estate::Estate;
+use crate::floor::OCCUPANCY_SQL;
+
+/// Showtimes per step of the seat-by-seat verification.
+const VERIFY_CHUNK: usize = 1000;
+
+#[derive(Debug, Default, Serialize)]
+pub struct Verification {
+    pub seconds: f64,
+    pub seats_checked: u64,
+    /// Seats whose Redis value (or absence) differs from what MySQL implies.
+    pub wrong: u64,
+    pub examples: Vec<String>,
+}
+
+impl Verification {
+    pub fn check(&mut self, showtime: i64, seat: &str, redis: Option<&str>, expected: &str) {
+        self.seats_checked += 1;
+        if redis != Some(expected) {
+            self.wrong += 1;
+            if self.examples.len() < 5 {
+                self.examples.push(format!(
+                    "showtime {showtime} seat {seat}: redis {redis:?}, expected {expected:?}"
+                ));
+            }
+        }
+    }
+}
+
+impl Bench {
+    /// Every seat of every ON_SALE showtime against what MySQL implies, read
+    /// independently of the reconciler's code: template, occupancy, hash.
+    /// The estate's shape is relied on: showtimes 1..=N, one shared template.
+    pub async fn verify(&self, estate: &Estate) -> Result<Verification> {
+        let started = Instant::now();
+        let template: Vec<String> =
+            sqlx::query_scalar("SELECT seat_no FROM hall_seat WHERE hall_id = 1 AND enabled = 1")
+                .fetch_all(&self.pool)
+                .await?;
+        ensure!(
+            template.len() == estate.seats,
+            "hall 1 has {} enabled seats, expected {}",
+            template.len(),
+            estate.seats
+        );
+        let mut v = Verification::default();
+        for ids in id_chunks(self.showtimes, VERIFY_CHUNK) {
+            let occupancy = self.occupancy_of(ids.clone()).await?;
+            let mut pipe = redis::pipe();
+            for id in ids.clone() {
+                pipe.cmd("HGETALL").arg(self.keys.seat(id));
+            }
+            let mut conn = self.redis.clone();
+            let hashes: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+            for (id, hash) in ids.zip(&hashes) {
+                for seat in &template {
+                    let occupant = occupancy.get(&id).and_then(|seats| seats.get(seat));
+                    let expected = match occupant.map(String::as_str) {
+                        Some("PAID") => "2",
+                        Some(_) => "1",
+                        None => "0",
+                    };
+                    v.check(id, seat, hash.get(seat).map(String::as_str), expected);
+                }
+            }
+        }
+        v.seconds = started.elapsed().as_secs_f64();
+        Ok(v)
+    }
+
+    /// Showtime → seat → status of the valid order occupying it.
+    async fn occupancy_of(&self, ids: Range<i64>) -> Result<HashMap<i64, HashMap<String, String>>> {
+        let mut q = QueryBuilder::<MySql>::new(OCCUPANCY_SQL);
+        q.push(" AND os.showtime_id >= ")
+            .push_bind(ids.start)
+            .push(" AND os.showtime_id < ")
+            .push_bind(ids.end);
+        let mut out: HashMap<i64, HashMap<String, String>> = HashMap::new();
+        for r in q.build().fetch_all(&self.pool).await? {
+            out.entry(r.try_get(0)?)
+                .or_default()
+                .insert(r.try_get(1)?, r.try_get(2)?);
+        }
+        Ok(out)
+    }
+}
