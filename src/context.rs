@@ -20,6 +20,9 @@ pub struct Context {
     pub redis: RedisStore,
     /// Every showtime lease this process holds, so shutdown can release them.
     pub leases: LeaseBook,
+    /// The database's clock when this process connected: runs this instance
+    /// started before it belong to an earlier process.
+    pub connected_at: chrono::NaiveDateTime,
 }
 
 impl Context {
@@ -47,11 +50,13 @@ impl Context {
             &settings.reconcile.instance,
         )
         .await?;
+        let connected_at = mysql.now_utc().await?;
         Ok(Context {
             settings: Arc::new(settings),
             mysql,
             redis,
             leases: LeaseBook::default(),
+            connected_at,
         })
     }
 

@@ -383,6 +383,17 @@ pub enum FixAction {
 }
 
 impl FixAction {
+    pub const ALL: [FixAction; 4] = [
+        FixAction::OrderCancelled,
+        FixAction::SeatSet,
+        FixAction::SeatReleased,
+        FixAction::HashRebuilt,
+    ];
+
+    pub fn from_label(label: &str) -> Option<FixAction> {
+        FixAction::ALL.into_iter().find(|a| a.label() == label)
+    }
+
     pub const fn label(self) -> &'static str {
         match self {
             FixAction::OrderCancelled => "order_cancelled",

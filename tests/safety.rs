@@ -10,7 +10,13 @@ use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::SeatRepair;
 use seatflow_reconciler::model::{Kind, SeatState};
+use seatflow_reconciler::store::mysql::RunIdentity;
 use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
+
+const RUN: RunIdentity<'static> = RunIdentity {
+    run_id: "00000000-0000-0000-0000-000000000000",
+    instance: "test",
+};
 
 fn release(seat: &str, observed: Option<SeatState>) -> SeatRepair {
     SeatRepair {
@@ -180,7 +186,7 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
     let cancelled = env
         .ctx
         .mysql
-        .cancel_expired(&[order, other], deadline, deadline)
+        .cancel_expired(&[order, other], deadline, deadline, &RUN)
         .await
         .unwrap();
     assert_eq!(
@@ -200,7 +206,7 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
     let again = env
         .ctx
         .mysql
-        .cancel_expired(&[order, other], deadline, since)
+        .cancel_expired(&[order, other], deadline, since, &RUN)
         .await
         .unwrap();
     assert_eq!(

@@ -5,6 +5,11 @@
 //! A full batch is written in the background while the sweep goes on (at
 //! most one batch in flight per job); `flush` waits for it and writes the
 //! rest, so a settled job's audit is complete or its failures are counted.
+//!
+//! Eventually complete: a batch MySQL does not take is kept in Redis
+//! (`{prefix}reconcile:audit-backlog`), and the next run writes it before
+//! anything else (`drain_backlog`). Cancels need none of this: their rows are
+//! committed with them.
 
 use tokio::task::JoinHandle;
 
@@ -40,6 +45,10 @@ impl<'a> AuditLog<'a> {
 
     pub fn failed_batches(&self) -> u64 {
         self.failed_batches
+    }
+
+    pub fn run_id(&self) -> &'a str {
+        self.run_id
     }
 
     /// Records an applied seat repair.
@@ -129,7 +138,8 @@ impl<'a> AuditLog<'a> {
     }
 }
 
-/// Inserts one batch; when it cannot, logs every row it could not write.
+/// Inserts one batch; when it cannot, keeps it in the Redis backlog for a
+/// later run and logs every row as an event.
 async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Result<()> {
     let instance = &ctx.settings.reconcile.instance;
     let written = ctx
@@ -138,6 +148,18 @@ async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Resu
         })
         .await;
     if let Err(e) = &written {
+        let entries: Vec<String> = rows
+            .iter()
+            .map(|f| BacklogEntry::new(&run_id, instance, f).encode())
+            .collect();
+        let kept = ctx
+            .retry("keep audit rows in Redis", || {
+                ctx.redis.push_audit_backlog(&entries)
+            })
+            .await;
+        if let Err(kept) = &kept {
+            tracing::error!(run_id, rows = rows.len(), error = %kept, "audit rows could not be kept in Redis either");
+        }
         for fix in &rows {
             tracing::error!(
                 run_id,
@@ -154,4 +176,109 @@ async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Resu
         }
     }
     written
+}
+
+/// One audit row waiting in the Redis backlog, with the run it belongs to.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct BacklogEntry {
+    run_id: String,
+    instance: String,
+    fix_id: String,
+    job: String,
+    kind: String,
+    showtime_id: Option<ShowtimeId>,
+    seat_no: Option<String>,
+    order_id: Option<i64>,
+    before: Option<String>,
+    after: Option<String>,
+    /// `fixed_at`, milliseconds since the epoch (UTC).
+    at_ms: i64,
+}
+
+impl BacklogEntry {
+    fn new(run_id: &str, instance: &str, f: &FixRecord) -> BacklogEntry {
+        BacklogEntry {
+            run_id: run_id.into(),
+            instance: instance.into(),
+            fix_id: f.fix_id.clone(),
+            job: f.job.label().into(),
+            kind: f.action.label().into(),
+            showtime_id: f.showtime_id,
+            seat_no: f.seat_no.clone(),
+            order_id: f.order_id,
+            before: f.before.clone(),
+            after: f.after.clone(),
+            at_ms: f.at.and_utc().timestamp_millis(),
+        }
+    }
+
+    fn encode(&self) -> String {
+        serde_json::to_string(self).expect("plain data")
+    }
+
+    /// The entry back as a row; `None` when it is not one of ours.
+    fn decode(raw: &str) -> Option<(String, String, FixRecord)> {
+        let e: BacklogEntry = serde_json::from_str(raw).ok()?;
+        let fix = FixRecord {
+            fix_id: e.fix_id,
+            job: e.job.parse().ok()?,
+            action: FixAction::from_label(&e.kind)?,
+            showtime_id: e.showtime_id,
+            seat_no: e.seat_no,
+            order_id: e.order_id,
+            before: e.before,
+            after: e.after,
+            at: chrono::DateTime::from_timestamp_millis(e.at_ms)?.naive_utc(),
+        };
+        Some((e.run_id, e.instance, fix))
+    }
+}
+
+/// Entries taken off the backlog per round, and rounds per run at most.
+const BACKLOG_BATCH: usize = 500;
+const BACKLOG_ROUNDS: usize = 20;
+
+/// Writes audit rows that earlier runs kept in Redis because MySQL did not
+/// take them. Rows are taken off the list first (each by one reconciler) and
+/// put back if MySQL still refuses; rows are idempotent by `fix_id`. Returns
+/// the rows written and the entries that were not ours (dropped, counted).
+pub async fn drain_backlog(ctx: &Context) -> Result<(u64, u64)> {
+    let (mut written, mut junk) = (0, 0);
+    for _ in 0..BACKLOG_ROUNDS {
+        let raw = ctx.redis.pop_audit_backlog(BACKLOG_BATCH).await?;
+        if raw.is_empty() {
+            break;
+        }
+        let mut by_run: std::collections::BTreeMap<(String, String), Vec<FixRecord>> =
+            Default::default();
+        let mut taken = Vec::new();
+        for entry in &raw {
+            match BacklogEntry::decode(entry) {
+                Some((run_id, instance, fix)) => {
+                    by_run.entry((run_id, instance)).or_default().push(fix);
+                    taken.push(entry.clone());
+                }
+                None => {
+                    junk += 1;
+                    tracing::warn!(
+                        key = ctx.redis.keys.audit_backlog(),
+                        entry = %entry.chars().take(80).collect::<String>(),
+                        "audit backlog entry is not ours; dropped"
+                    );
+                }
+            }
+        }
+        for ((run_id, instance), rows) in &by_run {
+            if let Err(e) = ctx.mysql.insert_fixes(run_id, instance, rows).await {
+                // Put everything not yet written back for a later run.
+                let _ = ctx.redis.push_audit_backlog(&taken).await;
+                return Err(e);
+            }
+            written += rows.len() as u64;
+        }
+        if raw.len() < BACKLOG_BATCH {
+            break;
+        }
+    }
+    Ok((written, junk))
 }

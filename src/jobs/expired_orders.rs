@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::error::Error;
 use crate::lease::RunLeases;
-use crate::model::{FixAction, SeatRepair};
-use crate::model::{Kind, SeatState, ShowtimeId};
-use crate::store::mysql::{ExpiredOrder, FixRecord, Keyset};
+use crate::model::{Kind, SeatRepair, SeatState, ShowtimeId};
+use crate::store::mysql::{ExpiredOrder, Keyset, RunIdentity};
 use crate::store::redis::{Fenced, SeatBatch};
 
 use super::RunOptions;
@@ -175,9 +174,14 @@ async fn cancel_locked(
     // The database's clock before the first attempt: a retry recognises
     // cancels of ours that committed although their reply was lost.
     let since = ctx.retry("read clock", || ctx.mysql.now_utc()).await?;
+    let identity = RunIdentity {
+        run_id: audit.run_id(),
+        instance: &ctx.settings.reconcile.instance,
+    };
     let cancelled = ctx
         .retry("cancel expired orders", || {
-            ctx.mysql.cancel_expired(&order_ids, deadline, since)
+            ctx.mysql
+                .cancel_expired(&order_ids, deadline, since, &identity)
         })
         .await?;
     let skipped = order_ids.len() - cancelled.len();
@@ -187,24 +191,11 @@ async fn cancel_locked(
             "orders paid or cancelled by seatflow since the scan; left alone"
         );
     }
-    let at = chrono::Utc::now().naive_utc();
     // Per showtime: the seat releases and, in step, the order each seat belonged to.
+    // The cancels' audit rows were committed with them.
     let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
     for order in &cancelled {
         report.fixed += 1;
-        audit
-            .push(FixRecord {
-                fix_id: uuid::Uuid::new_v4().simple().to_string(),
-                job: Kind::ExpiredOrders,
-                action: FixAction::OrderCancelled,
-                showtime_id: Some(order.showtime_id),
-                seat_no: None,
-                order_id: Some(order.id),
-                before: Some("PENDING".into()),
-                after: Some("CANCELLED".into()),
-                at,
-            })
-            .await;
         let entry = batches.entry(order.showtime_id).or_default();
         for seat in &order.seats {
             entry.repairs.push(SeatRepair {

@@ -93,6 +93,35 @@ async fn settle(
     report
 }
 
+/// Runs that never finished the last time this instance ran (or anyone's,
+/// over this long ago) are closed as `abandoned`.
+const STALE_RUN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Before a run writes anything: audit rows earlier runs could not write
+/// are written, and runs that will never finish are closed. Failures are
+/// logged and left for the next run; they never stop this one.
+async fn close_earlier_runs(ctx: &Context) {
+    let instance = &ctx.settings.reconcile.instance;
+    match ctx
+        .mysql
+        .close_abandoned_runs(instance, ctx.connected_at, STALE_RUN)
+        .await
+    {
+        Ok(0) => {}
+        Ok(closed) => tracing::warn!(closed, "runs that never finished closed as abandoned"),
+        Err(e) => tracing::warn!(error = %e, "could not close abandoned runs"),
+    }
+    match audit::drain_backlog(ctx).await {
+        Ok((0, 0)) => {}
+        Ok((written, dropped)) => tracing::info!(
+            written,
+            dropped,
+            "audit rows kept in Redis by earlier runs written to reconcile_fix"
+        ),
+        Err(e) => tracing::warn!(error = %e, "audit backlog stays in Redis for a later run"),
+    }
+}
+
 /// Runs `kinds` in order (the contract's order when all five) and records
 /// the run in `reconcile_run` unless dry.
 pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunReport {
@@ -110,6 +139,9 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
     {
         tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");
         audit_ok = false;
+    }
+    if !opts.dry_run {
+        close_earlier_runs(ctx).await;
     }
     let mut jobs = run_jobs(ctx, kinds, opts, &run_id).await;
     if !audit_ok {

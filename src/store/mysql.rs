@@ -124,6 +124,13 @@ pub struct FixRecord {
     pub at: NaiveDateTime,
 }
 
+/// Which run, of which reconciler, an audit row belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct RunIdentity<'a> {
+    pub run_id: &'a str,
+    pub instance: &'a str,
+}
+
 #[derive(Clone)]
 pub struct MysqlStore {
     pool: MySqlPool,
@@ -364,14 +371,19 @@ impl MysqlStore {
     /// Orders paid or cancelled meanwhile are skipped (rule 3): the rows are
     /// locked first, and the UPDATE repeats the condition.
     ///
+    /// Each cancel's audit row (`order_cancelled`) is written in the same
+    /// transaction (rule 10): a cancel without its audit row cannot commit.
+    ///
     /// Safe to retry: orders among `ids` that the reconciler cancelled at or
-    /// after `since` (a commit whose reply was lost) are returned as cancelled
-    /// too. The caller holds the showtimes' leases, so those cancels are its own.
+    /// after `since` (a commit whose reply was lost, audit row included) are
+    /// returned as cancelled too. The caller holds the showtimes' leases, so
+    /// those cancels are its own.
     pub async fn cancel_expired(
         &self,
         ids: &[i64],
         deadline: NaiveDateTime,
         since: NaiveDateTime,
+        audit: &RunIdentity<'_>,
     ) -> Result<Vec<CancelledOrder>> {
         if ids.is_empty() {
             return Ok(Vec::new());
@@ -428,6 +440,24 @@ impl MysqlStore {
         let mut q =
             QueryBuilder::<MySql>::new("UPDATE order_seat SET active = NULL WHERE active = 1");
         push_in(&mut q, "order_id", &won_ids);
+        q.build().execute(&mut *tx).await?;
+        let mut q = QueryBuilder::<MySql>::new(
+            "INSERT IGNORE INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, \
+             order_id, before_value, after_value, fixed_at, instance) ",
+        );
+        q.push_values(&won, |mut b, (id, showtime_id)| {
+            b.push_bind(uuid::Uuid::new_v4().simple().to_string())
+                .push_bind(audit.run_id)
+                .push_bind(Kind::ExpiredOrders.label())
+                .push_bind(FixAction::OrderCancelled.label())
+                .push_bind(*showtime_id)
+                .push_bind(None::<&str>)
+                .push_bind(*id)
+                .push_bind("PENDING")
+                .push_bind("CANCELLED")
+                .push("UTC_TIMESTAMP(3)")
+                .push_bind(audit.instance);
+        });
         q.build().execute(&mut *tx).await?;
         tx.commit().await?;
 
@@ -582,6 +612,30 @@ impl MysqlStore {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Closes as `abandoned` the runs that will never finish: those this
+    /// instance started before `process_started` (the database's clock when
+    /// this process connected: an earlier process, killed mid-run), and
+    /// anyone's that started over `stale_after` ago. Returns how many.
+    pub async fn close_abandoned_runs(
+        &self,
+        instance: &str,
+        process_started: NaiveDateTime,
+        stale_after: Duration,
+    ) -> Result<u64> {
+        let closed = sqlx::query(
+            "UPDATE reconcile_run SET outcome = 'abandoned', finished_at = UTC_TIMESTAMP(3) \
+             WHERE outcome IS NULL AND ((instance = ? AND started_at < ?) \
+             OR started_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND)",
+        )
+        .bind(instance)
+        .bind(process_started)
+        .bind(stale_after.as_secs())
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(closed)
     }
 
     pub async fn finish_run(

@@ -78,6 +78,10 @@ impl Keys {
     pub fn cursor(&self, job: &str) -> String {
         format!("{}reconcile:cursor:{job}", self.prefix)
     }
+    /// Audit rows of applied Redis repairs that MySQL did not take yet.
+    pub fn audit_backlog(&self) -> String {
+        format!("{}reconcile:audit-backlog", self.prefix)
+    }
 }
 
 /// What a scan read at one showtime's seat key.
@@ -576,6 +580,34 @@ impl RedisStore {
             .into_iter()
             .map(|r| Ok(from_value::<i64>(r?)? == 1))
             .collect()
+    }
+
+    /// Appends entries to the audit backlog (a list).
+    pub async fn push_audit_backlog(&self, entries: &[String]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut c = self.conn.clone();
+        self.trip();
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(self.keys.audit_backlog())
+            .arg(entries)
+            .query_async(&mut c)
+            .await?;
+        Ok(())
+    }
+
+    /// Takes up to `n` entries off the audit backlog: each is taken by one
+    /// reconciler only, whoever else drains at the same time.
+    pub async fn pop_audit_backlog(&self, n: usize) -> Result<Vec<String>> {
+        let mut c = self.conn.clone();
+        self.trip();
+        let popped: Option<Vec<String>> = redis::cmd("LPOP")
+            .arg(self.keys.audit_backlog())
+            .arg(n)
+            .query_async(&mut c)
+            .await?;
+        Ok(popped.unwrap_or_default())
     }
 
     pub async fn get_string(&self, key: &str) -> Result<Option<String>> {

@@ -1,0 +1,117 @@
+//! Rule 10, eventually complete: a repair whose audit row MySQL did not take
+//! is recorded by a later run; a cancel commits with its audit row or not at
+//! all; runs that never finished are closed as `abandoned`.
+
+mod common;
+
+use common::TestEnv;
+use seatflow_reconciler::model::Kind;
+
+async fn sql(env: &TestEnv, statement: &'static str) {
+    sqlx::raw_sql(statement)
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+}
+
+async fn fix_rows(env: &TestEnv, run_id: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_fix WHERE run_id = ?")
+        .bind(run_id)
+        .fetch_one(env.ctx.mysql.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn audit_rows_mysql_refused_are_written_by_the_next_run() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx
+        .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "1"), ("A-3", "1")])
+        .await
+        .unwrap();
+
+    sql(&env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
+    let first = env.once(&[Kind::OrphanLocks]).await;
+    assert_eq!(first.jobs[0].fixed, 3, "{}", first.to_text());
+    sql(&env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
+    assert_eq!(fix_rows(&env, &first.run_id).await, 0);
+    let kept: i64 = env
+        .redis(redis::cmd("LLEN").arg(env.ctx.redis.keys.audit_backlog()))
+        .await;
+    assert_eq!(kept, 3, "the rows wait in Redis");
+
+    let second = env.once(&[Kind::OrphanLocks]).await;
+    assert_eq!(second.jobs[0].fixed, 0);
+    assert_eq!(
+        fix_rows(&env, &first.run_id).await,
+        3,
+        "the next run wrote the first run's rows"
+    );
+    let kept: i64 = env
+        .redis(redis::cmd("LLEN").arg(env.ctx.redis.keys.audit_backlog()))
+        .await;
+    assert_eq!(kept, 0);
+}
+
+#[tokio::test]
+async fn a_cancel_commits_with_its_audit_row_or_not_at_all() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-1"], -3600).await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+
+    sql(&env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
+    let refused = env.once(&[Kind::ExpiredOrders]).await;
+    sql(&env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
+    assert_eq!(refused.jobs[0].fixed, 0, "{}", refused.to_text());
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "PENDING");
+
+    let done = env.once(&[Kind::ExpiredOrders]).await;
+    assert_eq!(done.jobs[0].fixed, 1, "{}", done.to_text());
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM reconcile_fix WHERE order_id = ? AND kind = 'order_cancelled' AND run_id = ?",
+    )
+    .bind(order)
+    .bind(&done.run_id)
+    .fetch_one(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 1);
+}
+
+#[tokio::test]
+async fn runs_that_never_finished_are_closed_as_abandoned() {
+    let env = TestEnv::new().await;
+    sql(
+        &env,
+        "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) VALUES \
+         ('mine-earlier', 'test', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 10 MINUTE), \
+         ('theirs-stale', 'other', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 2 HOUR), \
+         ('theirs-running', 'other', 'paid_seats', 0, UTC_TIMESTAMP(3))",
+    )
+    .await;
+    let report = env.once(&[Kind::PaidSeats]).await;
+    let outcomes: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT run_id, outcome FROM reconcile_run ORDER BY run_id")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    let outcome = |id: &str| {
+        outcomes
+            .iter()
+            .find(|(r, _)| r == id)
+            .and_then(|(_, o)| o.clone())
+    };
+    assert_eq!(outcome("mine-earlier").as_deref(), Some("abandoned"));
+    assert_eq!(outcome("theirs-stale").as_deref(), Some("abandoned"));
+    assert_eq!(
+        outcome("theirs-running"),
+        None,
+        "another reconciler's live run"
+    );
+    assert_eq!(outcome(&report.run_id).as_deref(), Some("success"));
+}
