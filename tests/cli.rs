@@ -1,4 +1,4 @@
-//! The real binary: exit codes, JSON output, config errors, secrets, demo.
+//! The real binary: exit codes, JSON output, config errors, secrets (the demo: tests/demo.rs).
 
 mod common;
 
@@ -168,22 +168,6 @@ async fn migrate_creates_the_tables() {
     assert_eq!(code, 0);
     pool.close().await;
     common::cleanup(db, url, "sf-none:".into());
-}
-
-#[test]
-fn demo_repairs_every_kind_of_drift() {
-    let (code, out, err) = run(bin().arg("demo"));
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("Converged"), "{out}");
-    for job in [
-        "expired-orders",
-        "paid-seats",
-        "missing-hashes",
-        "orphan-locks",
-        "sold-orphans",
-    ] {
-        assert!(out.contains(job), "{job} missing from the demo output");
-    }
 }
 
 /// Runs `once --job expired-orders` while a row lock makes it take ~1.5 s,
