@@ -15,6 +15,5 @@ pub mod model;
 pub mod plan;
 pub mod push;
 pub mod retry;
-pub mod simulator;
 pub mod store;
 pub mod telemetry;

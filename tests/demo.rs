@@ -1,8 +1,6 @@
 //! `demo`: on its own private servers (which it removes afterwards), and on
 //! the configured ones (Redis checked first; only its own database dropped).
 
-mod common;
-
 use std::process::Command;
 
 use seatflow_reconciler::demo::{self, MARKER_TABLE};
@@ -115,8 +113,8 @@ fn configured_servers_mode_checks_redis_before_mysql() {
 /// here on a fresh randomly named database, so tests never collide.
 #[tokio::test]
 async fn claim_database_drops_only_a_database_the_demo_created() {
-    let (db, db_url) = common::fresh_database().await;
-    let server = common::mysql_base_url();
+    let (db, db_url) = seatflow_test_support::fresh_database().await;
+    let server = seatflow_test_support::mysql_base_url();
     let pool = sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(1)
         .connect(&db_url)
@@ -180,8 +178,8 @@ async fn claim_database_drops_only_a_database_the_demo_created() {
     .await
     .unwrap();
     assert_eq!(tables, vec![MARKER_TABLE.to_string()]);
-    common::cleanup(own, own_url, "sf-none:".into());
-    common::cleanup(db, db_url, "sf-none:".into());
+    seatflow_test_support::cleanup(own, own_url, "sf-none:".into());
+    seatflow_test_support::cleanup(db, db_url, "sf-none:".into());
 }
 
 fn fixtures_url(server: &str, db: &str) -> String {

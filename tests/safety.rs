@@ -1,15 +1,13 @@
 //! The races and bad data the safety rules exist for, against the real
 //! services. Each test fails if its rule is removed.
 
-mod common;
-
 use std::time::Duration;
 
-use common::TestEnv;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::{Kind, SeatState};
 use seatflow_reconciler::plan::SeatRepair;
 use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
+use seatflow_test_support::TestEnv;
 
 fn release(seat: &str, observed: Option<SeatState>) -> SeatRepair {
     SeatRepair {
