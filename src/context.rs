@@ -36,20 +36,7 @@ impl Context {
             settings.shard(),
         )
         .await?;
-        let r = &settings.redis;
-        let cluster: Vec<&str> = r.cluster_urls.iter().map(|u| u.expose()).collect();
-        let endpoint = if cluster.is_empty() {
-            RedisEndpoint::Single(r.url.expose())
-        } else {
-            RedisEndpoint::Cluster(&cluster)
-        };
-        let redis = RedisStore::connect(
-            endpoint,
-            &r.key_prefix,
-            r.response_timeout,
-            &settings.reconcile.instance,
-        )
-        .await?;
+        let redis = connect_redis(&settings).await?;
         let connected_at = mysql.now_utc().await?;
         Ok(Context {
             settings: Arc::new(settings),
@@ -68,4 +55,22 @@ impl Context {
     {
         with_retry(&self.settings.reconcile.retry(), what, op).await
     }
+}
+
+/// Connects to Redis as `[redis]` says (one server, or a cluster's seeds).
+pub async fn connect_redis(settings: &Settings) -> Result<RedisStore> {
+    let r = &settings.redis;
+    let cluster: Vec<&str> = r.cluster_urls.iter().map(|u| u.expose()).collect();
+    let endpoint = if cluster.is_empty() {
+        RedisEndpoint::Single(r.url.expose())
+    } else {
+        RedisEndpoint::Cluster(&cluster)
+    };
+    RedisStore::connect(
+        endpoint,
+        &r.key_prefix,
+        r.response_timeout,
+        &settings.reconcile.instance,
+    )
+    .await
 }

@@ -18,6 +18,5 @@ pub mod push;
 pub mod retry;
 pub mod runner;
 pub mod schedule;
-pub mod simulator;
 pub mod store;
 pub mod telemetry;

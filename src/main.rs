@@ -77,9 +77,16 @@ enum Command {
     },
     /// Validate the configuration and print it (secrets redacted).
     CheckConfig,
-    /// Self-contained demo on the local services (database seatflow_demo,
-    /// key prefix seatflow-demo:): seed every kind of drift, repair it.
-    Demo,
+    /// Self-contained demo: seed every kind of drift, repair it. Runs on its
+    /// own throwaway redis-server and mariadbd (installed, not running),
+    /// removed afterwards.
+    Demo {
+        /// Run on the configured mysql.url and redis.url instead (database
+        /// seatflow_demo, dropped only if the demo created it; key prefix
+        /// seatflow-demo:).
+        #[arg(long)]
+        use_configured_servers: bool,
+    },
 }
 
 fn parse_kind(s: &str) -> Result<Kind, String> {
@@ -98,7 +105,7 @@ fn main() -> ExitCode {
         }
     };
     let mut log = settings.log.clone();
-    if matches!(cli.command, Command::Demo) {
+    if matches!(cli.command, Command::Demo { .. }) {
         // The demo speaks on stdout; keep stderr to warnings.
         log.level = "warn".into();
     }
@@ -160,7 +167,19 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             println!("configuration is valid:\n{settings:#?}");
             ExitCode::SUCCESS
         }
-        Command::Demo => match demo::run(settings).await {
+        Command::Demo {
+            use_configured_servers,
+        } => match demo::run(
+            settings,
+            if use_configured_servers {
+                demo::Servers::Configured
+            } else {
+                demo::Servers::Private
+            },
+            interrupted(),
+        )
+        .await
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("demo failed: {e:#}");
@@ -276,6 +295,20 @@ fn selected_kinds(requested: &[Kind]) -> Vec<Kind> {
         .into_iter()
         .filter(|k| requested.is_empty() || requested.contains(k))
         .collect()
+}
+
+/// Resolves on SIGINT or SIGTERM; the handlers are installed at once, so a
+/// signal that comes early is not lost (nor does it kill the process).
+fn interrupted() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    }
 }
 
 async fn connect(settings: Settings) -> Option<Context> {

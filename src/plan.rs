@@ -61,7 +61,7 @@ impl Anomaly {
             Anomaly::EmptyTemplate => "hall template has no enabled seats".into(),
             Anomaly::WrongType => "seat key is not a hash".into(),
             Anomaly::InvalidValue { seat, raw } => {
-                format!("seat {} has invalid value {}", shown(seat), shown(raw))
+                format!("seat {} has invalid value {}", shown(seat), quoted(raw))
             }
             Anomaly::UnknownField { seat } => {
                 format!("field {} is not a template seat", shown(seat))
@@ -86,15 +86,31 @@ impl Anomaly {
 /// Most characters of a stored value that a message shows.
 const SHOWN_CHARS: usize = 40;
 
-/// A value from a store, quoted and cut to `SHOWN_CHARS`.
+/// A name from a store (a seat number), cut to `SHOWN_CHARS`.
 fn shown(raw: &str) -> String {
+    let (head, cut) = cut_short(raw);
+    if cut {
+        format!("{head}… ({} bytes)", raw.len())
+    } else {
+        head
+    }
+}
+
+/// A value from a store, quoted and cut to `SHOWN_CHARS`.
+fn quoted(raw: &str) -> String {
+    let (head, cut) = cut_short(raw);
+    if cut {
+        format!("{head:?}… ({} bytes)", raw.len())
+    } else {
+        format!("{head:?}")
+    }
+}
+
+fn cut_short(raw: &str) -> (String, bool) {
     let mut chars = raw.chars();
     let head: String = chars.by_ref().take(SHOWN_CHARS).collect();
-    if chars.next().is_none() {
-        format!("{head:?}")
-    } else {
-        format!("{head:?}… ({} bytes)", raw.len())
-    }
+    let cut = chars.next().is_some();
+    (head, cut)
 }
 
 /// Everything the planner concluded about one showtime.

@@ -2,10 +2,8 @@
 //! is recorded by a later run; a cancel commits with its audit row or not at
 //! all; runs that never finished are closed as `abandoned`.
 
-mod common;
-
-use common::TestEnv;
 use seatflow_reconciler::model::Kind;
+use seatflow_test_support::TestEnv;
 
 async fn sql(env: &TestEnv, statement: &'static str) {
     sqlx::raw_sql(statement)

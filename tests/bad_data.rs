@@ -1,12 +1,10 @@
 //! Bad data is reported once per run by one job, summarised per showtime,
 //! values cut short: log volume stays bounded whatever the data.
 
-mod common;
-
 use std::process::Command;
 
-use common::TestEnv;
 use seatflow_reconciler::model::Kind;
+use seatflow_test_support::TestEnv;
 
 #[tokio::test]
 async fn one_bad_value_is_one_invalid_data_error_whichever_jobs_run() {
@@ -47,7 +45,7 @@ async fn a_flood_of_bad_data_logs_a_bounded_summary() {
     let out = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"))
         .args(["once", "--output", "json"])
         .env("SEATFLOW__MYSQL__URL", &env.db_url)
-        .env("SEATFLOW__REDIS__URL", common::redis_url())
+        .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
         .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
         .env("SEATFLOW__LOG__LEVEL", "warn")
         .output()

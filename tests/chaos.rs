@@ -4,17 +4,15 @@
 //! killed at random. Afterwards the stores converge to the contract's
 //! expected state, and the audit trail shows no customer was harmed.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
-use common::daemon::{Daemon, daemon_command, free_port, sample};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use seatflow_reconciler::inspect;
-use seatflow_reconciler::simulator::{HoldRecord, SimConfig, Simulator};
+use seatflow_test_support::TestEnv;
+use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
+use seatflow_test_support::simulator::{HoldRecord, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
 const TRAFFIC: Duration = Duration::from_secs(10);
@@ -374,7 +372,7 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     let abandoned: std::collections::HashSet<i64> = log
         .holds
         .iter()
-        .filter(|h| h.flow == seatflow_reconciler::simulator::Flow::Abandon)
+        .filter(|h| h.flow == seatflow_test_support::simulator::Flow::Abandon)
         .filter_map(|h| h.order_id)
         .collect();
     let cancelled: Vec<i64> =

@@ -1,10 +1,8 @@
-//! The real binary: exit codes, JSON output, config errors, secrets, demo.
-
-mod common;
+//! The real binary: exit codes, JSON output, config errors, secrets (the demo: tests/demo.rs).
 
 use std::process::{Command, Output};
 
-use common::TestEnv;
+use seatflow_test_support::TestEnv;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
@@ -33,7 +31,7 @@ fn run(c: &mut Command) -> (i32, String, String) {
 fn against(env: &TestEnv) -> Command {
     let mut c = bin();
     c.env("SEATFLOW__MYSQL__URL", &env.db_url)
-        .env("SEATFLOW__REDIS__URL", common::redis_url())
+        .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
         .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
         .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s");
     c
@@ -136,7 +134,7 @@ async fn once_json_reports_the_run_and_exits_0() {
 
 #[tokio::test]
 async fn migrate_creates_the_tables() {
-    let (db, url) = common::fresh_database().await;
+    let (db, url) = seatflow_test_support::fresh_database().await;
     let (code, _, err) = run(bin()
         .args(["migrate", "--reference-schema"])
         .env("SEATFLOW__MYSQL__URL", &url));
@@ -167,30 +165,14 @@ async fn migrate_creates_the_tables() {
         .env("SEATFLOW__MYSQL__URL", &url));
     assert_eq!(code, 0);
     pool.close().await;
-    common::cleanup(db, url, "sf-none:".into());
-}
-
-#[test]
-fn demo_repairs_every_kind_of_drift() {
-    let (code, out, err) = run(bin().arg("demo"));
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("Converged"), "{out}");
-    for job in [
-        "expired-orders",
-        "paid-seats",
-        "missing-hashes",
-        "orphan-locks",
-        "sold-orphans",
-    ] {
-        assert!(out.contains(job), "{job} missing from the demo output");
-    }
+    seatflow_test_support::cleanup(db, url, "sf-none:".into());
 }
 
 /// Runs `once --job expired-orders` while a row lock makes it take ~1.5 s,
 /// through `wrap` (e.g. a pseudo-terminal); returns stdout and stderr.
 async fn slow_expired_run(env: &TestEnv, wrap: fn(Command) -> Command) -> (String, String) {
-    let order = common::seed_expired(env).await;
-    let tx = common::hold_order_lock(env, order).await;
+    let order = seatflow_test_support::seed_expired(env).await;
+    let tx = seatflow_test_support::hold_order_lock(env, order).await;
     let mut cmd = against(env);
     cmd.args(["once", "--job", "expired-orders"]);
     let child = tokio::task::spawn_blocking(move || run(&mut wrap(cmd)));

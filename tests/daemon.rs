@@ -1,13 +1,12 @@
 //! The daemon as users run it: the real binary on a free port with a
 //! one-second schedule against the real services.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::TestEnv;
-use common::daemon::{Daemon, daemon_command, free_port, sample};
+use seatflow_test_support::TestEnv;
+use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
+use seatflow_test_support::servers::{self, wait_until};
 
 #[tokio::test]
 async fn scheduled_runs_repair_drift_and_report_it() {
@@ -30,7 +29,7 @@ async fn scheduled_runs_repair_drift_and_report_it() {
         ),
         0.0
     );
-    d.wait_until(
+    wait_until(
         "both repairs are counted",
         Duration::from_secs(20),
         || async {
@@ -57,7 +56,7 @@ async fn scheduled_runs_repair_drift_and_report_it() {
     let h = env.fx.hash(1).await.unwrap();
     assert_eq!((h["A-1"].as_str(), h["A-2"].as_str()), ("0", "2"));
 
-    d.wait_until(
+    wait_until(
         "a later run finds no drift",
         Duration::from_secs(10),
         || async { d.status().await["jobs"]["orphan_locks"]["current_drift"] == 0 },
@@ -104,7 +103,7 @@ async fn the_admin_endpoint_needs_the_token() {
     );
     let (code, body) = d.post("/jobs/orphan-locks/run", Some("s3cret-token")).await;
     assert_eq!(code, 202, "{body}");
-    d.wait_until(
+    wait_until(
         "the triggered run is counted",
         Duration::from_secs(10),
         || async {
@@ -138,8 +137,8 @@ fn only_expired_orders(cmd: &mut Command) {
 #[tokio::test]
 async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
     let env = TestEnv::new().await;
-    let order = common::seed_expired(&env).await;
-    let tx = common::hold_order_lock(&env, order).await;
+    let order = seatflow_test_support::seed_expired(&env).await;
+    let tx = seatflow_test_support::hold_order_lock(&env, order).await;
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     only_expired_orders(&mut cmd);
@@ -147,13 +146,13 @@ async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
 
     let skipped =
         r#"seatflow_reconcile_runs_total{kind="expired_orders",outcome="skipped_overlap"}"#;
-    d.wait_until("two fires are skipped", Duration::from_secs(20), || async {
+    wait_until("two fires are skipped", Duration::from_secs(20), || async {
         sample(&d.metrics().await, skipped) >= 2.0
     })
     .await;
     assert_eq!(d.status().await["jobs"]["expired_orders"]["running"], true);
     tx.rollback().await.unwrap();
-    d.wait_until("the slow run finishes", Duration::from_secs(20), || async {
+    wait_until("the slow run finishes", Duration::from_secs(20), || async {
         sample(
             &d.metrics().await,
             r#"seatflow_reconcile_fixes_total{kind="expired_orders"}"#,
@@ -184,14 +183,14 @@ async fn lock_keys(env: &TestEnv) -> Vec<String> {
 #[tokio::test]
 async fn sigterm_during_a_run_exits_0_and_releases_every_lock() {
     let env = TestEnv::new().await;
-    let order = common::seed_expired(&env).await;
-    let tx = common::hold_order_lock(&env, order).await;
+    let order = seatflow_test_support::seed_expired(&env).await;
+    let tx = seatflow_test_support::hold_order_lock(&env, order).await;
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     only_expired_orders(&mut cmd);
     cmd.env("SEATFLOW__DAEMON__SHUTDOWN_TIMEOUT", "2s");
     let mut d = Daemon::start(cmd, port).await;
-    d.wait_until(
+    wait_until(
         "a run holds the showtime's lock",
         Duration::from_secs(20),
         || async { !lock_keys(&env).await.is_empty() },
@@ -232,11 +231,7 @@ async fn sigterm_when_idle_exits_0_promptly() {
 }
 
 fn promtool() -> Command {
-    let path = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("promtool is missing: `apt-get install prometheus` (.ci/run installs it)");
-    Command::new(path)
+    Command::new(servers::tool("promtool", "prometheus"))
 }
 
 #[tokio::test]
@@ -285,65 +280,23 @@ async fn metrics_pass_promtool_check() {
     }
 }
 
-/// A Redis server of the test's own, so it can be stopped without harming others.
-struct OwnRedis {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl OwnRedis {
-    fn start(port: u16) -> OwnRedis {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        OwnRedis { child, port }
-    }
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 #[tokio::test]
 async fn readyz_follows_redis_and_healthz_stays_up() {
     let env = TestEnv::new().await;
-    let redis_port = free_port();
-    let mut redis = OwnRedis::start(redis_port);
+    // A Redis of the test's own, so it can be stopped without harming others.
+    let mut redis = servers::redis();
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     cmd.env(
         "SEATFLOW__REDIS__URL",
-        format!("redis://127.0.0.1:{}", redis.port),
+        format!("redis://127.0.0.1:{}", redis.port()),
     )
     .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "1s");
     let d = Daemon::start(cmd, port).await;
     assert_eq!(d.get("/readyz").await.unwrap().0, 200);
 
     redis.stop();
-    d.wait_until("readyz reports Redis down", Duration::from_secs(20), || async {
+    wait_until("readyz reports Redis down", Duration::from_secs(20), || async {
         matches!(d.get("/readyz").await, Ok((503, body)) if body.contains("\"redis\":\"unreachable\""))
     })
     .await;
@@ -356,8 +309,8 @@ async fn readyz_follows_redis_and_healthz_stays_up() {
         0.0
     );
 
-    let _redis = OwnRedis::start(redis_port);
-    d.wait_until("readyz is ready again", Duration::from_secs(30), || async {
+    redis.start().unwrap();
+    wait_until("readyz is ready again", Duration::from_secs(30), || async {
         matches!(d.get("/readyz").await, Ok((200, _)))
     })
     .await;

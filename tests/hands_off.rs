@@ -2,10 +2,8 @@
 //! spell exactly is never read as "free", nor as PENDING, nor as ON_SALE; and
 //! every showtime id, negative ones too, belongs to exactly one shard.
 
-mod common;
-
-use common::TestEnv;
 use seatflow_reconciler::model::{Kind, Shard};
+use seatflow_test_support::TestEnv;
 
 async fn set_status(env: &TestEnv, order: i64, status: &str) {
     sqlx::query("UPDATE ticket_order SET status = ? WHERE id = ?")

@@ -2,11 +2,9 @@
 //! after `http.header_timeout`, and at most `http.max_connections` are
 //! served at once.
 
-mod common;
-
 use std::time::Duration;
 
-use common::TestEnv;
+use seatflow_test_support::TestEnv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -1,10 +1,8 @@
 //! `inspect`: the seat map of a showtime with every kind of drift, as an
 //! operator sees it (snapshot) and as a script reads it (JSON).
 
-mod common;
-
-use common::TestEnv;
 use seatflow_reconciler::inspect;
+use seatflow_test_support::TestEnv;
 
 async fn seeded() -> TestEnv {
     let env = TestEnv::new().await;

@@ -1,12 +1,10 @@
 //! Each job against the real Redis and MariaDB: seeded drift is repaired to
 //! the contract's expected state, audited, and a second run repairs nothing.
 
-mod common;
-
-use common::{TestEnv, audit_row};
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::Kind;
+use seatflow_test_support::{TestEnv, audit_row};
 use std::time::Duration;
 
 async fn value(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {

@@ -13,15 +13,14 @@
 //! Every process started here is killed when its guard drops; everything
 //! listens on 127.0.0.1 only; every wait is bounded.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
-use common::daemon::{Daemon, daemon_command, free_port, sample};
+use seatflow_test_support::TestEnv;
+use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
+use seatflow_test_support::servers::{self, PrivateServer, TempDir, wait_until, with_log};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------
@@ -460,97 +459,6 @@ const SCRAPE_METRICS: &[&str] = &["up"];
 // ---------------------------------------------------------------------------
 // Processes, files, HTTP
 
-/// A child process killed (and reaped) when dropped, with its output in a file.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, mut cmd: Command, log: PathBuf) -> Proc {
-        let out = std::fs::File::create(&log).unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc { name, child, log }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    /// Polls `url` until it answers 200; panics with the process's log if it
-    /// exits or `limit` passes.
-    async fn wait_ready(&mut self, http: &reqwest::Client, url: &str, limit: Duration) {
-        let start = Instant::now();
-        loop {
-            if let Ok(r) = http.get(url).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "{} exited ({status}) before {url} answered:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            assert!(
-                start.elapsed() < limit,
-                "{} did not answer {url} within {limit:?}:\n{}",
-                self.name,
-                self.log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A fresh directory under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("sf-{tag}-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The path of a tool from a Debian package, or a panic that says how to get it.
-fn tool(name: &str, package: &str) -> PathBuf {
-    ["/usr/bin", "/usr/local/bin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing: install it with `apt-get install {package}` \
-                 (CI installs it; Debian/Ubuntu package `{package}`)"
-            )
-        })
-}
-
 fn http() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
@@ -573,44 +481,21 @@ async fn get_text(http: &reqwest::Client, url: &str) -> (u16, String) {
 struct Prometheus {
     base: String,
     http: reqwest::Client,
-    proc: Proc,
-    _dir: TempDir,
+    server: PrivateServer,
 }
 
 impl Prometheus {
     async fn start(target_port: u16) -> Prometheus {
-        let bin = tool("prometheus", "prometheus");
-        let dir = TempDir::new("prometheus");
-        let config = dir.0.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 rule_files:\n  - {alerts}\n\
-                 scrape_configs:\n  - job_name: seatflow-reconciler\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n",
-                alerts = alerts_path().display()
-            ),
-        )
-        .unwrap();
-        let port = free_port();
-        let mut cmd = Command::new(bin);
-        cmd.arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.0.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--log.level=warn");
-        let mut proc = Proc::spawn("prometheus", cmd, dir.0.join("prometheus.log"));
-        let http = http();
-        let base = format!("http://127.0.0.1:{port}");
-        proc.wait_ready(&http, &format!("{base}/-/ready"), Duration::from_secs(30))
-            .await;
+        let server = servers::prometheus(&format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - {alerts}\n\
+             scrape_configs:\n  - job_name: seatflow-reconciler\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n",
+            alerts = alerts_path().display()
+        ));
         Prometheus {
-            base,
-            http,
-            proc,
-            _dir: dir,
+            base: format!("http://127.0.0.1:{}", server.port()),
+            http: http(),
+            server,
         }
     }
 
@@ -655,22 +540,6 @@ impl Prometheus {
             )
             .await?;
         Ok(data["result"].as_array().cloned().unwrap_or_default())
-    }
-
-    async fn wait_until<F, Fut>(&self, what: &str, limit: Duration, mut check: F)
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let start = Instant::now();
-        while !check().await {
-            assert!(
-                start.elapsed() < limit,
-                "timed out after {limit:?} waiting until {what}; prometheus log:\n{}",
-                self.proc.log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
     }
 }
 
@@ -822,8 +691,8 @@ async fn prometheus_runs_every_dashboard_query_and_the_spike_alert_fires() {
     );
 
     // Prometheus has the zeros before any repair, so increases are seen.
-    prom.wait_until(
-        "the first scrape is stored",
+    wait_until(
+        with_log("the first scrape is stored", &prom.server),
         Duration::from_secs(15),
         || async {
             prom.instant(&format!(
@@ -836,7 +705,7 @@ async fn prometheus_runs_every_dashboard_query_and_the_spike_alert_fires() {
     .await;
 
     seed_small_drift(&env).await;
-    d.wait_until(
+    wait_until(
         "the daemon repairs the drift",
         Duration::from_secs(20),
         || async {
@@ -852,7 +721,7 @@ async fn prometheus_runs_every_dashboard_query_and_the_spike_alert_fires() {
         },
     )
     .await;
-    prom.wait_until("Prometheus has scraped the repairs", Duration::from_secs(15), || async {
+    wait_until(with_log("Prometheus has scraped the repairs", &prom.server), Duration::from_secs(15), || async {
         prom.instant(r#"sum(seatflow_reconcile_fixes_total{kind=~"orphan_locks|paid_seats|expired_orders"} > 0)"#)
             .await
             .is_ok_and(|r| r.first().is_some_and(|s| values(s).first() >= Some(&3.0)))
@@ -919,7 +788,7 @@ async fn prometheus_runs_every_dashboard_query_and_the_spike_alert_fires() {
 
     // A spike: 400 orphan locks at once.
     seed_orphan_locks(&env, 400).await;
-    d.wait_until(
+    wait_until(
         "the daemon repairs the spike",
         Duration::from_secs(20),
         || async {
@@ -989,8 +858,8 @@ async fn prometheus_runs_every_dashboard_query_and_the_spike_alert_fires() {
 
 /// Runs a command with a deadline; kills it when it passes.
 async fn run_with_timeout(mut cmd: Command, limit: Duration) -> (i32, String, String) {
-    let dir = TempDir::new("once");
-    let (out_path, err_path) = (dir.0.join("stdout"), dir.0.join("stderr"));
+    let dir = TempDir::new("once").unwrap();
+    let (out_path, err_path) = (dir.path().join("stdout"), dir.path().join("stderr"));
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
@@ -1028,22 +897,14 @@ fn parse_line(line: &str) -> Option<(String, BTreeMap<String, String>, f64)> {
 /// Pushgateway, grouped under job="seatflow-reconciler" with no instance.
 #[tokio::test]
 async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
-    let bin = tool("prometheus-pushgateway", "prometheus-pushgateway");
     let env = TestEnv::new().await;
     let seats = env.fx.hall(1, 1, 3).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
 
-    let dir = TempDir::new("pushgateway");
-    let port = free_port();
-    let mut cmd = Command::new(bin);
-    cmd.arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=warn");
-    let mut pgw = Proc::spawn("prometheus-pushgateway", cmd, dir.0.join("pushgateway.log"));
+    let pgw = servers::pushgateway();
     let http = http();
-    let base = format!("http://127.0.0.1:{port}");
-    pgw.wait_ready(&http, &format!("{base}/-/ready"), Duration::from_secs(20))
-        .await;
+    let base = format!("http://127.0.0.1:{}", pgw.port());
 
     let mut once = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
@@ -1052,7 +913,7 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
     once.args(["once", "--output", "json", "--pushgateway", &base])
         .env("RUST_LOG", "warn")
         .env("SEATFLOW__MYSQL__URL", &env.db_url)
-        .env("SEATFLOW__REDIS__URL", common::redis_url())
+        .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
         .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
         .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s");
     let (code, out, err) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;

@@ -1,17 +1,15 @@
 //! Safety rules 2, 4 and 9 in real time: concurrent reconcilers, in-flight
 //! holds across the grace period, and a Redis restart under the daemon.
 
-mod common;
-
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::TestEnv;
-use common::daemon::{Daemon, daemon_command, free_port, sample};
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
+use seatflow_test_support::TestEnv;
+use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
+use seatflow_test_support::servers::{self, wait_until};
 
 /// Two reconcilers (separate connections and leases) on the same showtimes
 /// at the same time: every seat is repaired exactly once.
@@ -84,73 +82,12 @@ async fn an_in_flight_hold_survives_the_grace_period_unless_it_never_commits() {
     assert_eq!((h["A-1"].as_str(), h["A-2"].as_str()), ("1", "0"));
 }
 
-/// A Redis server of the test's own, with persistence, restartable on its port.
-struct PersistentRedis {
-    dir: std::path::PathBuf,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl PersistentRedis {
-    fn start(dir: std::path::PathBuf, port: u16) -> PersistentRedis {
-        let mut r = PersistentRedis {
-            dir,
-            port,
-            child: None,
-        };
-        r.up();
-        r
-    }
-    fn up(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        self.child = Some(child);
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("own redis-server did not start");
-    }
-    fn down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for PersistentRedis {
-    fn drop(&mut self) {
-        self.down();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[tokio::test]
 async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
     let env = TestEnv::new().await;
-    let dir = std::env::temp_dir().join(format!("sf-redis-{}", env.db));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut redis = PersistentRedis::start(dir, free_port());
-    let redis_url = format!("redis://127.0.0.1:{}", redis.port);
+    // A Redis of the test's own, with persistence, restartable on its port.
+    let mut redis = servers::persistent_redis();
+    let redis_url = format!("redis://127.0.0.1:{}", redis.port());
     // Seed the hash on the test's own Redis.
     let seats = env.fx.hall(1, 1, 4).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
@@ -177,15 +114,15 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
             &format!(r#"seatflow_reconcile_runs_total{{kind="{k}",outcome="success"}}"#),
         )
     };
-    d.wait_until("a successful run", Duration::from_secs(15), || async {
+    wait_until("a successful run", Duration::from_secs(15), || async {
         ok(&d.metrics().await, "paid_seats") >= 1.0
     })
     .await;
 
-    redis.down();
+    redis.stop();
     // While Redis is away the customer pays: MySQL moves, Redis cannot.
     assert!(env.fx.pay(order).await.unwrap());
-    d.wait_until(
+    wait_until(
         "runs fail while Redis is down",
         Duration::from_secs(20),
         || async {
@@ -205,9 +142,9 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
         "the daemon keeps going"
     );
 
-    redis.up();
+    redis.start().unwrap();
     let before = ok(&d.metrics().await, "paid_seats");
-    d.wait_until(
+    wait_until(
         "the paid seat is repaired after the restart",
         Duration::from_secs(30),
         || async {
@@ -225,7 +162,7 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
         },
     )
     .await;
-    d.wait_until("runs succeed again", Duration::from_secs(15), || async {
+    wait_until("runs succeed again", Duration::from_secs(15), || async {
         ok(&d.metrics().await, "paid_seats") > before
     })
     .await;

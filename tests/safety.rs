@@ -1,17 +1,15 @@
 //! The races and bad data the safety rules exist for, against the real
 //! services. Each test fails if its rule is removed.
 
-mod common;
-
 use std::time::Duration;
 
-use common::TestEnv;
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::SeatRepair;
 use seatflow_reconciler::model::{Kind, SeatState};
 use seatflow_reconciler::store::mysql::RunIdentity;
 use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
+use seatflow_test_support::TestEnv;
 
 const RUN: RunIdentity<'static> = RunIdentity {
     run_id: "00000000-0000-0000-0000-000000000000",

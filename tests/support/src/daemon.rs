@@ -1,17 +1,28 @@
 //! Starts the real binary as a daemon on a free port, and talks HTTP to it.
-#![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::TestEnv;
+use crate::TestEnv;
+pub use crate::servers::free_port;
+use crate::servers::wait_until;
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The `seatflow-reconciler` binary cargo built beside the running test
+/// (`target/<profile>/`; the test itself runs from its `deps/`).
+pub fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let mut dir = exe.parent().expect("a directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("seatflow-reconciler");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run the tests with `cargo test`",
+        bin.display()
+    );
+    bin
 }
 
 pub struct Daemon {
@@ -22,13 +33,13 @@ pub struct Daemon {
 
 /// Every job every second, zero grace, the test's database and prefix.
 pub fn daemon_command(env: &TestEnv, port: u16) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
+    let mut c = Command::new(binary());
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
         c.env_remove(k);
     }
     c.arg("run")
         .env("SEATFLOW__MYSQL__URL", &env.db_url)
-        .env("SEATFLOW__REDIS__URL", super::redis_url())
+        .env("SEATFLOW__REDIS__URL", crate::redis_url())
         .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
         .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s")
         .env("SEATFLOW__HTTP__LISTEN", format!("127.0.0.1:{port}"))
@@ -59,7 +70,7 @@ impl Daemon {
             base: format!("http://127.0.0.1:{port}"),
             client: reqwest::Client::new(),
         };
-        d.wait_until("healthz answers", Duration::from_secs(20), || async {
+        wait_until("healthz answers", Duration::from_secs(20), || async {
             d.get("/healthz")
                 .await
                 .map(|(s, _)| s == 200)
@@ -73,7 +84,7 @@ impl Daemon {
     pub async fn with_a_run(env: &TestEnv) -> Daemon {
         let port = free_port();
         let d = Daemon::start(daemon_command(env, port), port).await;
-        d.wait_until("a run is recorded", Duration::from_secs(20), || async {
+        wait_until("a run is recorded", Duration::from_secs(20), || async {
             sample(
                 &d.metrics().await,
                 r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#,
@@ -107,19 +118,6 @@ impl Daemon {
 
     pub async fn status(&self) -> serde_json::Value {
         serde_json::from_str(&self.get("/status").await.unwrap().1).unwrap()
-    }
-
-    /// Polls `check` every 100 ms; panics with `what` after `limit`.
-    pub async fn wait_until<F, Fut>(&self, what: &str, limit: Duration, mut check: F)
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let start = Instant::now();
-        while !check().await {
-            assert!(start.elapsed() < limit, "timed out waiting until {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     pub fn signal(&self, sig: &str) {

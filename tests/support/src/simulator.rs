@@ -9,15 +9,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::store::redis::RedisConn;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use redis::Script;
+use seatflow_reconciler::store::redis::RedisConn;
 use sqlx::mysql::MySqlPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{SeatNo, ShowtimeId};
-use crate::store::redis::Keys;
+use seatflow_reconciler::model::{SeatNo, ShowtimeId};
+use seatflow_reconciler::store::redis::Keys;
 
 /// seatflow's hold: every requested seat must be "0"; then all become "1".
 const HOLD_LUA: &str = r#"

@@ -1,6 +1,4 @@
-//! `seatflow-reconciler demo`: a self-contained tour on the local services.
-//! It recreates the database `seatflow_demo` and the key prefix
-//! `seatflow-demo:`, seeds every kind of drift plus one in-flight hold,
+//! The demo's tour: seeds every kind of drift plus one in-flight hold,
 //! shows the drift, repairs it, and shows that a second pass fixes nothing.
 
 use std::time::Duration;
@@ -9,29 +7,15 @@ use anyhow::Context as _;
 
 use crate::config::Settings;
 use crate::context::Context;
-use crate::fixtures::{self, Fixtures};
+use crate::fixtures::Fixtures;
 use crate::jobs::{self, RunOptions};
 use crate::model::{Kind, SeatState};
 
-pub const DEMO_DATABASE: &str = "seatflow_demo";
-pub const DEMO_PREFIX: &str = "seatflow-demo:";
-const GRACE: Duration = Duration::from_secs(3);
+use super::GRACE;
 
-pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
-    let url = fixtures::with_database(settings.mysql.url.expose(), DEMO_DATABASE)?;
-    println!("== seatflow-reconciler demo ==");
-    println!(
-        "MySQL database `{DEMO_DATABASE}` and Redis prefix `{DEMO_PREFIX}` on {}",
-        settings.redis.url
-    );
-    fixtures::recreate_database(&url, DEMO_DATABASE)
-        .await
-        .context(
-            "creating the demo database (is MariaDB/MySQL running on the configured mysql.url?)",
-        )?;
-    settings.mysql.url = crate::config::SecretUrl::new(url);
-    settings.redis.key_prefix = DEMO_PREFIX.to_string();
-    settings.reconcile.orphan_grace = GRACE;
+/// Seeds the drift, repairs it and shows the result, on the database and
+/// prefix `settings` name (prepared by the caller).
+pub(super) async fn run(settings: Settings) -> anyhow::Result<()> {
     let ctx = Context::connect(settings)
         .await
         .context("connecting (are MariaDB and Redis running?)")?;
@@ -128,7 +112,6 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         "in-flight hold was harmed"
     );
     println!("\nConverged: every seat of every ON_SALE showtime equals what MySQL implies.");
-    println!("Audit trail: SELECT * FROM {DEMO_DATABASE}.reconcile_fix;");
     Ok(())
 }
 

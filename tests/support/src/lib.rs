@@ -1,8 +1,12 @@
-//! Test harness: every test gets its own MariaDB database and Redis key
-//! prefix on the real local services, removed again when it ends.
-#![allow(dead_code)]
+//! Test support for seatflow-reconciler's integration tests: every test
+//! gets its own MariaDB database and Redis key prefix on the real local
+//! services, removed again when it ends ([`TestEnv`]); [`daemon`] runs the
+//! real binary; [`servers`] starts private servers; [`simulator`] plays
+//! seatflow's traffic.
 
 pub mod daemon;
+pub mod servers;
+pub mod simulator;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

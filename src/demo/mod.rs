@@ -1,0 +1,298 @@
+//! `seatflow-reconciler demo`: a self-contained tour. By default it starts
+//! its own throwaway `redis-server` and `mariadbd` (private temp dir, free
+//! ports on 127.0.0.1) and removes them afterwards, so it never touches a
+//! server someone uses. With [`Servers::Configured`] it runs on `mysql.url` /
+//! `redis.url` instead: it checks Redis first, and only ever drops the
+//! database `seatflow_demo` if the demo created it (its marker row).
+
+pub mod servers;
+mod tour;
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use crate::config::{SecretUrl, Settings};
+use crate::fixtures;
+use servers::{PrivateServer, Ready, TempDir};
+
+pub const DEMO_DATABASE: &str = "seatflow_demo";
+pub const DEMO_PREFIX: &str = "seatflow-demo:";
+/// The table whose row says "the demo created this database".
+pub const MARKER_TABLE: &str = "seatflow_demo_marker";
+const MARKER: &str = "created by seatflow-reconciler demo";
+const GRACE: Duration = Duration::from_secs(3);
+const INSTALL_HINT: &str = "install them (Debian/Ubuntu: `apt-get install redis-server mariadb-server`; \
+     they need not be running) or run the demo on the configured servers with \
+     `demo --use-configured-servers`";
+
+/// Where the demo runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Servers {
+    /// Its own throwaway `redis-server` and `mariadbd`, removed afterwards.
+    Private,
+    /// The configured `mysql.url` and `redis.url`.
+    Configured,
+}
+
+/// Runs the demo; `interrupted` resolving (Ctrl-C) stops it early, and the
+/// private servers are removed in every case.
+pub async fn run(
+    mut settings: Settings,
+    servers: Servers,
+    interrupted: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    println!("== seatflow-reconciler demo ==");
+    let private = match servers {
+        Servers::Private => {
+            let private = tokio::task::spawn_blocking(PrivateServices::start).await??;
+            println!("{}", private.describe());
+            settings.mysql.url = SecretUrl::new(private.mysql_url());
+            settings.redis.url = SecretUrl::new(private.redis_url());
+            settings.redis.cluster_urls.clear();
+            Some(private)
+        }
+        Servers::Configured => {
+            check_redis(&settings).await?;
+            None
+        }
+    };
+    let result = tokio::select! {
+        r = prepare_and_tour(settings) => r,
+        () = interrupted => Err(anyhow::anyhow!("interrupted")),
+    };
+    match private {
+        Some(private) => {
+            tokio::task::spawn_blocking(move || drop(private)).await?;
+            println!("\nThe private servers are stopped and removed.");
+        }
+        None if result.is_ok() => {
+            println!("Audit trail: SELECT * FROM {DEMO_DATABASE}.reconcile_fix;");
+        }
+        None => {}
+    }
+    result
+}
+
+async fn prepare_and_tour(mut settings: Settings) -> anyhow::Result<()> {
+    let server_url = settings.mysql.url.expose().to_string();
+    println!(
+        "MySQL database `{DEMO_DATABASE}` and Redis prefix `{DEMO_PREFIX}` on {}",
+        settings.redis.url
+    );
+    claim_database(&server_url, DEMO_DATABASE)
+        .await
+        .with_context(|| format!("preparing the demo database on {}", settings.mysql.url))?;
+    settings.mysql.url = SecretUrl::new(fixtures::with_database(&server_url, DEMO_DATABASE)?);
+    settings.redis.key_prefix = DEMO_PREFIX.to_string();
+    settings.reconcile.orphan_grace = GRACE;
+    tour::run(settings).await
+}
+
+/// Redis must answer before anything touches MySQL.
+async fn check_redis(settings: &Settings) -> anyhow::Result<()> {
+    let ping = async { crate::context::connect_redis(settings).await?.ping().await };
+    match tokio::time::timeout(Duration::from_secs(10), ping).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => bail!(
+            "Redis is not reachable at {} ({e}); nothing was changed",
+            settings.redis.url
+        ),
+        Err(_) => bail!(
+            "Redis at {} did not answer within 10 s; nothing was changed",
+            settings.redis.url
+        ),
+    }
+}
+
+/// Makes `db` on the server of `server_url` an empty database holding the
+/// demo's marker row. An existing `db` is dropped only if it holds that
+/// marker; otherwise this refuses and changes nothing.
+pub async fn claim_database(server_url: &str, db: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        db.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+        "database name {db:?} must be [A-Za-z0-9_]"
+    );
+    let mut server = url::Url::parse(server_url)?;
+    server.set_path("/");
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(server.as_str())
+        .await?;
+    let result = async {
+        let exists: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?",
+        )
+        .bind(db)
+        .fetch_one(&pool)
+        .await?;
+        if exists > 0 {
+            if !has_marker(&pool, db).await? {
+                bail!(
+                    "the database `{db}` exists but the demo did not create it (no row in \
+                     `{db}`.`{MARKER_TABLE}`); nothing was dropped. Drop it yourself if it is \
+                     a leftover, point mysql.url at another server, or run the demo on private \
+                     servers (without --use-configured-servers)"
+                );
+            }
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE `{db}`")))
+                .execute(&pool)
+                .await?;
+        }
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE `{db}` CHARACTER SET utf8mb4; \
+             CREATE TABLE `{db}`.`{MARKER_TABLE}` (note VARCHAR(64) NOT NULL, \
+             created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )))
+        .execute(&pool)
+        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO `{db}`.`{MARKER_TABLE}` (note) VALUES (?)"
+        )))
+        .bind(MARKER)
+        .execute(&pool)
+        .await?;
+        Ok(())
+    }
+    .await;
+    pool.close().await;
+    result
+}
+
+/// Whether `db` holds the demo's marker row.
+async fn has_marker(pool: &sqlx::MySqlPool, db: &str) -> anyhow::Result<bool> {
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+    )
+    .bind(db)
+    .bind(MARKER_TABLE)
+    .fetch_one(pool)
+    .await?;
+    if tables == 0 {
+        return Ok(false);
+    }
+    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM `{db}`.`{MARKER_TABLE}` WHERE BINARY note = ?"
+    )))
+    .bind(MARKER)
+    .fetch_one(pool)
+    .await?;
+    Ok(rows > 0)
+}
+
+/// The demo's own `redis-server` and `mariadbd`, under one temp dir.
+struct PrivateServices {
+    redis: PrivateServer,
+    mariadb: PrivateServer,
+    // Declared last: removed after both servers are gone.
+    dir: TempDir,
+}
+
+impl PrivateServices {
+    fn start() -> anyhow::Result<PrivateServices> {
+        let bins = ["redis-server", "mariadbd", "mariadb-install-db"].map(servers::find_binary);
+        let missing: Vec<&str> = ["redis-server", "mariadbd", "mariadb-install-db"]
+            .into_iter()
+            .zip(&bins)
+            .filter(|(_, b)| b.is_none())
+            .map(|(n, _)| n)
+            .collect();
+        let [Some(redis_bin), Some(mariadbd), Some(install_db)] = bins else {
+            bail!(
+                "the demo runs on its own private Redis and MariaDB, but {} {} not installed: \
+                 {INSTALL_HINT}",
+                missing.join(", "),
+                if missing.len() == 1 { "is" } else { "are" }
+            );
+        };
+        let dir = TempDir::new("demo")?;
+        let redis = start_redis(dir.path(), redis_bin)?;
+        let mariadb = start_mariadb(dir.path(), mariadbd, install_db)?;
+        Ok(PrivateServices {
+            redis,
+            mariadb,
+            dir,
+        })
+    }
+
+    fn redis_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.redis.port())
+    }
+
+    fn mysql_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.mariadb.port())
+    }
+
+    fn describe(&self) -> String {
+        let pid = |s: &PrivateServer| s.pid().map_or("-".into(), |p| p.to_string());
+        format!(
+            "Private servers, removed afterwards: redis-server on 127.0.0.1:{} (pid {}), \
+             mariadbd on 127.0.0.1:{} (pid {}), in {}",
+            self.redis.port(),
+            pid(&self.redis),
+            self.mariadb.port(),
+            pid(&self.mariadb),
+            self.dir.path().display()
+        )
+    }
+}
+
+fn start_redis(parent: &Path, program: std::path::PathBuf) -> anyhow::Result<PrivateServer> {
+    let mut redis = PrivateServer::new_in(parent, "redis", program)?;
+    let (port, dir) = (redis.port().to_string(), redis.dir().to_owned());
+    redis
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .ready(Ready::RedisPing, Duration::from_secs(20));
+    redis.start()?;
+    Ok(redis)
+}
+
+fn start_mariadb(
+    parent: &Path,
+    mariadbd: std::path::PathBuf,
+    install_db: std::path::PathBuf,
+) -> anyhow::Result<PrivateServer> {
+    let mut mariadb = PrivateServer::new_in(parent, "mariadb", mariadbd)?;
+    let dir = mariadb.dir().to_owned();
+    // mariadbd refuses to run as root unless told to; as anyone else the
+    // option only warns, so it is given to root only.
+    let as_root = is_root().then(|| "--user=root".to_string());
+    let mut install = std::process::Command::new(install_db);
+    install
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.join("data").display()))
+        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+        .args(as_root.clone());
+    mariadb.run_step("mariadb-install-db", install)?;
+    let port = mariadb.port();
+    mariadb
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.join("data").display()))
+        .arg(format!("--socket={}", dir.join("mariadbd.sock").display()))
+        .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
+        .arg(format!("--port={port}"))
+        .args(["--bind-address=127.0.0.1", "--skip-log-bin"])
+        .args(as_root)
+        .ready(Ready::Tcp, Duration::from_secs(60));
+    mariadb.start()?;
+    Ok(mariadb)
+}
+
+/// Whether this process runs as root (the owner of `/proc/self`).
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}

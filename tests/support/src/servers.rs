@@ -1,0 +1,217 @@
+//! The servers tests start for themselves, all with the product's
+//! [`PrivateServer`]: on 127.0.0.1 and a free port, every file they write
+//! (data, persistence, log) inside their own temp dir, killed and removed
+//! when dropped. And the one bounded wait every test uses.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub use seatflow_reconciler::demo::servers::{
+    PrivateServer, Ready, TempDir, free_port, require_binary,
+};
+
+/// An installed program, or a panic that says which Debian package has it.
+pub fn tool(name: &str, package: &str) -> PathBuf {
+    require_binary(name, package).unwrap_or_else(|e| panic!("{e} (.ci/run installs it)"))
+}
+
+/// Polls `check` every 100 ms until it holds; panics after `limit`, with
+/// `what` formatted then (see [`with_log`]).
+pub async fn wait_until<F, Fut>(what: impl fmt::Display, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `what`, and the tail of `server`'s log as it is when a wait times out.
+pub fn with_log<'a>(what: &'a str, server: &'a PrivateServer) -> impl fmt::Display + 'a {
+    struct WithLog<'a>(&'a str, &'a PrivateServer);
+    impl fmt::Display for WithLog<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(
+                f,
+                "{}; {} log:\n{}",
+                self.0,
+                self.1.name(),
+                self.1.log_tail()
+            )
+        }
+    }
+    WithLog(what, server)
+}
+
+/// A `redis-server` on `port` (free when `None`) with its `--dir` in its temp
+/// dir, plus `extra` arguments; not started.
+fn redis_server(name: &str, port: Option<u16>, extra: &[&str]) -> PrivateServer {
+    let mut s = PrivateServer::new(name, tool("redis-server", "redis-server")).unwrap();
+    if let Some(port) = port {
+        s = s.with_port(port);
+    }
+    let (port, dir) = (s.port().to_string(), s.dir().to_owned());
+    s.args(["--port", &port, "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .ready(Ready::RedisPing, Duration::from_secs(20));
+    s
+}
+
+/// A started Redis of the test's own, without persistence; `stop` and
+/// `start` it to take it away and bring an empty one back on its port.
+pub fn redis() -> PrivateServer {
+    let mut s = redis_server("redis", None, &["--save", "", "--appendonly", "no"]);
+    s.start().unwrap();
+    s
+}
+
+/// A started Redis whose every write is in its append-only file (in its temp
+/// dir), so `stop` and `start` restart it with its data.
+pub fn persistent_redis() -> PrivateServer {
+    let mut s = redis_server(
+        "redis-aof",
+        None,
+        &[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+        ],
+    );
+    s.start().unwrap();
+    s
+}
+
+/// A Redis Cluster of three primaries, no replicas, ready (`cluster_state:ok`).
+pub struct RedisCluster {
+    pub nodes: Vec<PrivateServer>,
+}
+
+impl RedisCluster {
+    pub async fn start() -> RedisCluster {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = cluster_port();
+            let mut node = redis_server(
+                "redis-cluster-node",
+                Some(port),
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+            );
+            let nodes_conf = node.dir().join("nodes.conf");
+            node.arg("--cluster-config-file").arg(nodes_conf);
+            node.start().unwrap();
+            nodes.push(node);
+        }
+        let cluster = RedisCluster { nodes };
+        let addrs: Vec<String> = cluster.ports().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = Command::new(tool("redis-cli", "redis-tools"))
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for p in cluster.ports() {
+            wait_until("cluster_state:ok", Duration::from_secs(30), || async move {
+                cluster_cli(p, &["cluster", "info"]).contains("cluster_state:ok")
+            })
+            .await;
+        }
+        cluster
+    }
+
+    pub fn ports(&self) -> impl Iterator<Item = u16> + '_ {
+        self.nodes.iter().map(PrivateServer::port)
+    }
+
+    /// `DBSIZE` of each node.
+    pub fn keys_per_node(&self) -> Vec<u64> {
+        self.ports()
+            .map(|p| cluster_cli(p, &["dbsize"]).trim().parse().unwrap_or(0))
+            .collect()
+    }
+}
+
+fn cluster_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(tool("redis-cli", "redis-tools"))
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A free port whose cluster bus port (+10000) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p < 55_000 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
+        }
+    }
+}
+
+/// A started Prometheus with `config` as its `prometheus.yml` and its TSDB
+/// in its temp dir; ready when `/-/ready` answers.
+pub fn prometheus(config: &str) -> PrivateServer {
+    let mut s = PrivateServer::new("prometheus", tool("prometheus", "prometheus")).unwrap();
+    let (port, dir) = (s.port(), s.dir().to_owned());
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    s.arg(format!(
+        "--config.file={}",
+        dir.join("prometheus.yml").display()
+    ))
+    .arg(format!(
+        "--storage.tsdb.path={}",
+        dir.join("data").display()
+    ))
+    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+    .arg("--log.level=warn")
+    .ready(Ready::Http("/-/ready".into()), Duration::from_secs(30));
+    s.start().unwrap();
+    s
+}
+
+/// A started Pushgateway that persists into its temp dir only: Debian's
+/// default (`/var/lib/prometheus/pushgateway.data`) would load every earlier
+/// run's groups.
+pub fn pushgateway() -> PrivateServer {
+    let mut s = PrivateServer::new(
+        "pushgateway",
+        tool("prometheus-pushgateway", "prometheus-pushgateway"),
+    )
+    .unwrap();
+    let (port, dir) = (s.port(), s.dir().to_owned());
+    s.arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg(format!(
+            "--persistence.file={}",
+            dir.join("pushgateway.data").display()
+        ))
+        .arg("--log.level=warn")
+        .ready(Ready::Http("/-/ready".into()), Duration::from_secs(20));
+    s.start().unwrap();
+    s
+}
