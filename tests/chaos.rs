@@ -16,13 +16,7 @@ use seatflow_test_support::simulator::{HoldRecord, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
 const TRAFFIC: Duration = Duration::from_secs(10);
-const KINDS: [&str; 5] = [
-    "expired_orders",
-    "paid_seats",
-    "missing_hashes",
-    "orphan_locks",
-    "sold_orphans",
-];
+const KINDS: [&str; 5] = seatflow_test_support::JOB_LABELS;
 
 /// A MariaDB user per reconciler process, so the test can find (and kill)
 /// exactly that process's connections; dropped at the end.

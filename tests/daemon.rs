@@ -40,13 +40,7 @@ async fn scheduled_runs_repair_drift_and_report_it() {
     )
     .await;
     let m = d.metrics().await;
-    for kind in [
-        "expired_orders",
-        "paid_seats",
-        "missing_hashes",
-        "orphan_locks",
-        "sold_orphans",
-    ] {
+    for kind in seatflow_test_support::JOB_LABELS {
         let ts = sample(
             &m,
             &format!(r#"seatflow_reconcile_last_success_timestamp_seconds{{kind="{kind}"}}"#),
@@ -330,16 +324,8 @@ async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(seatflow_reconciler::daemon::run_on(
-        env.ctx.clone(),
-        listener,
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let daemon = seatflow_test_support::daemon::InProcessDaemon::start(env.ctx.clone()).await;
+    let base = daemon.url("");
 
     let http = reqwest::Client::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -364,12 +350,7 @@ async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
     }
     assert_eq!(env.fx.hash(1).await.unwrap()["A-1"], "0");
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), daemon)
-        .await
-        .expect("the daemon returns once its shutdown future completes")
-        .unwrap()
-        .unwrap();
+    daemon.stop().await;
     assert!(
         http.get(format!("{base}/healthz")).send().await.is_err(),
         "HTTP stops with the daemon"

@@ -5,30 +5,9 @@
 use std::time::Duration;
 
 use seatflow_test_support::TestEnv;
+use seatflow_test_support::daemon::InProcessDaemon;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// Starts the daemon in process with no job enabled; returns its address and
-/// the handle that stops it.
-async fn daemon(
-    env: &TestEnv,
-) -> (
-    std::net::SocketAddr,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let handle = tokio::spawn(seatflow_reconciler::daemon::run_on(
-        env.ctx.clone(),
-        listener,
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    (addr, stop, handle)
-}
+use tokio::net::TcpStream;
 
 async fn settings_env(header_timeout: Duration, max_connections: usize) -> TestEnv {
     TestEnv::with(|s| {
@@ -65,7 +44,8 @@ async fn healthz(stream: &mut TcpStream) -> String {
 #[tokio::test]
 async fn silent_partial_and_idle_clients_are_cut_off() {
     let env = settings_env(Duration::from_secs(1), 64).await;
-    let (addr, stop, handle) = daemon(&env).await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let addr = daemon.addr;
 
     let mut silent = TcpStream::connect(addr).await.unwrap();
     closed_by_server(&mut silent, Duration::from_secs(30)).await;
@@ -82,14 +62,14 @@ async fn silent_partial_and_idle_clients_are_cut_off() {
     assert!(healthz(&mut idle).await.starts_with("HTTP/1.1 200"));
     closed_by_server(&mut idle, Duration::from_secs(30)).await;
 
-    stop.send(()).unwrap();
-    handle.await.unwrap().unwrap();
+    daemon.stop().await;
 }
 
 #[tokio::test]
 async fn connections_beyond_the_limit_wait_until_one_closes() {
     let env = settings_env(Duration::from_secs(60), 1).await;
-    let (addr, stop, handle) = daemon(&env).await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let addr = daemon.addr;
 
     let mut first = TcpStream::connect(addr).await.unwrap();
     assert!(healthz(&mut first).await.starts_with("HTTP/1.1 200"));
@@ -110,6 +90,5 @@ async fn connections_beyond_the_limit_wait_until_one_closes() {
         .unwrap();
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
 
-    stop.send(()).unwrap();
-    handle.await.unwrap().unwrap();
+    daemon.stop().await;
 }

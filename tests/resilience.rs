@@ -176,10 +176,4 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
     assert_eq!(fixes.get("paid_seats"), Some(&1), "{fixes:?}");
 }
 
-const KINDS: [&str; 5] = [
-    "expired_orders",
-    "paid_seats",
-    "missing_hashes",
-    "orphan_locks",
-    "sold_orphans",
-];
+const KINDS: [&str; 5] = seatflow_test_support::JOB_LABELS;

@@ -46,13 +46,7 @@ pub fn daemon_command(env: &TestEnv, port: u16) -> Command {
         .env("SEATFLOW__LOG__LEVEL", "warn,seatflow_reconciler=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    for kind in [
-        "expired_orders",
-        "paid_seats",
-        "missing_hashes",
-        "orphan_locks",
-        "sold_orphans",
-    ] {
+    for kind in crate::JOB_LABELS {
         c.env(
             format!("SEATFLOW__JOBS__{}__SCHEDULE", kind.to_uppercase()),
             "* * * * * *",
@@ -162,4 +156,38 @@ pub fn sample(exposition: &str, series: &str) -> f64 {
         })
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
+}
+
+/// The daemon as a library call (`daemon::run_on`) on a free port, until
+/// `stop` completes its shutdown future.
+pub struct InProcessDaemon {
+    pub addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl InProcessDaemon {
+    pub async fn start(ctx: seatflow_reconciler::context::Context) -> InProcessDaemon {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(seatflow_reconciler::daemon::run_on(ctx, listener, async {
+            let _ = stopped.await;
+        }));
+        InProcessDaemon { addr, stop, handle }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Completes the shutdown future; the daemon must return (Ok) in 30 s.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the daemon returns once its shutdown future completes")
+            .unwrap()
+            .unwrap();
+    }
 }

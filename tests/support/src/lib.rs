@@ -18,6 +18,16 @@ use seatflow_reconciler::jobs::report::{JobReport, RunReport};
 use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
 
+/// The `kind` label of each job, spelled out as the spec spells it (not
+/// taken from the product, so the tests check the product's names).
+pub const JOB_LABELS: [&str; 5] = [
+    "expired_orders",
+    "paid_seats",
+    "missing_hashes",
+    "orphan_locks",
+    "sold_orphans",
+];
+
 pub fn mysql_base_url() -> String {
     std::env::var("SEATFLOW_TEST_MYSQL_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
