@@ -152,9 +152,13 @@ impl Runner {
 
     async fn run(&self, kind: Kind) {
         let started_at = Utc::now();
+        let settings = &self.ctx.settings;
         let opts = RunOptions {
-            dry_run: self.ctx.settings.reconcile.dry_run,
+            dry_run: settings.reconcile.dry_run,
             stop: self.stop.clone(),
+            bad_data_reporter: Kind::ALL
+                .into_iter()
+                .find(|k| *k != Kind::ExpiredOrders && settings.job(*k).enabled),
             ..RunOptions::default()
         };
         let report = jobs::run_once(&self.ctx, &[kind], &opts).await;

@@ -357,3 +357,70 @@ async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
     );
     assert!(env.ctx.leases.is_empty(), "every lease is released");
 }
+
+/// The daemon runs each seat job on its own schedule; one bad value is still
+/// reported by one job (the first enabled seat job), not by all four.
+#[tokio::test]
+async fn one_bad_value_is_reported_by_one_job_in_the_daemon() {
+    let env = TestEnv::with(|s| {
+        for kind in seatflow_reconciler::model::Kind::ALL {
+            s.job_mut(kind).schedule = "* * * * * *".into();
+        }
+    })
+    .await;
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "7")]).await.unwrap();
+    let daemon = seatflow_test_support::daemon::InProcessDaemon::start(env.ctx.clone()).await;
+    let http = reqwest::Client::new();
+    let seat_jobs = [
+        "paid_seats",
+        "missing_hashes",
+        "orphan_locks",
+        "sold_orphans",
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let body = http
+            .get(daemon.url("/status"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if seat_jobs
+            .iter()
+            .all(|j| status["jobs"][j]["last_run"].is_object())
+        {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every seat job ran: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    daemon.stop().await;
+    let invalid: Vec<(&str, u64)> = seat_jobs
+        .iter()
+        .map(|j| {
+            (
+                *j,
+                status["jobs"][j]["last_run"]["invalid_data"]
+                    .as_u64()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        invalid,
+        vec![
+            ("paid_seats", 1),
+            ("missing_hashes", 0),
+            ("orphan_locks", 0),
+            ("sold_orphans", 0)
+        ]
+    );
+}

@@ -25,6 +25,10 @@ pub struct RunOptions {
     pub stop: CancellationToken,
     /// Draw progress on stderr (set when stderr is a terminal).
     pub progress: bool,
+    /// The seat job that counts and logs bad data. None: the first seat job
+    /// of the run. The daemon runs each job on its own, so it names one
+    /// (the first enabled) lest every seat job report the same bad value.
+    pub bad_data_reporter: Option<Kind>,
 }
 
 /// Runs jobs once and returns their settled reports: `expired-orders`

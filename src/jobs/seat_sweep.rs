@@ -75,9 +75,10 @@ pub async fn run<'a>(
     opts: &RunOptions,
     audits: Vec<AuditLog<'a>>,
 ) -> Vec<(JobReport, AuditLog<'a>)> {
-    let Some(&reporter) = kinds.first() else {
+    let Some(&first) = kinds.first() else {
         return Vec::new();
     };
+    let reporter = opts.bad_data_reporter.unwrap_or(first);
     run_with_reporter(ctx, kinds, opts, audits, reporter).await
 }
 
