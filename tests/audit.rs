@@ -113,3 +113,40 @@ async fn runs_that_never_finished_are_closed_as_abandoned() {
     );
     assert_eq!(outcome(&report.run_id).as_deref(), Some("success"));
 }
+
+#[tokio::test]
+async fn audit_rows_past_their_retention_are_pruned_in_batches() {
+    let env = TestEnv::with(|s| s.audit.prune_batch = 1000).await;
+    // 2,500 rows of 40 days ago (three batches), 3 of yesterday.
+    sql(
+        &env,
+        "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, fixed_at, instance) \
+         SELECT MD5(seq), 'old-run', 'paid_seats', 'seat_set', \
+                UTC_TIMESTAMP(3) - INTERVAL 40 DAY, 'test' FROM seq_1_to_2500",
+    )
+    .await;
+    sql(
+        &env,
+        "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, fixed_at, instance) \
+         SELECT MD5(CONCAT('new', seq)), 'new-run', 'paid_seats', 'seat_set', \
+                UTC_TIMESTAMP(3) - INTERVAL 1 DAY, 'test' FROM seq_1_to_3",
+    )
+    .await;
+    sql(
+        &env,
+        "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at, outcome) VALUES \
+         ('old-run', 'test', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 40 DAY, 'success'), \
+         ('new-run', 'test', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 1 DAY, 'success')",
+    )
+    .await;
+    env.once(&[Kind::PaidSeats]).await;
+    assert_eq!(fix_rows(&env, "old-run").await, 0);
+    assert_eq!(fix_rows(&env, "new-run").await, 3);
+    let runs: Vec<String> = sqlx::query_scalar(
+        "SELECT run_id FROM reconcile_run WHERE run_id LIKE '%-run' ORDER BY run_id",
+    )
+    .fetch_all(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(runs, vec!["new-run".to_string()]);
+}

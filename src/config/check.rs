@@ -58,6 +58,14 @@ impl Settings {
                 .to_string();
         }
 
+        // Audit retention may well exceed a year (compliance); ten years at most.
+        if self.audit.retention > 10 * MAX_DURATION {
+            return Err(ConfigError::new(
+                "audit.retention",
+                "is longer than ten years",
+            ));
+        }
+        in_range("audit.prune_batch", self.audit.prune_batch, 1, 100_000)?;
         positive("http.header_timeout", self.http.header_timeout)?;
         in_range("http.max_connections", self.http.max_connections, 1, 10_000)?;
         positive("daemon.shutdown_timeout", self.daemon.shutdown_timeout)?;

@@ -105,6 +105,15 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+pub struct AuditSettings {
+    /// Audit rows older than this are pruned; zero keeps them for ever.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    /// Rows deleted per statement while pruning.
+    pub prune_batch: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
 pub struct DaemonSettings {
     /// How long running batches may take to finish after SIGTERM.
     #[serde(with = "humantime_serde")]
@@ -153,6 +162,7 @@ pub struct Settings {
     pub redis: RedisSettings,
     pub http: HttpSettings,
     pub reconcile: ReconcileSettings,
+    pub audit: AuditSettings,
     pub daemon: DaemonSettings,
     pub sharding: ShardingSettings,
     pub log: LogSettings,

@@ -101,9 +101,14 @@ async fn settle(
 /// over this long ago) are closed as `abandoned`.
 const STALE_RUN: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Before a run writes anything: audit rows earlier runs could not write
-/// are written, and runs that will never finish are closed. Failures are
-/// logged and left for the next run; they never stop this one.
+/// Pruning statements per table per run at most: a large backlog of old
+/// rows goes over several runs.
+const PRUNE_ROUNDS: u32 = 20;
+
+/// Before a run writes anything: runs that will never finish are closed,
+/// audit rows past their retention are deleted, and audit rows earlier runs
+/// could not write are written. Failures are logged and left for the next
+/// run; they never stop this one.
 async fn close_earlier_runs(ctx: &Context) {
     let instance = &ctx.settings.reconcile.instance;
     match ctx
@@ -114,6 +119,18 @@ async fn close_earlier_runs(ctx: &Context) {
         Ok(0) => {}
         Ok(closed) => tracing::warn!(closed, "runs that never finished closed as abandoned"),
         Err(e) => tracing::warn!(error = %e, "could not close abandoned runs"),
+    }
+    let a = &ctx.settings.audit;
+    if !a.retention.is_zero() {
+        match ctx
+            .mysql
+            .prune_audit(a.retention, a.prune_batch, PRUNE_ROUNDS)
+            .await
+        {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "audit rows past audit.retention deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not prune the audit; next run tries again"),
+        }
     }
     match audit::drain_backlog(ctx).await {
         Ok((0, 0)) => {}

@@ -638,6 +638,33 @@ impl MysqlStore {
         Ok(closed)
     }
 
+    /// Deletes `reconcile_fix` and finished `reconcile_run` rows older than
+    /// `retention`, `batch` rows per statement (short transactions, short
+    /// locks), at most `rounds` statements per table. Returns rows deleted.
+    pub async fn prune_audit(&self, retention: Duration, batch: u64, rounds: u32) -> Result<u64> {
+        let mut deleted = 0;
+        for sql in [
+            "DELETE FROM reconcile_fix WHERE fixed_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND \
+             ORDER BY fixed_at LIMIT ?",
+            "DELETE FROM reconcile_run WHERE started_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND \
+             AND outcome IS NOT NULL ORDER BY started_at LIMIT ?",
+        ] {
+            for _ in 0..rounds {
+                let n = sqlx::query(sql)
+                    .bind(retention.as_secs())
+                    .bind(batch)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                deleted += n;
+                if n < batch {
+                    break;
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
     pub async fn finish_run(
         &self,
         run_id: &str,
