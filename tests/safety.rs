@@ -46,7 +46,10 @@ async fn a_seat_changed_between_scan_and_repair_is_not_overwritten() {
         )
         .await
         .unwrap();
-    assert_eq!(out[0].as_ref().unwrap(), &Fenced::Done(vec![false, true]));
+    assert_eq!(
+        out[0].reply.as_ref().unwrap(),
+        &Fenced::Done(vec![false, true])
+    );
     assert_eq!(
         env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
         Some("2")
@@ -65,7 +68,7 @@ async fn a_seat_changed_between_scan_and_repair_is_not_overwritten() {
         .repair_seats("me", &[SeatBatch::new(2, vec![release("A-1", None)])])
         .await
         .unwrap();
-    assert_eq!(out[0].as_ref().unwrap(), &Fenced::Done(vec![false]));
+    assert_eq!(out[0].reply.as_ref().unwrap(), &Fenced::Done(vec![false]));
     assert!(env.fx.hash(2).await.unwrap().is_empty());
 }
 
@@ -132,7 +135,7 @@ async fn a_holder_whose_lease_expired_cannot_write() {
         )
         .await
         .unwrap();
-    assert_eq!(out[0].as_ref().unwrap(), &Fenced::LeaseLost);
+    assert_eq!(out[0].reply.as_ref().unwrap(), &Fenced::LeaseLost);
     assert_eq!(
         env.fx.seat_value(7, "A-1").await.unwrap().as_deref(),
         Some("1")
@@ -141,7 +144,7 @@ async fn a_holder_whose_lease_expired_cannot_write() {
         .rebuild_hash("old", "op-1", 8, &[("A-1".into(), SeatState::Free)])
         .await
         .unwrap();
-    assert_eq!(rebuilt, Fenced::LeaseLost);
+    assert_eq!(rebuilt.reply, Fenced::LeaseLost);
     assert!(env.fx.hash(8).await.unwrap().is_empty());
     // Neither renewal nor release by the old holder touches the new lease.
     assert_eq!(
@@ -236,7 +239,7 @@ async fn a_hash_created_between_detection_and_rebuild_is_not_replaced() {
         )
         .await
         .unwrap();
-    assert_eq!(out, Fenced::Done(false));
+    assert_eq!(out.reply, Fenced::Done(false));
     assert_eq!(
         env.fx.seat_value(4, "A-1").await.unwrap().as_deref(),
         Some("1")
@@ -418,9 +421,9 @@ async fn a_retried_repair_is_applied_once() {
     // The application takes the seat again before our retry arrives.
     env.fx.warm(3, &[("A-1", "1")]).await.unwrap();
     let retry = redis.repair_seats("me", &batch).await.unwrap();
-    assert_eq!(first[0].as_ref().unwrap(), &Fenced::Done(vec![true]));
+    assert_eq!(first[0].reply.as_ref().unwrap(), &Fenced::Done(vec![true]));
     assert_eq!(
-        retry[0].as_ref().unwrap(),
+        retry[0].reply.as_ref().unwrap(),
         &Fenced::Done(vec![true]),
         "the first reply"
     );
@@ -473,15 +476,21 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
         env.fx.showtime(id, 1, 10 * id, "ON_SALE").await.unwrap();
         env.fx.warm_all(id, &seats, &[("A-1", "1")]).await.unwrap();
     }
-    // Our own bookkeeping key of showtime 1 is corrupt: its repair script fails.
-    let _: () = env
-        .redis(
-            redis::cmd("SET")
-                .arg(env.ctx.redis.keys.done(1))
-                .arg("garbage"),
-        )
-        .await;
-    let report = env.once(&[Kind::OrphanLocks]).await;
+    // The repair script of showtime 1 keeps failing: the reconciler's Redis
+    // user may read its seat hash but not write it (NOPERM). (Our own keys
+    // in a wrong shape no longer fail a repair: rule 13, tests/own_keys.rs.)
+    let user = ReadOnlySeatUser::create(&env, 1).await;
+    let mut settings = (*env.ctx.settings).clone();
+    settings.redis.url = seatflow_reconciler::config::SecretUrl::new(user.url());
+    let ctx = seatflow_reconciler::context::Context::connect(settings)
+        .await
+        .unwrap();
+    let report = seatflow_reconciler::jobs::run_once(
+        &ctx,
+        &[Kind::OrphanLocks],
+        &seatflow_reconciler::jobs::RunOptions::default(),
+    )
+    .await;
     let r = &report.jobs[0];
     assert_eq!(
         (r.outcome, r.fixed, r.errors),
@@ -502,4 +511,58 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
         env.fx.seat_value(2, "A-1").await.unwrap().as_deref(),
         Some("0")
     );
+}
+
+/// A Redis ACL user of its own (removed on drop) that may read and write
+/// every key of the test's prefix except the seat hash of one showtime,
+/// which it may only read.
+struct ReadOnlySeatUser {
+    name: String,
+    password: String,
+}
+
+impl ReadOnlySeatUser {
+    async fn create(env: &TestEnv, read_only: i64) -> ReadOnlySeatUser {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let user = ReadOnlySeatUser {
+            name: format!("sftest-{}", &id[..12]),
+            password: id,
+        };
+        let k = &env.ctx.redis.keys;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg(&user.name)
+            .arg("on")
+            .arg(format!(">{}", user.password))
+            .arg("+@all")
+            .arg(format!("%R~{}", k.seat(read_only)))
+            .arg(format!("~{}reconcile:*", env.prefix));
+        for id in 0..10 {
+            if id != read_only {
+                cmd.arg(format!("~{}", k.seat(id)));
+            }
+        }
+        let _: () = env.redis(&cmd).await;
+        user
+    }
+
+    fn url(&self) -> String {
+        common::redis_url().replacen(
+            "redis://",
+            &format!("redis://{}:{}@", self.name, self.password),
+            1,
+        )
+    }
+}
+
+impl Drop for ReadOnlySeatUser {
+    fn drop(&mut self) {
+        if let Ok(mut c) = redis::Client::open(common::redis_url()).and_then(|c| c.get_connection())
+        {
+            let _: redis::RedisResult<i64> = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.name)
+                .query(&mut c);
+        }
+    }
 }
