@@ -479,7 +479,7 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
     // The repair script of showtime 1 keeps failing: the reconciler's Redis
     // user may read its seat hash but not write it (NOPERM). (Our own keys
     // in a wrong shape no longer fail a repair: rule 13, tests/own_keys.rs.)
-    let user = ReadOnlySeatUser::create(&env, 1).await;
+    let user = common::AclUser::create(&env, &[1], &[2]).await;
     let mut settings = (*env.ctx.settings).clone();
     settings.redis.url = seatflow_reconciler::config::SecretUrl::new(user.url());
     let ctx = seatflow_reconciler::context::Context::connect(settings)
@@ -511,58 +511,4 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
         env.fx.seat_value(2, "A-1").await.unwrap().as_deref(),
         Some("0")
     );
-}
-
-/// A Redis ACL user of its own (removed on drop) that may read and write
-/// every key of the test's prefix except the seat hash of one showtime,
-/// which it may only read.
-struct ReadOnlySeatUser {
-    name: String,
-    password: String,
-}
-
-impl ReadOnlySeatUser {
-    async fn create(env: &TestEnv, read_only: i64) -> ReadOnlySeatUser {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let user = ReadOnlySeatUser {
-            name: format!("sftest-{}", &id[..12]),
-            password: id,
-        };
-        let k = &env.ctx.redis.keys;
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER")
-            .arg(&user.name)
-            .arg("on")
-            .arg(format!(">{}", user.password))
-            .arg("+@all")
-            .arg(format!("%R~{}", k.seat(read_only)))
-            .arg(format!("~{}reconcile:*", env.prefix));
-        for id in 0..10 {
-            if id != read_only {
-                cmd.arg(format!("~{}", k.seat(id)));
-            }
-        }
-        let _: () = env.redis(&cmd).await;
-        user
-    }
-
-    fn url(&self) -> String {
-        common::redis_url().replacen(
-            "redis://",
-            &format!("redis://{}:{}@", self.name, self.password),
-            1,
-        )
-    }
-}
-
-impl Drop for ReadOnlySeatUser {
-    fn drop(&mut self) {
-        if let Ok(mut c) = redis::Client::open(common::redis_url()).and_then(|c| c.get_connection())
-        {
-            let _: redis::RedisResult<i64> = redis::cmd("ACL")
-                .arg("DELUSER")
-                .arg(&self.name)
-                .query(&mut c);
-        }
-    }
 }
