@@ -60,6 +60,10 @@ pub struct Acquired {
     pub taken: Vec<ShowtimeId>,
     /// Held by someone else: skipped this run, never waited on.
     pub busy: Vec<ShowtimeId>,
+    /// Among `busy`, leases without expiry (PTTL -1): not ours (we always
+    /// set one), so stuck until an operator looks (rule 13). Never deleted
+    /// or taken over here: another reconciler version might own them.
+    pub stuck: Vec<ShowtimeId>,
 }
 
 impl RunLeases {
@@ -109,6 +113,17 @@ impl RunLeases {
             } else {
                 out.busy.push(id);
             }
+        }
+        // One more round trip, only when something was busy.
+        if !out.busy.is_empty() {
+            let pttls = self.redis.lease_pttls(&out.busy).await?;
+            out.stuck = out
+                .busy
+                .iter()
+                .zip(pttls)
+                .filter(|(_, pttl)| *pttl == -1)
+                .map(|(&id, _)| id)
+                .collect();
         }
         Ok(out)
     }

@@ -34,6 +34,7 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     pub mutex_busy: IntCounterVec,
     pub backlog: IntGaugeVec,
+    pub stuck_leases: IntGaugeVec,
     pub scanned: IntCounterVec,
     pub build_info: IntGaugeVec,
     pub dependency_up: IntGaugeVec,
@@ -119,6 +120,14 @@ impl Metrics {
             kind,
         )
         .unwrap();
+        let stuck_leases = IntGaugeVec::new(
+            Opts::new(
+                "seatflow_reconcile_stuck_leases",
+                "Leases without expiry held by someone else, met by the last run, by job (rule 13).",
+            ),
+            kind,
+        )
+        .unwrap();
         let scanned = IntCounterVec::new(
             Opts::new(
                 "seatflow_reconcile_scanned_total",
@@ -154,6 +163,7 @@ impl Metrics {
             errors,
             mutex_busy,
             backlog,
+            stuck_leases,
             scanned,
             build_info,
             dependency_up,
@@ -174,6 +184,7 @@ impl Metrics {
             Box::new(self.errors.clone()),
             Box::new(self.mutex_busy.clone()),
             Box::new(self.backlog.clone()),
+            Box::new(self.stuck_leases.clone()),
             Box::new(self.scanned.clone()),
             Box::new(self.build_info.clone()),
             Box::new(self.dependency_up.clone()),
@@ -193,6 +204,7 @@ impl Metrics {
             self.last_success.with_label_values(&[k]);
             self.mutex_busy.with_label_values(&[k]);
             self.backlog.with_label_values(&[k]);
+            self.stuck_leases.with_label_values(&[k]);
             self.scanned.with_label_values(&[k]);
             for o in Outcome::ALL.map(Outcome::label) {
                 self.runs.with_label_values(&[k, o]);
@@ -232,6 +244,9 @@ impl Metrics {
             self.drift.with_label_values(&[k]).set(r.drift as i64);
             self.deferred.with_label_values(&[k]).set(r.deferred as i64);
             self.backlog.with_label_values(&[k]).set(r.backlog as i64);
+            self.stuck_leases
+                .with_label_values(&[k])
+                .set(r.stuck_leases as i64);
         }
         if r.outcome == Outcome::Success {
             let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
@@ -284,6 +299,9 @@ mod tests {
             assert!(text.contains(&format!(
                 "seatflow_reconcile_errors_total{{kind=\"{k}\",stage=\"invalid_data\"}} 0"
             )));
+            assert!(text.contains(&format!(
+                "seatflow_reconcile_stuck_leases{{kind=\"{k}\"}} 0"
+            )));
         }
         assert!(text.contains("seatflow_reconciler_build_info{version="));
         assert!(!text.contains("job=") && !text.contains("instance="));
@@ -296,6 +314,7 @@ mod tests {
         r.fixed = 3;
         r.drift = 4;
         r.skipped_busy = 1;
+        r.stuck_leases = 1;
         r.invalid();
         r.finish();
         m.record(&r);
@@ -303,6 +322,7 @@ mod tests {
         assert!(text.contains("seatflow_reconcile_fixes_total{kind=\"orphan_locks\"} 3"));
         assert!(text.contains("seatflow_reconcile_drift{kind=\"orphan_locks\"} 4"));
         assert!(text.contains("seatflow_reconcile_mutex_busy_total{kind=\"orphan_locks\"} 1"));
+        assert!(text.contains("seatflow_reconcile_stuck_leases{kind=\"orphan_locks\"} 1"));
         assert!(text.contains(
             "seatflow_reconcile_runs_total{kind=\"orphan_locks\",outcome=\"success\"} 1"
         ));

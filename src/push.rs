@@ -6,7 +6,8 @@
 //! push-add semantics (POST), which replaces only the families pushed:
 //! - a run that did not succeed omits `last_success_timestamp_seconds`, so
 //!   the last success survives failures;
-//! - a failed run omits the scan gauges (drift, deferred, backlog), which
+//! - a failed run omits the scan gauges (drift, deferred, backlog,
+//!   stuck_leases), which
 //!   describe the last *completed* scan;
 //! - counters continue from what the group already holds, so `rate()` and
 //!   `increase()` work on the Pushgateway's series as on a daemon's.
@@ -106,7 +107,8 @@ pub fn families_for_push(metrics: &Metrics, report: &JobReport) -> Vec<MetricFam
             }
             "seatflow_reconcile_drift"
             | "seatflow_reconcile_deferred"
-            | "seatflow_reconcile_backlog" => report.outcome != Outcome::Failure,
+            | "seatflow_reconcile_backlog"
+            | "seatflow_reconcile_stuck_leases" => report.outcome != Outcome::Failure,
             _ => true,
         })
         .filter_map(|mut f| {

@@ -33,6 +33,9 @@ pub struct JobStatus {
     pub last_run: Option<LastRun>,
     /// Drift found by the last run that completed its scan.
     pub current_drift: Option<u64>,
+    /// Leases without expiry held by someone else that the last completed
+    /// run met (rule 13): those showtimes wait for an operator.
+    pub stuck_leases: u64,
     pub skipped_overlaps: u64,
 }
 
@@ -77,6 +80,7 @@ impl Runner {
                         next_fire: job.enabled.then(|| next_fire(&job.schedule)).flatten(),
                         last_run: None,
                         current_drift: None,
+                        stuck_leases: 0,
                         skipped_overlaps: 0,
                     },
                 )
@@ -169,6 +173,7 @@ impl Runner {
         st.running = false;
         if job.outcome != jobs::report::Outcome::Failure {
             st.current_drift = Some(job.drift);
+            st.stuck_leases = job.stuck_leases;
         }
         st.last_run = Some(LastRun {
             run_id: report.run_id,

@@ -980,16 +980,17 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
     let (code, _, err) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;
     assert_eq!(code, 0, "{err}");
-    let _: () = env
-        .redis(
-            redis::cmd("HSET")
-                .arg(env.ctx.redis.keys.cursor("orphan_locks"))
-                .arg("x")
-                .arg("y"),
-        )
-        .await;
-    let (code, _, _) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;
-    assert_eq!(code, 1, "orphan-locks fails on its corrupt cursor key");
+    // Redis refuses to show the seat hash to the reconciler's user (NOPERM),
+    // so every chunk fails. (A corrupt cursor key no longer fails a run: it
+    // is replaced, rule 13.)
+    let user = seatflow_test_support::AclUser::create(&env, &[], &[]).await;
+    let mut failing = clone_command(&once);
+    failing.env("SEATFLOW__REDIS__URL", user.url());
+    let (code, _, _) = run_with_timeout(failing, Duration::from_secs(30)).await;
+    assert_eq!(
+        code, 1,
+        "orphan-locks fails: its seat hashes cannot be read"
+    );
     let (_, text) = get_text(&http, &format!("{base}/metrics")).await;
     let value = |name: &str, extra: &[(&str, &str)]| {
         text.lines()

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::lease::RunLeases;
 use crate::model::{Kind, SeatRepair, SeatState, ShowtimeId};
 use crate::store::mysql::{ExpiredOrder, Keyset, RunIdentity};
-use crate::store::redis::{Fenced, SeatBatch};
+use crate::store::redis::{Fenced, Replied, SeatBatch};
 
 use super::RunOptions;
 use super::audit::AuditLog;
@@ -134,11 +134,16 @@ async fn cancel_chunk(
     for busy in &acquired.busy {
         report.skipped_busy += 1;
         report.backlog += by_showtime[busy].len() as u64;
-        tracing::info!(
-            kind = "expired_orders",
-            showtime_id = busy,
-            "showtime busy (leased by another reconciler); skipped this run"
-        );
+        if acquired.stuck.contains(busy) {
+            report.stuck_leases += 1;
+            super::seat_sweep::log_stuck_lease(&ctx.redis.keys.lease(*busy), *busy);
+        } else {
+            tracing::info!(
+                kind = "expired_orders",
+                showtime_id = busy,
+                "showtime busy (leased by another reconciler); skipped this run"
+            );
+        }
     }
     let result = cancel_locked(
         ctx,
@@ -229,8 +234,17 @@ async fn cancel_locked(
     let results = ctx
         .retry("release seats", || ctx.redis.repair_seats(&token, &calls))
         .await?;
-    for ((id, batch), result) in batches.iter().zip(results) {
-        match result {
+    for ((id, batch), Replied { reply, replaced }) in batches.iter().zip(results) {
+        // Rule 13: our own keys of the wrong type were replaced by the script.
+        for key in &replaced {
+            report.invalid();
+            tracing::warn!(
+                key,
+                action = "replaced",
+                "reconciler key of the wrong type (rule 13)"
+            );
+        }
+        match reply {
             Ok(Fenced::Done(applied)) => {
                 for ((r, order), ok) in batch.repairs.iter().zip(&batch.orders).zip(applied) {
                     if ok {
@@ -241,6 +255,14 @@ async fn cancel_locked(
                 }
             }
             Ok(Fenced::LeaseLost) => report.error(&Error::LeaseLost(*id)),
+            Ok(Fenced::SeatKeyWrongType) => {
+                // Seatflow's key is not a hash (rules 8, 12, 13): left alone.
+                report.invalid();
+                tracing::warn!(
+                    key = %ctx.redis.keys.seat(*id),
+                    "seat key of the wrong type; seats of cancelled orders left alone"
+                );
+            }
             Err(e) => report.quarantine(&e, [*id]),
         }
     }

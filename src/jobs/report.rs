@@ -47,6 +47,9 @@ pub struct JobReport {
     pub deferred: u64,
     /// Showtimes skipped because another holder had their mutex.
     pub skipped_busy: u64,
+    /// Among them, leases without expiry that are not ours (rule 13): they
+    /// never expire on their own; an operator must look.
+    pub stuck_leases: u64,
     /// Operational errors (mysql, redis, lock, audit) after retries.
     pub errors: u64,
     /// Drift left for later runs, plus showtimes not scanned this run.
@@ -84,6 +87,7 @@ impl JobReport {
             fixed: 0,
             deferred: 0,
             skipped_busy: 0,
+            stuck_leases: 0,
             errors: 0,
             backlog: 0,
             invalid_data: 0,

@@ -13,7 +13,7 @@
 //! repair scripts and 1 pipeline of releases. The next chunk's page, hashes
 //! and occupancy are read while the current chunk is planned and repaired.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::error::Error;
@@ -22,7 +22,9 @@ use crate::model::{FixAction, SeatRepair};
 use crate::model::{Kind, Occupancy, SeatNo, ShowtimeId, Template};
 use crate::plan::{self, HashObservation, ShowtimeInput};
 use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
-use crate::store::redis::{Fenced, HashRead, SeatBatch, ShowtimeRead, SuspectOp};
+use crate::store::redis::{
+    CursorMove, Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp,
+};
 
 use super::RunOptions;
 use super::audit::AuditLog;
@@ -94,11 +96,21 @@ async fn run_with_reporter<'a>(
 ) -> Vec<(JobReport, AuditLog<'a>)> {
     let use_cursor = opts.showtimes.is_empty();
     let mut cursors = Vec::with_capacity(kinds.len());
+    // Rule 13: a cursor key of the wrong type reads as no cursor (the sweep
+    // starts over from the soonest showtime), is reported below, and is
+    // replaced when the run writes its cursor.
+    let mut wrong_cursors = Vec::new();
     for kind in kinds {
         let key = ctx.redis.keys.cursor(kind.label());
         let seen = if use_cursor {
-            ctx.retry("read cursor", || ctx.redis.get_string(&key))
+            ctx.retry("read cursor", || ctx.redis.read_cursor(&key))
                 .await
+                .map(|read| {
+                    read.unwrap_or_else(|_| {
+                        wrong_cursors.push((*kind, key.clone()));
+                        None
+                    })
+                })
         } else {
             Ok(None)
         };
@@ -154,7 +166,16 @@ async fn run_with_reporter<'a>(
         templates: HashMap::new(),
         progress: Progress::new(opts.progress, label, "showtimes"),
         bad_data: BadDataLog::new(reporter),
+        own_keys: OwnKeys::default(),
     };
+    for (kind, key) in wrong_cursors {
+        let action = if opts.dry_run {
+            "left as is (dry run)"
+        } else {
+            "replaced when this run writes its cursor"
+        };
+        sweep.own_key(Some(kind), &key, "cursor", action);
+    }
     let cursor = match cursors.into_iter().next() {
         Some(Err(e)) => Err(e),
         Some(Ok(c)) => Ok(c),
@@ -168,6 +189,7 @@ async fn run_with_reporter<'a>(
         sweep.jobs.iter_mut().for_each(|j| j.report.fail(&e));
     }
     sweep.bad_data.summarise();
+    sweep.own_keys.summarise();
     if let Err(e) = sweep.leases.release_all().await {
         sweep.jobs.iter_mut().for_each(|j| j.report.error(&e));
     }
@@ -186,9 +208,54 @@ struct Sweep<'a, 'o> {
     templates: HashMap<i64, Arc<Template>>,
     progress: Progress,
     bad_data: BadDataLog,
+    own_keys: OwnKeys,
 }
 
 impl<'a> Sweep<'a, '_> {
+    /// Rule 13: one of our own keys (suspect, done, cursor) found in the
+    /// wrong shape. It holds only derived state, so it is replaced (by the
+    /// script that found it, or by the next write of this run), and never
+    /// stops a repair or the run. Reported once per key per run: a WARN
+    /// naming it (at most `OwnKeys::MAX_LINES` lines a run) and one
+    /// `invalid_data` error of `owner`, else of the job that reports bad
+    /// data (or this sweep's first job).
+    fn own_key(&mut self, owner: Option<Kind>, key: &str, what: &'static str, action: &str) {
+        if !self.own_keys.seen.insert(key.to_string()) {
+            return;
+        }
+        let reporter = self.bad_data.reporter;
+        let owner = owner
+            .filter(|k| self.jobs.iter().any(|j| j.kind == *k))
+            .or_else(|| {
+                self.jobs
+                    .iter()
+                    .any(|j| j.kind == reporter)
+                    .then_some(reporter)
+            })
+            .unwrap_or(self.jobs[0].kind);
+        self.job(owner).report.invalid();
+        if self.own_keys.seen.len() <= OwnKeys::MAX_LINES {
+            tracing::warn!(
+                key,
+                what,
+                action,
+                "reconciler key of the wrong type (rule 13)"
+            );
+        }
+    }
+
+    /// Reports the own keys a script replaced.
+    fn replaced(&mut self, keys: &[String]) {
+        for key in keys {
+            let what = if key.contains("reconcile:suspect:") {
+                "suspect records"
+            } else {
+                "done records"
+            };
+            self.own_key(None, key, what, "replaced");
+        }
+    }
+
     fn job(&mut self, kind: Kind) -> &mut Job<'a> {
         self.jobs
             .iter_mut()
@@ -316,6 +383,7 @@ impl<'a> Sweep<'a, '_> {
             // next run starts over instead of scanning nothing.
             reached_end = unscanned == 0;
         }
+        let mut replaced_cursors = Vec::new();
         if self.opts.showtimes.is_empty() && !self.opts.dry_run {
             for j in &self.jobs {
                 let next = match j.resume {
@@ -331,13 +399,18 @@ impl<'a> Sweep<'a, '_> {
                             .set_cursor(&key, cursor_seen.as_deref(), next.as_deref())
                     })
                     .await?;
-                if !moved {
-                    tracing::debug!(
+                match moved {
+                    CursorMove::Moved => {}
+                    CursorMove::Raced => tracing::debug!(
                         kind = j.kind.label(),
                         "cursor moved by another instance; left as is"
-                    );
+                    ),
+                    CursorMove::Replaced => replaced_cursors.push((j.kind, key)),
                 }
             }
+        }
+        for (kind, key) in replaced_cursors {
+            self.own_key(Some(kind), &key, "cursor", "replaced");
         }
         Ok(())
     }
@@ -402,6 +475,21 @@ impl<'a> Sweep<'a, '_> {
                 hash: observation(read),
             });
             let key = ctx.redis.keys.seat(showtime.id);
+            if read.suspects_wrong_type {
+                // Read as no records: every seat's grace clock starts now,
+                // the safe direction (a release can only come later).
+                let action = if self.opts.dry_run {
+                    "read as no records; left as is (dry run)"
+                } else {
+                    "read as no records; replaced"
+                };
+                self.own_key(
+                    None,
+                    &ctx.redis.keys.suspect(showtime.id),
+                    "suspect records",
+                    action,
+                );
+            }
             if !plan.anomalies.is_empty() {
                 self.bad_data.showtime(&key, showtime.id, &plan.anomalies);
             }
@@ -448,7 +536,8 @@ impl<'a> Sweep<'a, '_> {
                     }
                 }));
             }
-            if !ops.is_empty() {
+            // A wrong-typed suspect key is replaced even with nothing to record.
+            if !ops.is_empty() || read.suspects_wrong_type {
                 suspect_ops.push((showtime.id, ops));
             }
             if !planned.is_empty() {
@@ -460,10 +549,12 @@ impl<'a> Sweep<'a, '_> {
         }
         if !suspect_ops.is_empty() {
             let ttl_ms = self.suspect_ttl_ms();
-            ctx.retry("write suspects", || {
-                ctx.redis.update_suspects(&suspect_ops, ttl_ms)
-            })
-            .await?;
+            let replaced = ctx
+                .retry("write suspects", || {
+                    ctx.redis.update_suspects(&suspect_ops, ttl_ms)
+                })
+                .await?;
+            self.replaced(&replaced);
         }
         if work.rebuilds.is_empty() && work.seats.is_empty() {
             return Ok(());
@@ -490,10 +581,15 @@ impl<'a> Sweep<'a, '_> {
             .retry("acquire leases", || self.leases.acquire(&ids))
             .await?;
         for id in &acquired.busy {
-            tracing::info!(
-                showtime_id = id,
-                "showtime busy (leased by another reconciler); skipped this run"
-            );
+            let stuck = acquired.stuck.contains(id);
+            if stuck {
+                log_stuck_lease(&ctx.redis.keys.lease(*id), *id);
+            } else {
+                tracing::info!(
+                    showtime_id = id,
+                    "showtime busy (leased by another reconciler); skipped this run"
+                );
+            }
             let mut per_job: HashMap<Kind, u64> = HashMap::new();
             if work.rebuilds.contains(id) {
                 per_job.insert(Kind::MissingHashes, 1);
@@ -506,6 +602,7 @@ impl<'a> Sweep<'a, '_> {
             for (kind, n) in per_job {
                 let job = self.job(kind);
                 job.report.skipped_busy += 1;
+                job.report.stuck_leases += stuck as u64;
                 job.report.backlog += n;
             }
         }
@@ -579,10 +676,12 @@ impl<'a> Sweep<'a, '_> {
         }
         if !restart.is_empty() {
             let ttl_ms = self.suspect_ttl_ms();
-            ctx.retry("restart suspects", || {
-                ctx.redis.update_suspects(&restart, ttl_ms)
-            })
-            .await?;
+            let replaced = ctx
+                .retry("restart suspects", || {
+                    ctx.redis.update_suspects(&restart, ttl_ms)
+                })
+                .await?;
+            self.replaced(&replaced);
         }
         let ids: Vec<ShowtimeId> = batches.iter().map(|b| b.showtime).collect();
         let lost = ctx
@@ -603,9 +702,10 @@ impl<'a> Sweep<'a, '_> {
         let results = ctx
             .retry("repair seats", || ctx.redis.repair_seats(&token, &batches))
             .await?;
-        for (batch, result) in batches.iter().zip(results) {
+        for (batch, Replied { reply, replaced }) in batches.iter().zip(results) {
             let id = batch.showtime;
-            match result {
+            self.replaced(&replaced);
+            match reply {
                 Ok(Fenced::Done(applied)) => {
                     for (r, ok) in batch.repairs.iter().zip(applied) {
                         if ok {
@@ -627,6 +727,14 @@ impl<'a> Sweep<'a, '_> {
                     for kind in kinds_in(batch) {
                         self.job(kind).report.error(&Error::LeaseLost(id));
                     }
+                }
+                Ok(Fenced::SeatKeyWrongType) => {
+                    // Seatflow's key changed type since the scan (rule 13):
+                    // nothing written; the next scan reports it as bad data.
+                    tracing::info!(
+                        showtime_id = id,
+                        "seat key no longer a hash; nothing written"
+                    );
                 }
                 Err(e) => {
                     tracing::warn!(showtime_id = id, error = %e, "repair failed; showtime quarantined for this run");
@@ -667,18 +775,27 @@ impl<'a> Sweep<'a, '_> {
             let lost = ctx
                 .retry("renew leases", || self.leases.renew_due(&one))
                 .await?;
-            let job = self.job(Kind::MissingHashes);
             if !lost.is_empty() {
-                job.report.error(&Error::LeaseLost(id));
+                self.job(Kind::MissingHashes)
+                    .report
+                    .error(&Error::LeaseLost(id));
                 continue;
             }
             let op_id = uuid::Uuid::new_v4().simple().to_string();
-            match ctx
+            let result = ctx
                 .retry("rebuild hash", || {
                     ctx.redis.rebuild_hash(&token, &op_id, id, &fields)
                 })
-                .await
-            {
+                .await;
+            let result = match result {
+                Ok(Replied { reply, replaced }) => {
+                    self.replaced(&replaced);
+                    Ok(reply)
+                }
+                Err(e) => Err(e),
+            };
+            let job = self.job(Kind::MissingHashes);
+            match result {
                 Ok(Fenced::Done(true)) => {
                     job.report.fixed += 1;
                     job.audit
@@ -697,6 +814,12 @@ impl<'a> Sweep<'a, '_> {
                 }
                 Ok(Fenced::Done(false)) => {
                     tracing::info!(showtime_id = id, "hash appeared since the scan; left alone");
+                }
+                Ok(Fenced::SeatKeyWrongType) => {
+                    tracing::info!(
+                        showtime_id = id,
+                        "a key of another type appeared at the seat hash since the scan; left alone"
+                    );
                 }
                 Ok(Fenced::LeaseLost) => job.report.error(&Error::LeaseLost(id)),
                 Err(e) => {
@@ -766,6 +889,38 @@ impl BadDataLog {
             );
         }
     }
+}
+
+/// Our own keys found in the wrong shape this run (rule 13), each reported once.
+#[derive(Default)]
+struct OwnKeys {
+    seen: HashSet<String>,
+}
+
+impl OwnKeys {
+    const MAX_LINES: usize = 20;
+
+    fn summarise(&self) {
+        if self.seen.len() > Self::MAX_LINES {
+            tracing::warn!(
+                keys = self.seen.len(),
+                logged = Self::MAX_LINES,
+                "reconciler keys of the wrong type: more than logged one by one (rule 13)"
+            );
+        }
+    }
+}
+
+/// Rule 13: a lease without expiry that is not ours blocks its showtime for
+/// ever. It is reported (WARN naming the key, `stuck_leases`), never deleted
+/// or taken over: another reconciler version might own it; an operator decides.
+pub(crate) fn log_stuck_lease(key: &str, showtime_id: ShowtimeId) {
+    tracing::warn!(
+        key,
+        showtime_id,
+        "lease without expiry held by someone else: showtime skipped until an operator \
+         removes it (see the runbook, SeatflowReconcilerStuckLease)"
+    );
 }
 
 /// What a sweep reads besides the seat hashes.

@@ -98,6 +98,9 @@ pub struct ShowtimeRead {
     pub hash: HashRead,
     /// Suspect records (empty unless asked for).
     pub suspects: HashMap<SeatNo, String>,
+    /// Our suspect key was of the wrong type (rule 13): read as no records;
+    /// the next suspect write replaces it.
+    pub suspects_wrong_type: bool,
 }
 
 /// Result of one fenced script call.
@@ -106,6 +109,27 @@ pub enum Fenced<T> {
     Done(T),
     /// The lease was not ours: nothing was written.
     LeaseLost,
+    /// Seatflow's seat key had the wrong type (rule 13): nothing was written.
+    SeatKeyWrongType,
+}
+
+/// A script's reply and our own keys it found in the wrong shape and
+/// replaced (rule 13), for the caller to report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replied<T> {
+    pub reply: T,
+    /// Full names of the keys replaced.
+    pub replaced: Vec<String>,
+}
+
+/// What a cursor CAS did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CursorMove {
+    Moved,
+    /// Someone else moved it: left alone.
+    Raced,
+    /// It was of the wrong type (rule 13): replaced by the new value.
+    Replaced,
 }
 
 /// One Redis server (reconnecting on its own) or a Redis Cluster.
@@ -390,30 +414,37 @@ impl RedisStore {
                 Err(e) if e.code() == Some("WRONGTYPE") => HashRead::WrongType,
                 Err(e) => return Err(e.into()),
             };
-            let suspects = if with_suspects {
+            let (suspects, suspects_wrong_type) = if with_suspects {
                 match results.next().expect("HGETALL reply") {
-                    Ok(v) => string_map(v)?,
-                    // Our own key of the wrong type: treat as no records.
-                    Err(e) if e.code() == Some("WRONGTYPE") => HashMap::new(),
+                    Ok(v) => (string_map(v)?, false),
+                    // Our own key of the wrong type (rule 13): no records,
+                    // so every grace clock starts now (the safe direction).
+                    Err(e) if e.code() == Some("WRONGTYPE") => (HashMap::new(), true),
                     Err(e) => return Err(e.into()),
                 }
             } else {
-                HashMap::new()
+                (HashMap::new(), false)
             };
-            out.push(ShowtimeRead { hash, suspects });
+            out.push(ShowtimeRead {
+                hash,
+                suspects,
+                suspects_wrong_type,
+            });
         }
         Ok((now_ms, out))
     }
 
-    /// Writes and clears suspect records of several showtimes in one round trip.
+    /// Writes and clears suspect records of several showtimes in one round
+    /// trip. A showtime with no ops only has its suspect key replaced if it
+    /// is of the wrong type. Returns the suspect keys that were of the wrong
+    /// type and replaced (rule 13).
     pub async fn update_suspects(
         &self,
         updates: &[(ShowtimeId, Vec<SuspectOp>)],
         ttl_ms: i64,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let cmds: Vec<Cmd> = updates
             .iter()
-            .filter(|(_, ops)| !ops.is_empty())
             .map(|(id, ops)| {
                 let mut c = evalsha(&RECORD_SUSPECTS, &[self.keys.suspect(*id)]);
                 c.arg(ttl_ms);
@@ -429,21 +460,30 @@ impl RedisStore {
                 c
             })
             .collect();
-        for r in self.pipeline(&cmds).await? {
-            r?;
+        if cmds.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(())
+        let mut replaced = Vec::new();
+        for (r, (id, _)) in self.pipeline(&cmds).await?.into_iter().zip(updates) {
+            let (_changed, was_replaced): (i64, i64) = from_value(r?)?;
+            if was_replaced == 1 {
+                replaced.push(self.keys.suspect(*id));
+            }
+        }
+        Ok(replaced)
     }
 
     /// Applies fenced per-seat compare-and-sets, one script per showtime, all
     /// in one round trip. Per showtime: which repairs were applied, or
-    /// `LeaseLost`; or the script's own error (e.g. the key changed type).
-    /// Retrying a call with the same batches (same operation ids) is safe.
+    /// `LeaseLost`, or `SeatKeyWrongType` (nothing written), or an error;
+    /// with our own keys (suspect, done) it replaced for being of the wrong
+    /// type (rule 13). Retrying a call with the same batches (same operation
+    /// ids) is safe.
     pub async fn repair_seats(
         &self,
         token: &str,
         batches: &[SeatBatch],
-    ) -> Result<Vec<Result<Fenced<Vec<bool>>>>> {
+    ) -> Result<Vec<Replied<Result<Fenced<Vec<bool>>>>>> {
         let cmds: Vec<Cmd> = batches
             .iter()
             .map(|b| {
@@ -471,14 +511,25 @@ impl RedisStore {
             .into_iter()
             .zip(batches)
             .map(|(r, b)| {
-                let codes: Vec<i64> = from_value(r?)?;
-                match codes.split_first() {
-                    Some((1, rest)) if rest.len() == b.repairs.len() => {
-                        Ok(Fenced::Done(rest.iter().map(|&c| c == 1).collect()))
+                let mut replaced = Vec::new();
+                let reply = (|| {
+                    let codes: Vec<i64> = from_value(r?)?;
+                    match codes.as_slice() {
+                        [1, mask, rest @ ..] if rest.len() == b.repairs.len() => {
+                            if mask & 1 != 0 {
+                                replaced.push(self.keys.suspect(b.showtime));
+                            }
+                            if mask & 2 != 0 {
+                                replaced.push(self.keys.done(b.showtime));
+                            }
+                            Ok(Fenced::Done(rest.iter().map(|&c| c == 1).collect()))
+                        }
+                        [-1, ..] => Ok(Fenced::LeaseLost),
+                        [-2, 1] => Ok(Fenced::SeatKeyWrongType),
+                        _ => Err(Error::Protocol(format!("repair script replied {codes:?}"))),
                     }
-                    Some((-1, _)) => Ok(Fenced::LeaseLost),
-                    _ => Err(Error::Protocol(format!("repair script replied {codes:?}"))),
-                }
+                })();
+                Replied { reply, replaced }
             })
             .collect())
     }
@@ -492,7 +543,7 @@ impl RedisStore {
         op_id: &str,
         showtime: ShowtimeId,
         fields: &[(SeatNo, SeatState)],
-    ) -> Result<Fenced<bool>> {
+    ) -> Result<Replied<Fenced<bool>>> {
         let mut c = evalsha(
             &REBUILD_HASH,
             &[
@@ -505,13 +556,22 @@ impl RedisStore {
         for (seat, state) in fields {
             c.arg(seat).arg(state.as_redis());
         }
-        let code: i64 = from_value(self.pipeline(&[c]).await?.remove(0)?)?;
-        match code {
-            1 => Ok(Fenced::Done(true)),
-            0 => Ok(Fenced::Done(false)),
-            -1 => Ok(Fenced::LeaseLost),
-            other => Err(Error::Protocol(format!("rebuild script replied {other}"))),
-        }
+        let (code, mask): (i64, i64) = from_value(self.pipeline(&[c]).await?.remove(0)?)?;
+        let reply = match code {
+            1 => Fenced::Done(true),
+            0 => Fenced::Done(false),
+            -1 => Fenced::LeaseLost,
+            -2 => Fenced::SeatKeyWrongType,
+            other => {
+                return Err(Error::Protocol(format!("rebuild script replied {other}")));
+            }
+        };
+        let replaced = if mask & 2 != 0 {
+            vec![self.keys.done(showtime)]
+        } else {
+            Vec::new()
+        };
+        Ok(Replied { reply, replaced })
     }
 
     /// `SET NX PX` for each showtime in one round trip; true where acquired.
@@ -537,6 +597,23 @@ impl RedisStore {
             .await?
             .into_iter()
             .map(|r| Ok(matches!(r?, Value::Okay | Value::SimpleString(_))))
+            .collect()
+    }
+
+    /// PTTL of each showtime's lease in one round trip: ms left, -1 no
+    /// expiry, -2 gone.
+    pub async fn lease_pttls(&self, ids: &[ShowtimeId]) -> Result<Vec<i64>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| redis::cmd("PTTL").arg(self.keys.lease(id)).clone())
+            .collect();
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pipeline(&cmds)
+            .await?
+            .into_iter()
+            .map(|r| from_value(r?))
             .collect()
     }
 
@@ -616,18 +693,41 @@ impl RedisStore {
         Ok(redis::cmd("GET").arg(key).query_async(&mut c).await?)
     }
 
-    /// Moves a cursor from `seen` (None = absent) to `next` (None = delete).
+    /// A cursor: `Ok(value)`, or `Err(WrongType)` when the key is not a
+    /// string (rule 13: ours, reported and replaced by the next `set_cursor`).
+    pub async fn read_cursor(&self, key: &str) -> Result<Result<Option<String>, WrongType>> {
+        let mut c = self.conn.clone();
+        self.trip();
+        match redis::cmd("GET").arg(key).query_async(&mut c).await {
+            Ok(v) => Ok(Ok(v)),
+            Err(e) if e.code() == Some("WRONGTYPE") => Ok(Err(WrongType)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Moves a cursor from `seen` (None = absent) to `next` (None = delete);
+    /// a cursor key of the wrong type is replaced whatever was seen.
     pub async fn set_cursor(
         &self,
         key: &str,
         seen: Option<&str>,
         next: Option<&str>,
-    ) -> Result<bool> {
+    ) -> Result<CursorMove> {
         let mut c = evalsha(&CURSOR_CAS, &[key.to_string()]);
         c.arg(seen.unwrap_or("")).arg(next.unwrap_or(""));
-        Ok(self.int_results(&[c]).await?[0])
+        let code: i64 = from_value(self.pipeline(&[c]).await?.remove(0)?)?;
+        match code {
+            1 => Ok(CursorMove::Moved),
+            0 => Ok(CursorMove::Raced),
+            2 => Ok(CursorMove::Replaced),
+            other => Err(Error::Protocol(format!("cursor script replied {other}"))),
+        }
     }
 }
+
+/// A key of ours found of the wrong type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrongType;
 
 /// The repairs of one showtime, applied by one script call.
 #[derive(Debug, Clone, PartialEq, Eq)]

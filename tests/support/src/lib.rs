@@ -292,3 +292,59 @@ impl Drop for TestEnv {
         cleanup(self.db.clone(), self.db_url.clone(), self.prefix.clone());
     }
 }
+
+/// A Redis ACL user of its own (removed on drop), to make Redis refuse some
+/// commands of the reconciler (NOPERM) now that a wrong-shaped key of ours
+/// no longer does (rule 13). It may read and write every `reconcile:` key of
+/// the test's prefix and the seat hashes of `writable`, only read those of
+/// `read_only`, and not touch any other seat hash.
+pub struct AclUser {
+    pub name: String,
+    password: String,
+}
+
+impl AclUser {
+    pub async fn create(env: &TestEnv, read_only: &[i64], writable: &[i64]) -> AclUser {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let user = AclUser {
+            name: format!("sftest-{}", &id[..12]),
+            password: id,
+        };
+        let k = &env.ctx.redis.keys;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg(&user.name)
+            .arg("on")
+            .arg(format!(">{}", user.password))
+            .arg("+@all")
+            .arg(format!("~{}reconcile:*", env.prefix));
+        for id in read_only {
+            cmd.arg(format!("%R~{}", k.seat(*id)));
+        }
+        for id in writable {
+            cmd.arg(format!("~{}", k.seat(*id)));
+        }
+        let _: () = env.redis(&cmd).await;
+        user
+    }
+
+    /// `redis_url()` with this user's credentials.
+    pub fn url(&self) -> String {
+        redis_url().replacen(
+            "redis://",
+            &format!("redis://{}:{}@", self.name, self.password),
+            1,
+        )
+    }
+}
+
+impl Drop for AclUser {
+    fn drop(&mut self) {
+        if let Ok(mut c) = redis::Client::open(redis_url()).and_then(|c| c.get_connection()) {
+            let _: redis::RedisResult<i64> = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.name)
+                .query(&mut c);
+        }
+    }
+}
