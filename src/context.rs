@@ -5,12 +5,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::config::Settings;
-use crate::error::Result;
+use crate::config::{MysqlTlsMode, Settings};
+use crate::error::{Error, Result, Stage};
 use crate::lease::LeaseBook;
 use crate::retry::with_retry;
-use crate::store::mysql::MysqlStore;
-use crate::store::redis::{RedisEndpoint, RedisStore};
+use crate::store::mysql::{MySqlSslMode, MysqlStore, MysqlTls};
+use crate::store::redis::{RedisEndpoint, RedisStore, RedisTls};
 
 /// Everything a command needs: settings and the two stores.
 #[derive(Clone)]
@@ -31,6 +31,7 @@ impl Context {
         let m = &settings.mysql;
         let mysql = MysqlStore::connect(
             m.url.expose(),
+            &mysql_tls(&settings),
             m.max_connections,
             m.connect_timeout,
             settings.shard(),
@@ -68,9 +69,54 @@ pub async fn connect_redis(settings: &Settings) -> Result<RedisStore> {
     };
     RedisStore::connect(
         endpoint,
+        &redis_tls(settings)?,
         &r.key_prefix,
         r.response_timeout,
         &settings.reconcile.instance,
     )
     .await
+}
+
+/// `[mysql]`'s TLS settings as the store takes them.
+fn mysql_tls(settings: &Settings) -> MysqlTls {
+    let m = &settings.mysql;
+    MysqlTls {
+        mode: match m.effective_tls_mode() {
+            MysqlTlsMode::Unset => None,
+            MysqlTlsMode::Disabled => Some(MySqlSslMode::Disabled),
+            MysqlTlsMode::Preferred => Some(MySqlSslMode::Preferred),
+            MysqlTlsMode::Required => Some(MySqlSslMode::Required),
+            MysqlTlsMode::VerifyCa => Some(MySqlSslMode::VerifyCa),
+            MysqlTlsMode::VerifyIdentity => Some(MySqlSslMode::VerifyIdentity),
+        },
+        ca_file: m.tls_ca().map(Into::into),
+        client: m
+            .tls_cert()
+            .zip(m.tls_key())
+            .map(|(c, k)| (c.into(), k.into())),
+    }
+}
+
+/// `[redis]`'s TLS files, read now (redis-rs takes the PEM bytes).
+fn redis_tls(settings: &Settings) -> Result<RedisTls> {
+    let r = &settings.redis;
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| Error::TlsFile {
+            stage: Stage::Redis,
+            what: format!("{key} {}", path.display()),
+            source,
+        })
+    };
+    let ca_pem = r
+        .tls_ca()
+        .map(|p| read("redis.tls_ca_file", p))
+        .transpose()?;
+    let client = match (r.tls_cert(), r.tls_key()) {
+        (Some(c), Some(k)) => Some((
+            read("redis.tls_cert_file", c)?,
+            read("redis.tls_key_file", k)?,
+        )),
+        _ => None,
+    };
+    Ok(RedisTls { ca_pem, client })
 }

@@ -17,6 +17,13 @@ pub enum Error {
     /// A reply we could not interpret (a bug or an incompatible server).
     #[error("unexpected reply: {0}")]
     Protocol(String),
+    /// A TLS file that could not be read when connecting (`what` names it).
+    #[error("{what}: {source}")]
+    TlsFile {
+        stage: Stage,
+        what: String,
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -62,18 +69,212 @@ impl Error {
             Error::Mysql(_) | Error::Migrate(_) => Stage::Mysql,
             Error::Redis(_) | Error::Protocol(_) => Stage::Redis,
             Error::LeaseLost(_) => Stage::Lock,
+            Error::TlsFile { stage, .. } => *stage,
         }
     }
 
     /// Connection resets, timeouts, deadlocks: worth another try. Logic
     /// errors (bad SQL, script errors, wrong types) are not.
+    /// A certificate or handshake problem is never transient.
     pub fn is_transient(&self) -> bool {
+        if self.tls_problem().is_some() {
+            return false;
+        }
         match self {
             Error::Mysql(e) => mysql_transient(e),
             Error::Redis(e) => redis_transient(e),
-            Error::Migrate(_) | Error::LeaseLost(_) | Error::Protocol(_) => false,
+            Error::Migrate(_)
+            | Error::LeaseLost(_)
+            | Error::Protocol(_)
+            | Error::TlsFile { .. } => false,
         }
     }
+
+    /// What went wrong with TLS, when it is a matter of configuration
+    /// (certificates, names, modes) that retrying cannot mend.
+    pub fn tls_problem(&self) -> Option<TlsProblem> {
+        match self {
+            Error::TlsFile { .. } => Some(TlsProblem::Setup),
+            Error::Mysql(e) => mysql_tls_problem(e),
+            Error::Redis(e) => chain_problem(e).or_else(|| text_problem(&e.to_string())),
+            Error::Migrate(_) | Error::LeaseLost(_) | Error::Protocol(_) => None,
+        }
+    }
+
+    /// A TLS problem is a configuration error (exit 2), as is a server that
+    /// insists on TLS we did not speak.
+    pub fn is_tls_config(&self) -> bool {
+        self.tls_problem().is_some()
+    }
+
+    /// The server refused the login or the database named in the URL: a
+    /// configuration error too, never transient.
+    pub fn login_refused(&self) -> Option<&'static str> {
+        match self {
+            Error::Mysql(sqlx::Error::Database(db)) => match db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .map(|e| e.number())
+            {
+                // The server's error number (`code()` is the SQLSTATE).
+                Some(1045) => Some(
+                    "access denied: wrong user or password, or a server that accepts TLS \
+                     connections only (MariaDB says so with require_secure_transport): see mysql.tls_mode",
+                ),
+                Some(1049) => Some("unknown database"),
+                Some(3159) => Some(TlsProblem::TlsRequired.describe()),
+                _ => None,
+            },
+            Error::Redis(e) if matches!(e.code(), Some("NOAUTH" | "WRONGPASS")) => {
+                Some("authentication failed: wrong user or password")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Why TLS with a store failed, for the operator: what to fix, and which
+/// setting of the store (`<store>.<setting>`) to look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsProblem {
+    /// The server's certificate chains to no trusted CA.
+    UnknownIssuer,
+    /// The server's certificate is not for the host name we connected to.
+    NameMismatch,
+    /// The server's certificate has expired.
+    Expired,
+    /// The server's certificate is not valid yet.
+    NotValidYet,
+    /// The server's certificate was refused for another reason.
+    BadCertificate,
+    /// The server refused the handshake: our client certificate (mutual TLS).
+    ClientRefused,
+    /// The server did not answer in TLS.
+    NotTls,
+    /// The server accepts TLS connections only, and we spoke plain text.
+    TlsRequired,
+    /// Our own TLS set-up failed (a file, a key, an unsupported option).
+    Setup,
+}
+
+impl TlsProblem {
+    pub fn describe(self) -> &'static str {
+        match self {
+            TlsProblem::UnknownIssuer => {
+                "the server's certificate is signed by an unknown issuer (not by a CA in the CA bundle)"
+            }
+            TlsProblem::NameMismatch => {
+                "name mismatch: the server's certificate is not valid for the host name in the URL"
+            }
+            TlsProblem::Expired => "the server's certificate has expired",
+            TlsProblem::NotValidYet => "the server's certificate is not valid yet",
+            TlsProblem::BadCertificate => "the server's certificate was refused",
+            TlsProblem::ClientRefused => {
+                "the server refused our client certificate (mutual TLS): check the client certificate and key"
+            }
+            TlsProblem::NotTls => "the server did not answer in TLS on this port",
+            TlsProblem::TlsRequired => {
+                "the server accepts TLS connections only, and this one was plain text"
+            }
+            TlsProblem::Setup => "the TLS set-up failed",
+        }
+    }
+
+    /// The setting of the store to look at: `tls_ca_file`, `url`, `tls_cert_file`.
+    pub fn setting(self) -> &'static str {
+        match self {
+            TlsProblem::UnknownIssuer | TlsProblem::Setup => "tls_ca_file",
+            TlsProblem::ClientRefused => "tls_cert_file",
+            TlsProblem::NameMismatch
+            | TlsProblem::Expired
+            | TlsProblem::NotValidYet
+            | TlsProblem::BadCertificate
+            | TlsProblem::NotTls
+            | TlsProblem::TlsRequired => "url",
+        }
+    }
+}
+
+fn mysql_tls_problem(e: &sqlx::Error) -> Option<TlsProblem> {
+    match e {
+        sqlx::Error::Tls(inner) => Some(chain_problem(inner.as_ref()).unwrap_or(
+            if inner.to_string().contains("does not support TLS") {
+                TlsProblem::NotTls
+            } else {
+                TlsProblem::Setup
+            },
+        )),
+        // MySQL 3159, MariaDB 4151 (require_secure_transport = ON).
+        sqlx::Error::Database(db) if db.message().contains("insecure transport") => {
+            Some(TlsProblem::TlsRequired)
+        }
+        _ => chain_problem(e),
+    }
+}
+
+/// The rustls error in `e`'s chain (an `io::Error` holds it in its inner
+/// error, which `source()` skips), classified.
+fn chain_problem(e: &(dyn std::error::Error + 'static)) -> Option<TlsProblem> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return rustls_problem(r);
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            && let Some(p) = chain_problem(inner)
+        {
+            return Some(p);
+        }
+        next = err.source();
+    }
+    None
+}
+
+fn rustls_problem(e: &rustls::Error) -> Option<TlsProblem> {
+    use rustls::{AlertDescription as A, CertificateError as C, Error as R};
+    Some(match e {
+        R::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => TlsProblem::UnknownIssuer,
+            C::NotValidForName | C::NotValidForNameContext { .. } => TlsProblem::NameMismatch,
+            C::Expired | C::ExpiredContext { .. } => TlsProblem::Expired,
+            C::NotValidYet | C::NotValidYetContext { .. } => TlsProblem::NotValidYet,
+            _ => TlsProblem::BadCertificate,
+        },
+        R::AlertReceived(
+            A::BadCertificate
+            | A::CertificateRequired
+            | A::CertificateUnknown
+            | A::CertificateExpired
+            | A::CertificateRevoked
+            | A::UnknownCA
+            | A::AccessDenied,
+        ) => TlsProblem::ClientRefused,
+        R::InvalidMessage(_) | R::InappropriateMessage { .. } => TlsProblem::NotTls,
+        R::AlertReceived(_) | R::PeerIncompatible(_) | R::NoCertificatesPresented => {
+            TlsProblem::BadCertificate
+        }
+        R::InconsistentKeys(_) | R::General(_) => TlsProblem::Setup,
+        _ => return None,
+    })
+}
+
+/// Last resort, for a driver that flattened the rustls error into text
+/// (the cluster client reports its first connections' errors as text).
+fn text_problem(text: &str) -> Option<TlsProblem> {
+    const PATTERNS: [(&str, TlsProblem); 7] = [
+        ("UnknownIssuer", TlsProblem::UnknownIssuer),
+        ("NotValidForName", TlsProblem::NameMismatch),
+        ("certificate not valid for name", TlsProblem::NameMismatch),
+        ("Expired", TlsProblem::Expired),
+        ("certificate expired", TlsProblem::Expired),
+        ("received fatal alert", TlsProblem::ClientRefused),
+        ("received corrupt message", TlsProblem::NotTls),
+    ];
+    PATTERNS
+        .iter()
+        .find(|(p, _)| text.contains(p))
+        .map(|(_, problem)| *problem)
 }
 
 fn mysql_transient(e: &sqlx::Error) -> bool {

@@ -16,6 +16,9 @@ const EXIT_FAILED: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
 const EXIT_UNREACHABLE: u8 = 3;
 
+/// How often the daemon looks at its TLS files for a rotation.
+const TLS_WATCH: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Parser)]
 #[command(
     version,
@@ -120,8 +123,14 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command, settings: Settings) -> ExitCode {
     match command {
         Command::Run => {
-            let Some(ctx) = connect(settings).await else {
-                return ExitCode::from(EXIT_UNREACHABLE);
+            // Certificates are read when connecting: when a TLS file changes
+            // (a rotated Secret), stop gracefully and exit 0, so that the
+            // orchestrator starts the daemon again with the new files.
+            let rotated =
+                seatflow_reconciler::config::tls_files_changed(settings.tls_files(), TLS_WATCH);
+            let ctx = match connect(settings).await {
+                Ok(ctx) => ctx,
+                Err(code) => return code,
             };
             let mut signals = match Signals::install() {
                 Ok(s) => s,
@@ -131,8 +140,17 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
                 }
             };
             let shutdown = async move {
-                signals.next().await;
-                tracing::info!("signal received (a second signal exits at once)");
+                tokio::select! {
+                    () = signals.next() => {
+                        tracing::info!("signal received (a second signal exits at once)");
+                    }
+                    path = rotated => {
+                        tracing::warn!(
+                            file = %path.display(),
+                            "a TLS file changed: stopping, to be restarted with the new certificates"
+                        );
+                    }
+                }
                 tokio::spawn(async move {
                     signals.next().await;
                     tracing::warn!("second signal: exiting at once");
@@ -152,8 +170,9 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             seat,
             output,
         } => {
-            let Some(ctx) = connect(settings).await else {
-                return ExitCode::from(EXIT_UNREACHABLE);
+            let ctx = match connect(settings).await {
+                Ok(ctx) => ctx,
+                Err(code) => return code,
             };
             match inspect(&ctx, showtime, seat.as_deref(), output).await {
                 Ok(code) => code,
@@ -187,8 +206,9 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             }
         },
         Command::Migrate { reference_schema } => {
-            let Some(ctx) = connect(settings).await else {
-                return ExitCode::from(EXIT_UNREACHABLE);
+            let ctx = match connect(settings).await {
+                Ok(ctx) => ctx,
+                Err(code) => return code,
             };
             match ctx.mysql.migrate(reference_schema).await {
                 Ok(()) => {
@@ -210,8 +230,9 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
         } => {
             let dry_run = dry_run || settings.reconcile.dry_run;
             let kinds = selected_kinds(&jobs);
-            let Some(ctx) = connect(settings).await else {
-                return ExitCode::from(EXIT_UNREACHABLE);
+            let ctx = match connect(settings).await {
+                Ok(ctx) => ctx,
+                Err(code) => return code,
             };
             let opts = RunOptions {
                 dry_run,
@@ -311,16 +332,34 @@ fn interrupted() -> impl std::future::Future<Output = ()> {
     }
 }
 
-async fn connect(settings: Settings) -> Option<Context> {
+/// Connects to both stores. A TLS problem (certificate, host name, mode) or
+/// a refused login is a configuration error, exit 2 naming the setting;
+/// anything else is "unreachable", exit 3.
+async fn connect(settings: Settings) -> Result<Context, ExitCode> {
     let (mysql, redis) = (settings.mysql.url.clone(), settings.redis.url.clone());
-    match Context::connect(settings).await {
-        Ok(ctx) => Some(ctx),
-        Err(e) => {
-            eprintln!(
-                "error: cannot reach {} ({mysql} / {redis}): {e}",
-                e.stage().label()
-            );
-            None
+    Context::connect(settings).await.map_err(|e| {
+        let store = e.stage().label();
+        match e.tls_problem() {
+            Some(problem) => {
+                eprintln!(
+                    "error: configuration key `{store}.{}`: TLS with {store} failed: {} ({e})",
+                    problem.setting(),
+                    problem.describe()
+                );
+                ExitCode::from(EXIT_CONFIG)
+            }
+            None => match e.login_refused() {
+                Some(why) => {
+                    eprintln!(
+                        "error: configuration key `{store}.url`: {store} refused us: {why} ({e})"
+                    );
+                    ExitCode::from(EXIT_CONFIG)
+                }
+                None => {
+                    eprintln!("error: cannot reach {store} ({mysql} / {redis}): {e}");
+                    ExitCode::from(EXIT_UNREACHABLE)
+                }
+            },
         }
-    }
+    })
 }

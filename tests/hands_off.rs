@@ -119,6 +119,7 @@ async fn every_showtime_id_belongs_to_exactly_one_shard() {
             let shard = Shard { total, index };
             let store = seatflow_reconciler::store::mysql::MysqlStore::connect(
                 env.ctx.settings.mysql.url.expose(),
+                &Default::default(),
                 1,
                 std::time::Duration::from_secs(5),
                 shard,

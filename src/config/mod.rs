@@ -5,6 +5,7 @@
 mod check;
 mod secret;
 mod sources;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -16,6 +17,7 @@ use crate::model::{Kind, Shard};
 
 pub use secret::{Secret, SecretUrl, redact_url};
 pub use sources::DEFAULT_TOML;
+pub use tls::{MysqlTlsMode, tls_files_changed};
 
 /// A configuration problem, always tied to one key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +42,12 @@ pub struct MysqlSettings {
     pub max_connections: u32,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// Unset: `verify_identity` when a `tls_*_file` is set, else as the URL says.
+    pub tls_mode: MysqlTlsMode,
+    /// PEM files; an empty string is unset.
+    pub tls_ca_file: String,
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -49,6 +57,10 @@ pub struct RedisSettings {
     pub key_prefix: String,
     #[serde(with = "humantime_serde")]
     pub response_timeout: Duration,
+    /// PEM files; an empty string is unset.
+    pub tls_ca_file: String,
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -215,7 +227,8 @@ impl Settings {
         Self::from_sources(file, env, hostname.as_deref())
     }
 
-    /// Pure: settings from these sources and this host name.
+    /// Settings from these sources and this host name. Of the machine it
+    /// reads only the TLS files the settings name (they must parse as PEM).
     pub fn from_sources(
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
@@ -225,7 +238,7 @@ impl Settings {
         let settings: Settings = merged
             .try_deserialize()
             .map_err(|e| ConfigError::new(sources::error_key(&e), e.to_string()))?;
-        settings.checked(hostname)
+        settings.checked(hostname)?.checked_tls_files()
     }
 }
 

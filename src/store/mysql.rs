@@ -3,11 +3,12 @@
 //! Every query is bounded by a LIMIT or by an IN list of one chunk.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use futures_util::TryStreamExt;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use crate::error::Result;
@@ -141,18 +142,45 @@ pub struct MysqlStore {
 /// (showtime, seat) → status of the valid order occupying it.
 pub use crate::model::Occupancy;
 
+pub use sqlx::mysql::MySqlSslMode;
+
+/// How to speak TLS to MySQL, as plain values (filled from the settings).
+/// The files are read by each new connection, so a rotated file is used by
+/// the connections made after it changed.
+#[derive(Debug, Clone, Default)]
+pub struct MysqlTls {
+    /// `None`: as the URL says (`?ssl-mode=`; sqlx's default is `PREFERRED`).
+    pub mode: Option<MySqlSslMode>,
+    /// PEM CA bundle, trusted besides the built-in public roots.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key (PEM), for mutual TLS.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
 impl MysqlStore {
-    /// A pool of at most `max_connections`, each acquired within `acquire_timeout`.
+    /// A pool of at most `max_connections`, each acquired within
+    /// `acquire_timeout`, speaking TLS as `tls` says.
     pub async fn connect(
         url: &str,
+        tls: &MysqlTls,
         max_connections: u32,
         acquire_timeout: Duration,
         shard: Shard,
     ) -> Result<MysqlStore> {
+        let mut options: MySqlConnectOptions = url.parse()?;
+        if let Some(mode) = tls.mode {
+            options = options.ssl_mode(mode);
+        }
+        if let Some(ca) = &tls.ca_file {
+            options = options.ssl_ca(ca);
+        }
+        if let Some((cert, key)) = &tls.client {
+            options = options.ssl_client_cert(cert).ssl_client_key(key);
+        }
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)
-            .connect(url)
+            .connect_with(options)
             .await?;
         Ok(MysqlStore { pool, shard })
     }

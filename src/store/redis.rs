@@ -185,6 +185,44 @@ pub enum RedisEndpoint<'a> {
     Cluster(&'a [&'a str]),
 }
 
+/// TLS material for `rediss://`, as plain PEM bytes (filled from the
+/// settings). Empty: the system's roots, no client certificate.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// CA bundle; when set, the only roots trusted.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key, for mutual TLS.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl RedisTls {
+    /// redis-rs's form, or `None` when nothing is configured.
+    fn certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.ca_pem.is_none() && self.client.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca_pem.clone(),
+        })
+    }
+}
+
 /// `seatflow-reconciler:<instance>`, reduced to characters Redis accepts.
 pub fn client_name(instance: &str) -> String {
     let clean: String = instance
@@ -201,17 +239,21 @@ pub fn client_name(instance: &str) -> String {
 }
 
 impl RedisStore {
-    /// Connects to `endpoint`; keys are named under `key_prefix`, and the
+    /// Connects to `endpoint` (with `tls` for `rediss://`); keys are named under `key_prefix`, and the
     /// connection is named after `instance` (visible in CLIENT LIST).
     pub async fn connect(
         endpoint: RedisEndpoint<'_>,
+        tls: &RedisTls,
         key_prefix: &str,
         response_timeout: Duration,
         instance: &str,
     ) -> Result<RedisStore> {
         let conn = match endpoint {
             RedisEndpoint::Single(url) => {
-                let client = redis::Client::open(url)?;
+                let client = match tls.certificates() {
+                    Some(certs) => redis::Client::build_with_tls(url, certs)?,
+                    None => redis::Client::open(url)?,
+                };
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(response_timeout))
@@ -219,10 +261,13 @@ impl RedisStore {
                 RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
             }
             RedisEndpoint::Cluster(urls) => {
-                let client = redis::cluster::ClusterClient::builder(urls.to_vec())
+                let mut builder = redis::cluster::ClusterClient::builder(urls.to_vec())
                     .response_timeout(response_timeout)
-                    .connection_timeout(response_timeout)
-                    .build()?;
+                    .connection_timeout(response_timeout);
+                if let Some(certs) = tls.certificates() {
+                    builder = builder.certs(certs);
+                }
+                let client = builder.build()?;
                 RedisConn::Cluster(client.get_async_connection().await?)
             }
         };

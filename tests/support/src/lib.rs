@@ -7,6 +7,7 @@
 pub mod daemon;
 pub mod servers;
 pub mod simulator;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
