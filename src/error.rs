@@ -60,7 +60,7 @@ impl Stage {
 }
 
 /// MySQL: lock wait timeout, deadlock.
-const TRANSIENT_MYSQL_CODES: [&str; 2] = ["1205", "1213"];
+const TRANSIENT_MYSQL_CODES: [u16; 2] = [1205, 1213];
 
 impl Error {
     /// The `stage` label of `seatflow_reconcile_errors_total`.
@@ -281,9 +281,9 @@ fn mysql_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(db) => {
-            // sqlx's MySQL error code is the numeric server code as a string.
-            db.code()
-                .is_some_and(|c| TRANSIENT_MYSQL_CODES.contains(&c.as_ref()))
+            // The server's error number; `code()` is only the SQLSTATE (HY000).
+            db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|m| TRANSIENT_MYSQL_CODES.contains(&m.number()))
         }
         _ => false,
     }

@@ -516,3 +516,25 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
         Some("0")
     );
 }
+
+/// Rule 9: a MySQL lock wait timeout (1205) is transient and retried. sqlx's
+/// `code()` is the SQLSTATE (`HY000`), not the server's error number, so a
+/// check on `code()` never saw 1205 or 1213.
+#[tokio::test]
+async fn a_lock_wait_timeout_is_a_transient_error() {
+    let env = TestEnv::new().await;
+    let order = seatflow_test_support::seed_expired(&env).await;
+    let _held = seatflow_test_support::hold_order_lock(&env, order).await;
+    let mut conn = env.ctx.mysql.pool().acquire().await.unwrap();
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let waited = sqlx::query("SELECT id FROM ticket_order WHERE id = ? FOR UPDATE")
+        .bind(order)
+        .execute(&mut *conn)
+        .await
+        .unwrap_err();
+    let e = seatflow_reconciler::error::Error::from(waited);
+    assert!(e.is_transient(), "{e}");
+}
