@@ -310,16 +310,21 @@ async fn readyz_follows_redis_and_healthz_stays_up() {
     .await;
 }
 
-/// The daemon as a library call: `run_on` serves and schedules until the
-/// shutdown future completes, then returns (no signals, no process exit).
-#[tokio::test]
-async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
-    let env = TestEnv::with(|s| {
+/// Every job every second.
+async fn every_second() -> TestEnv {
+    TestEnv::with(|s| {
         for kind in seatflow_reconciler::model::Kind::ALL {
             s.job_mut(kind).schedule = "* * * * * *".into();
         }
     })
-    .await;
+    .await
+}
+
+/// The daemon as a library call: `run_on` serves and schedules until the
+/// shutdown future completes, then returns (no signals, no process exit).
+#[tokio::test]
+async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
+    let env = every_second().await;
     let seats = env.fx.hall(1, 1, 3).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
@@ -327,32 +332,16 @@ async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
     let daemon = seatflow_test_support::daemon::InProcessDaemon::start(env.ctx.clone()).await;
     let base = daemon.url("");
 
-    let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let body = http
-            .get(format!("{base}/status"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
-        if status["jobs"]["orphan_locks"]["last_run"]["fixed"] == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no orphan_locks run repaired the seat: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    daemon
+        .status_when("an orphan_locks run repairs the seat", |s| {
+            s["jobs"]["orphan_locks"]["last_run"]["fixed"] == 1
+        })
+        .await;
     assert_eq!(env.fx.hash(1).await.unwrap()["A-1"], "0");
 
     daemon.stop().await;
     assert!(
-        http.get(format!("{base}/healthz")).send().await.is_err(),
+        reqwest::get(format!("{base}/healthz")).await.is_err(),
         "HTTP stops with the daemon"
     );
     assert!(env.ctx.leases.is_empty(), "every lease is released");
@@ -362,46 +351,24 @@ async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
 /// reported by one job (the first enabled seat job), not by all four.
 #[tokio::test]
 async fn one_bad_value_is_reported_by_one_job_in_the_daemon() {
-    let env = TestEnv::with(|s| {
-        for kind in seatflow_reconciler::model::Kind::ALL {
-            s.job_mut(kind).schedule = "* * * * * *".into();
-        }
-    })
-    .await;
+    let env = every_second().await;
     let seats = env.fx.hall(1, 1, 3).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(1, &seats, &[("A-1", "7")]).await.unwrap();
     let daemon = seatflow_test_support::daemon::InProcessDaemon::start(env.ctx.clone()).await;
-    let http = reqwest::Client::new();
     let seat_jobs = [
         "paid_seats",
         "missing_hashes",
         "orphan_locks",
         "sold_orphans",
     ];
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        let body = http
-            .get(daemon.url("/status"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
-        if seat_jobs
-            .iter()
-            .all(|j| status["jobs"][j]["last_run"].is_object())
-        {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not every seat job ran: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = daemon
+        .status_when("every seat job ran", |s| {
+            seat_jobs
+                .iter()
+                .all(|j| s["jobs"][j]["last_run"].is_object())
+        })
+        .await;
     daemon.stop().await;
     let invalid: Vec<(&str, u64)> = seat_jobs
         .iter()

@@ -181,6 +181,32 @@ impl InProcessDaemon {
         format!("http://{}{path}", self.addr)
     }
 
+    /// Polls `/status` until `ready` holds for it (30 s at most) and returns it.
+    pub async fn status_when(
+        &self,
+        what: &str,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let body = http
+                .get(self.url("/status"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if ready(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{what}: {status}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Completes the shutdown future; the daemon must return (Ok) in 30 s.
     pub async fn stop(self) {
         self.stop.send(()).unwrap();
