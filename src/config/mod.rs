@@ -268,7 +268,9 @@ mod tests {
     fn load_toml(text: &str, vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let mut f = tempfile_in_target();
         f.1.write_all(text.as_bytes()).unwrap();
-        Settings::load_with_env(Some(&f.0), env(vars))
+        let loaded = Settings::load_with_env(Some(&f.0), env(vars));
+        std::fs::remove_file(&f.0).unwrap();
+        loaded
     }
 
     fn tempfile_in_target() -> (std::path::PathBuf, std::fs::File) {
