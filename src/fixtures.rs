@@ -225,18 +225,24 @@ pub fn with_database(url: &str, db: &str) -> AnyResult<String> {
     Ok(u.to_string())
 }
 
-/// Drops and creates `db` on the server of `url`.
-pub async fn recreate_database(url: &str, db: &str) -> AnyResult<()> {
+/// One connection to the server of `url`, with no database selected, for
+/// creating or dropping `db` (whose name is checked: it goes into SQL as is).
+pub async fn server_pool(url: &str, db: &str) -> AnyResult<sqlx::MySqlPool> {
     anyhow::ensure!(
         db.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
         "database name {db:?} must be [A-Za-z0-9_]"
     );
     let mut server = url::Url::parse(url)?;
     server.set_path("/");
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
+    Ok(sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(1)
         .connect(server.as_str())
-        .await?;
+        .await?)
+}
+
+/// Drops and creates `db` on the server of `url`.
+pub async fn recreate_database(url: &str, db: &str) -> AnyResult<()> {
+    let pool = server_pool(url, db).await?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS `{db}`; CREATE DATABASE `{db}` CHARACTER SET utf8mb4"
     )))

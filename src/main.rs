@@ -321,15 +321,8 @@ fn selected_kinds(requested: &[Kind]) -> Vec<Kind> {
 /// Resolves on SIGINT or SIGTERM; the handlers are installed at once, so a
 /// signal that comes early is not lost (nor does it kill the process).
 fn interrupted() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    async move {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-    }
+    let mut signals = Signals::install().expect("SIGINT and SIGTERM handlers");
+    async move { signals.next().await }
 }
 
 /// Connects to both stores. A TLS problem (certificate, host name, mode) or

@@ -111,16 +111,7 @@ async fn check_redis(settings: &Settings) -> anyhow::Result<()> {
 /// demo's marker row. An existing `db` is dropped only if it holds that
 /// marker; otherwise this refuses and changes nothing.
 pub async fn claim_database(server_url: &str, db: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        db.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
-        "database name {db:?} must be [A-Za-z0-9_]"
-    );
-    let mut server = url::Url::parse(server_url)?;
-    server.set_path("/");
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(server.as_str())
-        .await?;
+    let pool = fixtures::server_pool(server_url, db).await?;
     let result = async {
         let exists: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?",

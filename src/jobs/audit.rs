@@ -270,7 +270,8 @@ pub async fn drain_backlog(ctx: &Context) -> Result<(u64, u64)> {
         }
         for ((run_id, instance), rows) in &by_run {
             if let Err(e) = ctx.mysql.insert_fixes(run_id, instance, rows).await {
-                // Put everything not yet written back for a later run.
+                // Put this round back for a later run (rows already written are
+                // written again harmlessly: INSERT IGNORE by fix_id).
                 let _ = ctx.redis.push_audit_backlog(&taken).await;
                 return Err(e);
             }
