@@ -48,6 +48,14 @@ impl Context {
         })
     }
 
+    /// The same connections, sweeping another shard's showtimes.
+    pub fn for_shard(&self, shard: crate::model::Shard) -> Context {
+        Context {
+            mysql: self.mysql.with_shard(shard),
+            ..self.clone()
+        }
+    }
+
     /// Runs an I/O step with the configured retry policy.
     pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
     where

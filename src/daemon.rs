@@ -1,5 +1,6 @@
-//! The daemon: each enabled job on its own UTC cron schedule (through the
-//! `Runner`, so a job never overlaps itself), the HTTP server, and a graceful
+//! The daemon: the seat jobs' shared pass on `sweep.schedule` and
+//! `expired-orders` on its own, both UTC cron schedules (through the
+//! `Runner`, so neither overlaps itself), the HTTP server, and a graceful
 //! stop when the caller's `shutdown` future completes. Signals and the process
 //! exit belong to `main.rs`, so the daemon can run inside a test.
 
@@ -7,14 +8,35 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use tokio::net::TcpListener;
-use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::model::Kind;
 use crate::runner::Runner;
+use crate::schedule::next_fire_after;
+
+/// Fires `kind` (a seat job stands for the pass) at each time `schedule`
+/// names, with that time as the fire's slot, until `stop`.
+async fn fire_on_schedule(
+    runner: Arc<Runner>,
+    kind: Kind,
+    schedule: String,
+    stop: CancellationToken,
+) {
+    let mut after = Utc::now();
+    while let Some(at) = next_fire_after(&schedule, after) {
+        let wait = (at - Utc::now()).to_std().unwrap_or_default();
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return,
+        }
+        runner.fire(kind, at);
+        after = at;
+    }
+}
 
 /// Keeps `seatflow_reconciler_dependency_up` current between readiness probes.
 async fn probe_dependencies(runner: Arc<Runner>) {
@@ -51,29 +73,58 @@ pub async fn run_on(
         http_stop.clone(),
     ));
 
-    let mut scheduler = JobScheduler::new().await?;
-    for kind in Kind::ALL {
-        let job = ctx.settings.job(kind);
-        if !job.enabled {
-            tracing::info!(kind = kind.label(), "job disabled");
-            continue;
-        }
-        let r = runner.clone();
-        scheduler
-            .add(Job::new_async(job.schedule.as_str(), move |_, _| {
-                let r = r.clone();
-                Box::pin(async move { r.fire(kind) })
-            })?)
-            .await?;
-        tracing::info!(kind = kind.label(), schedule = %job.schedule, "job scheduled (UTC)");
+    let fire_stop = CancellationToken::new();
+    let settings = &ctx.settings;
+    let mut tasks = Vec::new();
+    let pass_jobs: Vec<&str> = Kind::SEAT_JOBS
+        .into_iter()
+        .filter(|k| settings.job(*k).enabled)
+        .map(Kind::label)
+        .collect();
+    if let Some(first) = Kind::SEAT_JOBS
+        .into_iter()
+        .find(|k| settings.job(*k).enabled)
+    {
+        let schedule = settings.sweep.schedule.clone();
+        tracing::info!(
+            jobs = pass_jobs.join(","),
+            schedule,
+            shard = settings.shard().name(),
+            "pass scheduled (UTC)"
+        );
+        tasks.push(tokio::spawn(fire_on_schedule(
+            runner.clone(),
+            first,
+            schedule,
+            fire_stop.clone(),
+        )));
     }
-    scheduler.start().await?;
+    if settings.job(Kind::ExpiredOrders).enabled {
+        let schedule = settings.schedule(Kind::ExpiredOrders).to_string();
+        tracing::info!(
+            kind = Kind::ExpiredOrders.label(),
+            schedule,
+            "job scheduled (UTC)"
+        );
+        tasks.push(tokio::spawn(fire_on_schedule(
+            runner.clone(),
+            Kind::ExpiredOrders,
+            schedule,
+            fire_stop.clone(),
+        )));
+    }
+    for kind in Kind::ALL.into_iter().filter(|k| !settings.job(*k).enabled) {
+        tracing::info!(kind = kind.label(), "job disabled");
+    }
     let probe = tokio::spawn(probe_dependencies(runner.clone()));
     tracing::info!(dry_run = ctx.settings.reconcile.dry_run, "daemon started");
 
     shutdown.await;
     tracing::info!("shutdown requested; finishing running batches");
-    scheduler.shutdown().await?;
+    fire_stop.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
     probe.abort();
     runner.shutdown(ctx.settings.daemon.shutdown_timeout).await;
     http_stop.cancel();

@@ -120,11 +120,21 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
             )
         })
         .collect();
+    let passes: serde_json::Map<String, serde_json::Value> = r
+        .shard_status()
+        .into_iter()
+        .map(|(i, st)| (i.to_string(), serde_json::to_value(st).expect("status")))
+        .collect();
+    let pace = r
+        .pace()
+        .map(|(rate, backoffs)| json!({"hashes_per_second": rate.round(), "backoffs": backoffs}));
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "instance": s.reconcile.instance,
         "dry_run": s.reconcile.dry_run,
         "key_prefix": s.redis.key_prefix,
+        "shard": {"index": s.sharding.index, "total": s.sharding.total},
+        "pass": {"schedule": s.sweep.schedule, "shards": passes, "pace": pace},
         "jobs": jobs,
     }))
 }

@@ -410,7 +410,7 @@ pub async fn differences(ctx: &Context) -> Result<Vec<Difference>> {
     let mut out = Vec::new();
     let mut after = None;
     loop {
-        let page = ctx.mysql.on_sale_page(after, 500, &[]).await?;
+        let page = ctx.mysql.on_sale_page(after, None, 500, &[]).await?;
         let Some(last) = page.last() else { break };
         after = Some(crate::store::mysql::Keyset {
             at: last.starts_at,

@@ -13,6 +13,8 @@ pub mod jobs;
 pub mod lease;
 pub mod metrics;
 pub mod model;
+pub mod pace;
+pub mod pass;
 pub mod plan;
 pub mod push;
 pub mod retry;

@@ -240,7 +240,11 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
                 progress: std::io::stderr().is_terminal(),
                 ..RunOptions::default()
             };
-            let report = jobs::run_once(&ctx, &kinds, &opts).await;
+            // The seat jobs take their shard's pass lease: while a daemon
+            // (or another `once`) sweeps it, they stand by.
+            let report = jobs::pass_run::run_with_pass(&ctx, &kinds, &opts, 0)
+                .await
+                .report;
             match output {
                 Output::Json => println!("{}", report.to_json()),
                 Output::Text => print!("{}", report.to_text()),

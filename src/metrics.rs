@@ -284,6 +284,84 @@ impl Metrics {
     }
 }
 
+/// The daemon's passes (one active runner per shard) and their pace. Only
+/// the daemon registers them: a `once` run has no schedule to keep.
+#[derive(Clone)]
+pub struct PassMetrics {
+    pub active: IntGaugeVec,
+    pub last_completed: GaugeVec,
+    pub handovers: IntCounterVec,
+    pub overruns: prometheus::IntCounter,
+    pub pace: prometheus::Gauge,
+    pub backoffs: prometheus::IntCounter,
+}
+
+impl Metrics {
+    /// Registers the pass metrics, every `shard` series at 0.
+    pub fn pass_metrics(&self, shards: u32) -> PassMetrics {
+        let shard = &["shard"];
+        let m = PassMetrics {
+            active: IntGaugeVec::new(
+                Opts::new(
+                    "seatflow_reconcile_pass_active",
+                    "1 when this process ran the shard's latest seat pass, 0 when it stood by.",
+                ),
+                shard,
+            )
+            .unwrap(),
+            last_completed: GaugeVec::new(
+                Opts::new(
+                    "seatflow_reconcile_pass_last_completed_timestamp_seconds",
+                    "When this process last completed a pass of the shard (max over processes: the last pass by anyone).",
+                ),
+                shard,
+            )
+            .unwrap(),
+            handovers: IntCounterVec::new(
+                Opts::new(
+                    "seatflow_reconcile_pass_handovers_total",
+                    "Passes this process ran whose shard's previous pass another instance ran.",
+                ),
+                shard,
+            )
+            .unwrap(),
+            overruns: prometheus::IntCounter::new(
+                "seatflow_reconcile_pass_overruns_total",
+                "Passes that reached the next fire before the end of the estate (the rest continues next pass).",
+            )
+            .unwrap(),
+            pace: prometheus::Gauge::new(
+                "seatflow_reconcile_pace_hashes_per_second",
+                "The current pace of seat hash reads in passes (0: unpaced).",
+            )
+            .unwrap(),
+            backoffs: prometheus::IntCounter::new(
+                "seatflow_reconcile_pace_backoffs_total",
+                "Times the pace was halved because Redis or MySQL answered slower than usual.",
+            )
+            .unwrap(),
+        };
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(m.active.clone()),
+            Box::new(m.last_completed.clone()),
+            Box::new(m.handovers.clone()),
+            Box::new(m.overruns.clone()),
+            Box::new(m.pace.clone()),
+            Box::new(m.backoffs.clone()),
+        ];
+        for c in collectors {
+            self.registry.register(c).expect("metric names are unique");
+        }
+        for i in 0..shards {
+            let i = i.to_string();
+            m.active.with_label_values(&[&i]);
+            m.last_completed.with_label_values(&[&i]);
+            m.handovers.with_label_values(&[&i]);
+        }
+        m
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

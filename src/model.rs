@@ -312,6 +312,18 @@ impl Kind {
         Kind::SoldOrphans,
     ];
 
+    /// The jobs that share the daemon's pass over the seat hashes.
+    pub const SEAT_JOBS: [Kind; 4] = [
+        Kind::PaidSeats,
+        Kind::MissingHashes,
+        Kind::OrphanLocks,
+        Kind::SoldOrphans,
+    ];
+
+    pub fn is_seat_job(self) -> bool {
+        self != Kind::ExpiredOrders
+    }
+
     /// The metric label and config section name (`snake_case`).
     pub const fn label(self) -> &'static str {
         match self {
@@ -426,6 +438,23 @@ impl Shard {
 
     pub fn covers(&self, showtime: i64) -> bool {
         showtime.rem_euclid(self.total as i64) == self.index as i64
+    }
+
+    /// Every shard of this shard's split, this one first, then the others
+    /// in order after it (so replicas try each other's shards in turn).
+    pub fn all_from_here(&self) -> Vec<Shard> {
+        (0..self.total)
+            .map(|i| Shard {
+                total: self.total,
+                index: (self.index + i) % self.total,
+            })
+            .collect()
+    }
+
+    /// `2-of-3`: the shard in key names and the `shard` label's value is
+    /// its index alone.
+    pub fn name(&self) -> String {
+        format!("{}-of-{}", self.index, self.total)
     }
 }
 

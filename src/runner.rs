@@ -1,7 +1,8 @@
-//! What runs a job for the daemon: one run at a time per job (a fire while
-//! the previous run goes is skipped and counted), `/status` state, and the
-//! graceful stop. The scheduler (`daemon`) and the admin endpoint (`http`)
-//! both start runs through it.
+//! What runs jobs for the daemon: the seat jobs' shared pass and
+//! `expired-orders`, each one at a time (a fire while the previous run goes
+//! is skipped and counted), the pass lease of each shard, `/status` state,
+//! and the graceful stop. The scheduler (`daemon`) and the admin endpoint
+//! (`http`) both start runs through it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,11 +15,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::context::Context;
-use crate::jobs::report::JobReport;
+use crate::jobs::pass_run::{PassLease, run_with_pass};
+use crate::jobs::report::{JobReport, Outcome, RunReport};
 use crate::jobs::{self, RunOptions};
-use crate::metrics::Metrics;
-use crate::model::Kind;
-use crate::schedule::next_fire;
+use crate::metrics::{Metrics, PassMetrics};
+use crate::model::{Kind, Shard};
+use crate::pace::Pacer;
+use crate::schedule::{next_fire, next_fire_after};
 
 /// How long a dependency probe waits for each store.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,14 +51,38 @@ pub struct LastRun {
     pub report: JobReport,
 }
 
-/// Runs jobs on request (schedule or admin endpoint), one at a time per job.
+/// What `/status` shows for one shard's pass, as this process saw it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ShardStatus {
+    /// This process ran the shard's latest pass (false: it stood by).
+    pub active: bool,
+    /// What the latest fire found: `ran`, `standby`, `already_done`,
+    /// `stuck_lease`, `claim_failed`, or `dry_run` (no lease taken).
+    pub last_fire: Option<&'static str>,
+    /// The reconciler that held the pass when this one stood by.
+    pub holder: Option<String>,
+    /// The last pass this process knows of (its own or another's).
+    pub last_pass_by: Option<String>,
+    pub last_pass_finished_at: Option<DateTime<Utc>>,
+    pub handovers: u64,
+    pub overruns: u64,
+}
+
+/// Runs jobs on request (schedule or admin endpoint).
 pub struct Runner {
     pub ctx: Context,
     pub metrics: Metrics,
+    pass_metrics: PassMetrics,
+    /// Paces the passes' reads (`sweep.pace`); one per process, so that a
+    /// back-off carries over from one pass to the next.
+    pacer: Option<Arc<Pacer>>,
     stop: CancellationToken,
     tracker: TaskTracker,
-    guards: BTreeMap<Kind, Arc<tokio::sync::Mutex<()>>>,
+    /// One pass at a time; one `expired-orders` run at a time.
+    pass_guard: Arc<tokio::sync::Mutex<()>>,
+    expired_guard: Arc<tokio::sync::Mutex<()>>,
     status: Mutex<BTreeMap<Kind, JobStatus>>,
+    shards: Mutex<BTreeMap<u32, ShardStatus>>,
 }
 
 /// Why a trigger did not start a run.
@@ -65,19 +92,25 @@ pub enum NotStarted {
     ShuttingDown,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Runner {
     pub fn new(ctx: Context, metrics: Metrics) -> Arc<Runner> {
+        let settings = &ctx.settings;
         let status = Kind::ALL
             .into_iter()
             .map(|k| {
-                let job = ctx.settings.job(k);
+                let enabled = settings.job(k).enabled;
+                let schedule = settings.schedule(k).to_string();
                 (
                     k,
                     JobStatus {
-                        enabled: job.enabled,
-                        schedule: job.schedule.clone(),
+                        enabled,
+                        next_fire: enabled.then(|| next_fire(&schedule)).flatten(),
+                        schedule,
                         running: false,
-                        next_fire: job.enabled.then(|| next_fire(&job.schedule)).flatten(),
                         last_run: None,
                         current_drift: None,
                         stuck_leases: 0,
@@ -86,41 +119,76 @@ impl Runner {
                 )
             })
             .collect();
+        let total = settings.sharding.total;
+        let shards = (0..total).map(|i| (i, ShardStatus::default())).collect();
+        let pacer = settings.sweep.pace.then(|| {
+            Arc::new(Pacer::new(
+                settings.sweep.max_hashes_per_second,
+                settings.sweep.hashes_per_batch,
+            ))
+        });
+        let pass_metrics = metrics.pass_metrics(total);
+        pass_metrics
+            .pace
+            .set(pacer.as_ref().map_or(0.0, |p| p.rate()));
         Arc::new(Runner {
             ctx,
             metrics,
+            pass_metrics,
+            pacer,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
-            guards: Kind::ALL
-                .into_iter()
-                .map(|k| (k, Default::default()))
-                .collect(),
+            pass_guard: Default::default(),
+            expired_guard: Default::default(),
             status: Mutex::new(status),
+            shards: Mutex::new(shards),
         })
     }
 
-    fn status_mut(&self) -> std::sync::MutexGuard<'_, BTreeMap<Kind, JobStatus>> {
-        self.status.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub fn status(&self) -> BTreeMap<Kind, JobStatus> {
-        let mut s = self.status_mut().clone();
+        let mut s = lock(&self.status).clone();
         for (k, st) in s.iter_mut() {
             if st.enabled {
-                st.next_fire = next_fire(&self.ctx.settings.job(*k).schedule);
+                st.next_fire = next_fire(self.ctx.settings.schedule(*k));
             }
         }
         s
     }
 
-    /// A scheduled fire: skipped and counted if the previous run still goes.
-    pub fn fire(self: &Arc<Self>, kind: Kind) {
-        if let Err(NotStarted::AlreadyRunning) = self.start(kind, true) {
-            self.metrics.record_skipped_overlap(kind);
-            self.status_mut()
-                .get_mut(&kind)
-                .expect("kind")
-                .skipped_overlaps += 1;
+    pub fn shard_status(&self) -> BTreeMap<u32, ShardStatus> {
+        lock(&self.shards).clone()
+    }
+
+    /// The current pace of the passes' reads (None: unpaced) and its back-offs.
+    pub fn pace(&self) -> Option<(f64, u64)> {
+        self.pacer.as_ref().map(|p| (p.rate(), p.backoffs()))
+    }
+
+    /// The enabled seat jobs: the pass's.
+    fn pass_kinds(&self) -> Vec<Kind> {
+        Kind::SEAT_JOBS
+            .into_iter()
+            .filter(|k| self.ctx.settings.job(*k).enabled)
+            .collect()
+    }
+
+    /// A scheduled fire of `kind` (`expired-orders`), or of the pass (a
+    /// seat job) for the schedule slot `slot`: skipped and counted if the
+    /// previous run still goes.
+    pub fn fire(self: &Arc<Self>, kind: Kind, slot: DateTime<Utc>) {
+        let kinds = if kind.is_seat_job() {
+            self.pass_kinds()
+        } else {
+            vec![kind]
+        };
+        if let Err(NotStarted::AlreadyRunning) = self.start_run(kinds.clone(), Some(slot), true) {
+            for k in &kinds {
+                self.metrics.record_skipped_overlap(*k);
+                lock(&self.status)
+                    .get_mut(k)
+                    .expect("kind")
+                    .skipped_overlaps += 1;
+            }
             tracing::warn!(
                 kind = kind.label(),
                 "previous run still going; this fire is skipped"
@@ -128,17 +196,33 @@ impl Runner {
         }
     }
 
-    /// Starts a run of `kind` in the background unless one is running.
+    /// Starts a run of `kind` now (the admin endpoint): a seat job runs as
+    /// a pass of its own, outside the schedule.
     pub fn start(self: &Arc<Self>, kind: Kind, jitter: bool) -> Result<(), NotStarted> {
+        self.start_run(vec![kind], None, jitter)
+    }
+
+    fn start_run(
+        self: &Arc<Self>,
+        kinds: Vec<Kind>,
+        slot: Option<DateTime<Utc>>,
+        jitter: bool,
+    ) -> Result<(), NotStarted> {
         if self.stop.is_cancelled() {
             return Err(NotStarted::ShuttingDown);
         }
-        let guard = self.guards[&kind]
+        let is_pass = kinds.iter().any(|k| k.is_seat_job());
+        let guard = if is_pass {
+            &self.pass_guard
+        } else {
+            &self.expired_guard
+        };
+        let guard = guard
             .clone()
             .try_lock_owned()
             .map_err(|_| NotStarted::AlreadyRunning)?;
         let this = Arc::clone(self);
-        self.status_mut().get_mut(&kind).expect("kind").running = true;
+        self.set_running(&kinds, true);
         self.tracker.spawn(async move {
             let max = this.ctx.settings.daemon.start_jitter;
             if jitter && !max.is_zero() {
@@ -148,39 +232,189 @@ impl Runner {
                     _ = this.stop.cancelled() => {}
                 }
             }
-            this.run(kind).await;
+            if is_pass {
+                this.run_pass(&kinds, slot).await;
+            } else {
+                let started_at = Utc::now();
+                let report = jobs::run_once(&this.ctx, &kinds, &this.options(None)).await;
+                this.record(report, started_at);
+            }
+            this.set_running(&kinds, false);
             drop(guard);
         });
         Ok(())
     }
 
-    async fn run(&self, kind: Kind) {
-        let started_at = Utc::now();
+    fn set_running(&self, kinds: &[Kind], running: bool) {
+        let mut status = lock(&self.status);
+        for k in kinds {
+            status.get_mut(k).expect("kind").running = running;
+        }
+    }
+
+    fn options(&self, deadline: Option<tokio::time::Instant>) -> RunOptions {
         let settings = &self.ctx.settings;
-        let opts = RunOptions {
+        RunOptions {
             dry_run: settings.reconcile.dry_run,
             stop: self.stop.clone(),
-            bad_data_reporter: Kind::ALL
-                .into_iter()
-                .find(|k| *k != Kind::ExpiredOrders && settings.job(*k).enabled),
+            // The daemon's pass reports bad data once, by its first job.
+            bad_data_reporter: self.pass_kinds().first().copied(),
+            pacer: self.pacer.clone(),
+            deadline,
             ..RunOptions::default()
-        };
-        let report = jobs::run_once(&self.ctx, &[kind], &opts).await;
-        let job = report.jobs.into_iter().next().expect("one job");
-        self.metrics.record(&job);
-        let mut status = self.status_mut();
-        let st = status.get_mut(&kind).expect("kind");
-        st.running = false;
-        if job.outcome != jobs::report::Outcome::Failure {
-            st.current_drift = Some(job.drift);
-            st.stuck_leases = job.stuck_leases;
         }
-        st.last_run = Some(LastRun {
-            run_id: report.run_id,
-            started_at,
-            finished_at: Utc::now(),
-            report: job,
-        });
+    }
+
+    /// One pass: this process's own shard first, then (for a scheduled
+    /// pass of a sharded estate) every other shard that nobody ran within
+    /// `sweep.takeover_after`. Stops at the next fire at the latest.
+    async fn run_pass(&self, kinds: &[Kind], slot: Option<DateTime<Utc>>) {
+        let settings = &self.ctx.settings;
+        let own = settings.shard();
+        let deadline = slot.and_then(|s| pass_deadline(&settings.sweep.schedule, s));
+        // Dry runs take no lease, so they keep to their own shard.
+        let shards = if slot.is_some() && !settings.reconcile.dry_run {
+            own.all_from_here()
+        } else {
+            vec![own]
+        };
+        for shard in shards {
+            if self.stop.is_cancelled() {
+                break;
+            }
+            let ctx = self.ctx.for_shard(shard);
+            if let Some(slot) = slot
+                && !settings.reconcile.dry_run
+                && !self.goes_first(&ctx, shard).await
+            {
+                let wait = (slot + settings.sweep.takeover_after - Utc::now())
+                    .to_std()
+                    .unwrap_or_default();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = self.stop.cancelled() => break,
+                }
+            }
+            let started_at = Utc::now();
+            let slot_ms = slot.map_or(0, |s| s.timestamp_millis());
+            let run = run_with_pass(&ctx, kinds, &self.options(deadline), slot_ms).await;
+            self.record_pass(shard, &run.lease, &run.report);
+            self.record(run.report, started_at);
+        }
+        if let Some(p) = &self.pacer {
+            self.pass_metrics.pace.set(p.rate());
+        }
+    }
+
+    /// Whether this process claims `shard`'s pass at the fire: the shard's
+    /// owner does (its own shard when sharded; with one shard, the
+    /// reconciler that ran the last pass, or anyone when none did). The
+    /// others wait `sweep.takeover_after`, so the active runner stays put
+    /// and a standby takes over only when it is gone.
+    async fn goes_first(&self, ctx: &Context, shard: Shard) -> bool {
+        let own = ctx.settings.shard();
+        if shard != own {
+            return false;
+        }
+        if own.total > 1 {
+            return true;
+        }
+        match ctx.redis.read_pass(shard).await {
+            Ok((_, Some(last))) => last.instance == ctx.settings.reconcile.instance,
+            Ok((_, None)) => true,
+            Err(_) => true,
+        }
+    }
+
+    fn record_pass(&self, shard: Shard, lease: &PassLease, report: &RunReport) {
+        let label = shard.index.to_string();
+        let m = &self.pass_metrics;
+        let mut shards = lock(&self.shards);
+        let st = shards.entry(shard.index).or_default();
+        let ran = |st: &mut ShardStatus| {
+            st.active = true;
+            st.holder = None;
+            if report.jobs.iter().any(|j| j.cut_short) {
+                st.overruns += 1;
+                m.overruns.inc();
+                tracing::warn!(
+                    shard = shard.index,
+                    "the pass reached the next fire before the end of the estate; the rest continues in the next pass"
+                );
+            }
+        };
+        match lease {
+            PassLease::NotNeeded => {
+                ran(st);
+                st.last_fire = Some(if report.dry_run { "dry_run" } else { "ran" });
+                self.completed(st, &label);
+            }
+            PassLease::Ran {
+                took_over_from,
+                recorded,
+                ..
+            } => {
+                ran(st);
+                st.last_fire = Some("ran");
+                if took_over_from.is_some() {
+                    st.handovers += 1;
+                    m.handovers.with_label_values(&[&label]).inc();
+                }
+                if *recorded {
+                    self.completed(st, &label);
+                }
+            }
+            PassLease::ClaimFailed => {
+                st.active = false;
+                st.last_fire = Some("claim_failed");
+            }
+            PassLease::StoodBy {
+                holder,
+                already_done,
+                stuck,
+            } => {
+                st.active = false;
+                st.holder = Some(holder.clone());
+                st.last_fire = Some(match (already_done, stuck) {
+                    (true, _) => "already_done",
+                    (_, true) => "stuck_lease",
+                    _ => "standby",
+                });
+                if *already_done {
+                    st.last_pass_by = Some(holder.clone());
+                }
+            }
+        }
+        m.active.with_label_values(&[&label]).set(st.active as i64);
+    }
+
+    fn completed(&self, st: &mut ShardStatus, label: &str) {
+        let now = Utc::now();
+        st.last_pass_by = Some(self.ctx.settings.reconcile.instance.clone());
+        st.last_pass_finished_at = Some(now);
+        self.pass_metrics
+            .last_completed
+            .with_label_values(&[label])
+            .set(now.timestamp_millis() as f64 / 1000.0);
+    }
+
+    /// Metrics and `/status` of each job in a run's report.
+    fn record(&self, report: RunReport, started_at: DateTime<Utc>) {
+        let mut status = lock(&self.status);
+        for job in report.jobs {
+            self.metrics.record(&job);
+            let st = status.get_mut(&job.kind).expect("kind");
+            if job.outcome != Outcome::Failure {
+                st.current_drift = Some(job.drift);
+                st.stuck_leases = job.stuck_leases;
+            }
+            st.last_run = Some(LastRun {
+                run_id: report.run_id.clone(),
+                started_at,
+                finished_at: Utc::now(),
+                report: job,
+            });
+        }
     }
 
     /// Stops new runs, lets running ones finish their chunk within
@@ -215,4 +449,16 @@ impl Runner {
         self.metrics.set_dependency("redis", redis_ok);
         (mysql_ok, redis_ok)
     }
+}
+
+/// When a pass for `slot` must stop scanning: shortly before the next fire,
+/// so that it never overlaps the next pass.
+fn pass_deadline(schedule: &str, slot: DateTime<Utc>) -> Option<tokio::time::Instant> {
+    let next = next_fire_after(schedule, slot)?;
+    let interval = (next - slot).to_std().ok()?;
+    // Room for the pass's tail (audit flush, cursors): a twentieth of the
+    // interval, at most 2 s.
+    let margin = (interval / 20).min(Duration::from_secs(2));
+    let left = (next - Utc::now()).to_std().unwrap_or_default();
+    Some(tokio::time::Instant::now() + left.saturating_sub(margin))
 }

@@ -36,6 +36,11 @@ pub fn next_fire(schedule: &str) -> Option<DateTime<Utc>> {
         .ok()
 }
 
+/// The first time a schedule fires strictly after `t`.
+pub fn next_fire_after(schedule: &str, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    parse(schedule).ok()?.find_next_occurrence(&t, false).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +53,10 @@ mod tests {
         assert!(check("0 0 0 30 2 *").unwrap_err().contains("never fires"));
         assert!(next_fire("*/5 * * * * *").is_some());
         assert!(next_fire("nonsense").is_none());
+        let t = DateTime::parse_from_rfc3339("2026-12-03T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        let next = next_fire_after("0 * * * * *", t).unwrap();
+        assert_eq!(next.to_rfc3339(), "2026-12-03T10:01:00+00:00");
     }
 }

@@ -314,7 +314,7 @@ async fn readyz_follows_redis_and_healthz_stays_up() {
 async fn every_second() -> TestEnv {
     TestEnv::with(|s| {
         for kind in seatflow_reconciler::model::Kind::ALL {
-            s.job_mut(kind).schedule = "* * * * * *".into();
+            s.set_schedule(kind, "* * * * * *");
         }
     })
     .await

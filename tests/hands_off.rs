@@ -126,7 +126,7 @@ async fn every_showtime_id_belongs_to_exactly_one_shard() {
             )
             .await
             .unwrap();
-            for row in store.on_sale_page(None, 100, &[]).await.unwrap() {
+            for row in store.on_sale_page(None, None, 100, &[]).await.unwrap() {
                 assert!(shard.covers(row.id), "SQL and Rust disagree on {}", row.id);
                 owners.entry(row.id).or_default().push(index);
             }

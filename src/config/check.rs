@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, JobSettings, SecretUrl, Settings, redact_url};
+use super::{ConfigError, JobSettings, SecretUrl, Settings, SweepSettings, redact_url};
 use crate::model::Kind;
 use crate::schedule;
 
@@ -77,6 +77,10 @@ impl Settings {
         for kind in Kind::ALL {
             check_job(kind, self.job(kind))?;
         }
+        let expired = self.schedule(Kind::ExpiredOrders);
+        schedule::check(expired)
+            .map_err(|reason| ConfigError::new("jobs.expired_orders.schedule", reason))?;
+        self.sweep.checked()?;
         Ok(self)
     }
 }
@@ -98,7 +102,7 @@ fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Settings {
     /// Every duration setting with its key.
-    fn durations(&self) -> [(&'static str, Duration); 10] {
+    fn durations(&self) -> [(&'static str, Duration); 13] {
         let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
         [
             ("mysql.connect_timeout", m.connect_timeout),
@@ -111,13 +115,33 @@ impl Settings {
             ("http.header_timeout", self.http.header_timeout),
             ("daemon.shutdown_timeout", d.shutdown_timeout),
             ("daemon.start_jitter", d.start_jitter),
+            ("sweep.soonest_window", self.sweep.soonest_window),
+            ("sweep.lease_ttl", self.sweep.lease_ttl),
+            ("sweep.takeover_after", self.sweep.takeover_after),
         ]
+    }
+}
+
+impl SweepSettings {
+    fn checked(&self) -> Result<(), ConfigError> {
+        schedule::check(&self.schedule)
+            .map_err(|reason| ConfigError::new("sweep.schedule", reason))?;
+        in_range(
+            "sweep.max_hashes_per_second",
+            self.max_hashes_per_second,
+            1,
+            1_000_000,
+        )?;
+        in_range("sweep.hashes_per_batch", self.hashes_per_batch, 1, 10_000)?;
+        if self.lease_ttl < Duration::from_secs(1) {
+            return Err(ConfigError::new("sweep.lease_ttl", "must be at least 1s"));
+        }
+        Ok(())
     }
 }
 
 fn check_job(kind: Kind, job: &JobSettings) -> Result<(), ConfigError> {
     let key = |field: &str| format!("jobs.{}.{field}", kind.label());
-    schedule::check(&job.schedule).map_err(|reason| ConfigError::new(key("schedule"), reason))?;
     in_range(&key("batch_size"), job.batch_size, 1, 10_000_000)?;
     in_range(&key("scan_limit"), job.scan_limit, 1, 100_000_000)?;
     Ok(())

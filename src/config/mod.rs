@@ -153,9 +153,37 @@ pub struct LogSettings {
 #[derive(Debug, Clone, Deserialize)]
 pub struct JobSettings {
     pub enabled: bool,
-    pub schedule: String,
+    /// `expired_orders` only: the seat jobs run in the shared pass, on
+    /// `sweep.schedule` (see [`Settings::schedule`]).
+    #[serde(default)]
+    schedule: Option<String>,
     pub batch_size: usize,
     pub scan_limit: usize,
+}
+
+/// `[sweep]`: the daemon's shared pass of the seat jobs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SweepSettings {
+    /// When a pass starts (six-field cron, UTC).
+    pub schedule: String,
+    /// Showtimes starting before now + this are swept from the soonest in
+    /// every pass; the rest continue from the cursors. Zero: cursors only.
+    #[serde(with = "humantime_serde")]
+    pub soonest_window: Duration,
+    /// Pace the daemon's reads (`once` always reads unpaced).
+    pub pace: bool,
+    /// Seat hashes read per second at most while paced.
+    pub max_hashes_per_second: u32,
+    /// Seat hashes per Redis round trip while paced.
+    pub hashes_per_batch: usize,
+    /// The lease on a shard's pass among reconcilers: renewed while the
+    /// pass runs; a holder silent this long is taken over.
+    #[serde(with = "humantime_serde")]
+    pub lease_ttl: Duration,
+    /// How long after a fire a reconciler waits before it runs the pass of
+    /// a shard that is not its own and that nobody ran.
+    #[serde(with = "humantime_serde")]
+    pub takeover_after: Duration,
 }
 
 /// `[jobs.<job>]`, one section per job.
@@ -178,6 +206,7 @@ pub struct Settings {
     pub daemon: DaemonSettings,
     pub sharding: ShardingSettings,
     pub log: LogSettings,
+    pub sweep: SweepSettings,
     jobs: JobsSettings,
 }
 
@@ -201,6 +230,23 @@ impl Settings {
             Kind::MissingHashes => &mut j.missing_hashes,
             Kind::OrphanLocks => &mut j.orphan_locks,
             Kind::SoldOrphans => &mut j.sold_orphans,
+        }
+    }
+
+    /// The schedule a job runs on in the daemon: its own for
+    /// `expired_orders`, the shared pass's for the seat jobs.
+    pub fn schedule(&self, kind: Kind) -> &str {
+        match (kind, &self.job(kind).schedule) {
+            (Kind::ExpiredOrders, Some(own)) => own,
+            _ => &self.sweep.schedule,
+        }
+    }
+
+    /// Sets `expired_orders`' schedule, or the pass's for a seat job (tests).
+    pub fn set_schedule(&mut self, kind: Kind, schedule: &str) {
+        match kind {
+            Kind::ExpiredOrders => self.jobs.expired_orders.schedule = Some(schedule.into()),
+            _ => self.sweep.schedule = schedule.into(),
         }
     }
 
@@ -330,14 +376,14 @@ mod tests {
             ("[reconcile]\nlock_ttl = \"soon\"\n", "reconcile.lock_ttl"),
             ("[reconcile]\nscan_chunk = 0\n", "reconcile.scan_chunk"),
             ("[reconcile]\ndry_run = \"maybe\"\n", "reconcile.dry_run"),
+            ("[sweep]\nschedule = \"* * * * *\"\n", "sweep.schedule"),
             (
-                "[jobs.orphan_locks]\nschedule = \"* * * * *\"\n",
-                "jobs.orphan_locks.schedule",
+                "[jobs.expired_orders]\nschedule = \"0 0 25 * * *\"\n",
+                "jobs.expired_orders.schedule",
             ),
-            (
-                "[jobs.orphan_locks]\nschedule = \"0 0 25 * * *\"\n",
-                "jobs.orphan_locks.schedule",
-            ),
+            ("[sweep]\nhashes_per_batch = 0\n", "sweep.hashes_per_batch"),
+            ("[sweep]\nlease_ttl = \"10ms\"\n", "sweep.lease_ttl"),
+            ("[sweep]\npace = \"yes\"\n", "sweep.pace"),
             (
                 "[jobs.sold_orphans]\nbatch_size = -1\n",
                 "jobs.sold_orphans.batch_size",
@@ -356,10 +402,7 @@ mod tests {
                 "[reconcile]\norphan_grace = \"100000000y\"\n",
                 "reconcile.orphan_grace",
             ),
-            (
-                "[jobs.paid_seats]\nschedule = \"0 0 0 30 2 *\"\n",
-                "jobs.paid_seats.schedule",
-            ),
+            ("[sweep]\nschedule = \"0 0 0 30 2 *\"\n", "sweep.schedule"),
             (
                 "[reconcile]\nretry_base_delay = \"3s\"\nretry_max_delay = \"1s\"\n",
                 "reconcile.retry_base_delay",
@@ -369,6 +412,34 @@ mod tests {
             let e = load_toml(text, &[]).unwrap_err();
             assert_eq!(e.key, key, "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn retired_keys_name_their_replacement() {
+        let e = load_toml("[jobs.paid_seats]\nschedule = \"10 * * * * *\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "jobs.paid_seats.schedule");
+        assert!(e.reason.contains("sweep.schedule"), "{e}");
+        let e = Settings::load_with_env(
+            None,
+            env(&[("SEATFLOW__JOBS__ORPHAN_LOCKS__SCHEDULE", "0 * * * * *")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "jobs.orphan_locks.schedule");
+        assert!(e.reason.contains("sweep.schedule"), "{e}");
+    }
+
+    #[test]
+    fn seat_jobs_run_on_the_pass_schedule() {
+        let s = load_toml(
+            "[sweep]\nschedule = \"*/5 * * * * *\"\n[jobs.expired_orders]\nschedule = \"7 * * * * *\"\n",
+            &[],
+        )
+        .unwrap();
+        for k in Kind::SEAT_JOBS {
+            assert_eq!(s.schedule(k), "*/5 * * * * *");
+        }
+        assert_eq!(s.schedule(Kind::ExpiredOrders), "7 * * * * *");
+        assert!(s.sweep.pace, "pacing is on by default");
     }
 
     #[test]

@@ -16,6 +16,27 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 const ENV_PREFIX: &str = "SEATFLOW__";
 
+/// Keys that no longer apply, and what replaced them: setting one is an
+/// error that says so (a silently ignored schedule would be worse).
+const RETIRED_KEYS: &[(&str, &str)] = &[
+    (
+        "jobs.paid_seats.schedule",
+        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+    ),
+    (
+        "jobs.missing_hashes.schedule",
+        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+    ),
+    (
+        "jobs.orphan_locks.schedule",
+        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+    ),
+    (
+        "jobs.sold_orphans.schedule",
+        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+    ),
+];
+
 /// Keys whose environment value is a comma-separated list.
 const LIST_KEYS: &[&str] = &["redis.cluster_urls"];
 
@@ -120,6 +141,9 @@ fn check_keys_and_types(merged: &Config) -> Result<(), ConfigError> {
     let mut seen = BTreeMap::new();
     leaves("", &table, &mut seen);
     for (key, value) in seen {
+        if let Some((_, replacement)) = RETIRED_KEYS.iter().find(|(k, _)| *k == key) {
+            return Err(ConfigError::new(key, *replacement));
+        }
         let Some(default) = known.get(&key) else {
             return Err(ConfigError::new(key, "unknown key"));
         };

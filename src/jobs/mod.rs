@@ -2,10 +2,12 @@
 
 pub mod audit;
 pub mod expired_orders;
+pub mod pass_run;
 pub mod progress;
 pub mod report;
 pub mod seat_sweep;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -29,6 +31,20 @@ pub struct RunOptions {
     /// of the run. The daemon runs each job on its own, so it names one
     /// (the first enabled) lest every seat job report the same bad value.
     pub bad_data_reporter: Option<Kind>,
+    /// Paces the seat hash reads (the daemon's passes); None: full speed.
+    pub pacer: Option<Arc<crate::pace::Pacer>>,
+    /// A sweep stops scanning here at the latest (the next fire); the rest
+    /// continues in the next pass from the cursors.
+    pub deadline: Option<tokio::time::Instant>,
+    /// Writes stop as soon as this no longer holds (the pass lease was lost).
+    pub fence: Option<Arc<crate::pass::PassFence>>,
+}
+
+impl RunOptions {
+    /// False once the pass lease this run holds may be someone else's.
+    pub fn fenced_out(&self) -> bool {
+        self.fence.as_ref().is_some_and(|f| !f.holds())
+    }
 }
 
 /// Runs jobs once and returns their settled reports: `expired-orders`

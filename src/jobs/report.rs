@@ -71,6 +71,10 @@ pub struct JobReport {
     /// Set when every chunk it scanned failed: nothing was checked.
     #[serde(skip)]
     pub nothing_completed: bool,
+    /// The pass reached its deadline (the next fire) before the end of the
+    /// estate: the rest continues in the next pass.
+    #[serde(skip)]
+    pub cut_short: bool,
 }
 
 fn serialize_kind<S: serde::Serializer>(k: &Kind, s: S) -> Result<S::Ok, S::Error> {
@@ -97,6 +101,7 @@ impl JobReport {
             duration_ms: 0,
             fatal: None,
             nothing_completed: false,
+            cut_short: false,
         }
     }
 

@@ -15,11 +15,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::error::Error;
 use crate::lease::RunLeases;
 use crate::model::{FixAction, SeatRepair};
 use crate::model::{Kind, Occupancy, SeatNo, ShowtimeId, Template};
+use crate::pace::{Pacer, Store};
 use crate::plan::{self, HashObservation, ShowtimeInput};
 use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
 use crate::store::redis::{
@@ -101,7 +103,7 @@ async fn run_with_reporter<'a>(
     // replaced when the run writes its cursor.
     let mut wrong_cursors = Vec::new();
     for kind in kinds {
-        let key = ctx.redis.keys.cursor(kind.label());
+        let key = cursor_key(ctx, *kind);
         let seen = if use_cursor {
             ctx.retry("read cursor", || ctx.redis.read_cursor(&key))
                 .await
@@ -200,6 +202,25 @@ async fn run_with_reporter<'a>(
         .collect()
 }
 
+/// Where a sweep's scan stands, across its segments.
+#[derive(Default)]
+struct Scan {
+    /// The most showtimes this sweep scans.
+    limit: usize,
+    scanned: usize,
+    /// Showtimes to scan in all (for the progress line), when counted.
+    total: Option<u64>,
+    chunks_ok: u64,
+    last_failure: Option<String>,
+    /// Stopped at the deadline.
+    cut_short: bool,
+}
+
+/// A job's cursor key in this context's shard.
+fn cursor_key(ctx: &Context, kind: Kind) -> String {
+    ctx.redis.keys.shard_cursor(kind.label(), ctx.mysql.shard())
+}
+
 struct Sweep<'a, 'o> {
     ctx: &'a Context,
     opts: &'o RunOptions,
@@ -269,7 +290,6 @@ impl<'a> Sweep<'a, '_> {
 
     async fn sweep(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
         let ctx = self.ctx;
-        let chunk = ctx.settings.reconcile.scan_chunk;
         // A shared sweep stops at the smallest scan limit of its jobs.
         let scan_limit = self
             .jobs
@@ -277,11 +297,6 @@ impl<'a> Sweep<'a, '_> {
             .map(|j| ctx.settings.job(j.kind).scan_limit)
             .min()
             .unwrap_or(0);
-        let start = cursor_seen.as_deref().and_then(Keyset::decode);
-        let mut after = start;
-        let mut scanned = 0usize;
-        let mut reached_end = false;
-        let (mut chunks_ok, mut last_failure) = (0u64, None);
         // The total is only worth a COUNT query when someone watches.
         let total = if self.opts.progress {
             let n = ctx
@@ -293,77 +308,47 @@ impl<'a> Sweep<'a, '_> {
         } else {
             None
         };
-        // While one chunk is planned and repaired, the next one is read: the
-        // servers work on chunk k + 1 while this process works on chunk k.
-        let what = self.what_to_read();
-        let mut prefetched: Option<Fetched> = None;
-        loop {
-            if self.opts.stop.is_cancelled() {
-                for j in &mut self.jobs {
-                    j.report.fatal = Some("interrupted by shutdown".into());
-                }
-                return Ok(());
-            }
-            let fetched = match prefetched.take() {
-                Some(f) => f,
-                None => match fetch(ctx, self.opts, what, after, chunk.min(scan_limit - scanned))
-                    .await?
-                {
-                    Some(f) => f,
-                    None => break,
-                },
-            };
-            let (page, want) = (&fetched.page, fetched.want);
-            let page_start = after;
-            if let Some(last) = page.last() {
-                after = Some(Keyset {
-                    at: last.starts_at,
-                    id: last.id,
-                });
-            }
-            scanned += page.len();
-            let end_of_estate = page.len() < want;
-            let page_ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
-            let had_budget: Vec<bool> = self.jobs.iter().map(|j| j.budget > 0).collect();
-            for j in &mut self.jobs {
-                j.report.scanned += page.len() as u64;
-            }
-            let next_want = if end_of_estate {
-                0
-            } else {
-                chunk.min(scan_limit - scanned)
-            };
-            let next = fetch(ctx, self.opts, what, after, next_want);
-            let (done, next) = tokio::join!(self.chunk(fetched), next);
-            match done {
-                Ok(()) => chunks_ok += 1,
-                Err(e) => {
-                    // Quarantine the chunk for this run: counted, reported, skipped.
-                    tracing::warn!(error = %e, first = page_ids.first(), "chunk failed; skipped for this run");
-                    for j in &mut self.jobs {
-                        j.report.quarantine(&e, page_ids.iter().copied());
+        let mut scan = Scan {
+            limit: scan_limit,
+            total,
+            ..Scan::default()
+        };
+        let cursor = cursor_seen.as_deref().and_then(Keyset::decode);
+        // Soonest first (rule 14): the showtimes starting within the window
+        // are swept in every pass, from the soonest; the cursors only move
+        // through the rest, so a large far-future estate never starves them.
+        let window = ctx.settings.sweep.soonest_window;
+        let horizon = (self.opts.showtimes.is_empty() && !window.is_zero())
+            .then(|| chrono::Utc::now().naive_utc() + window);
+        let (after, mut reached_end) = match horizon {
+            None => match self.scan(cursor, None, &mut scan).await? {
+                Some(end) => end,
+                None => return Ok(()),
+            },
+            Some(horizon) => {
+                let window_end = Keyset {
+                    at: horizon,
+                    id: i64::MIN,
+                };
+                // A window larger than one run can scan goes on from the
+                // cursor, so that its later showtimes get their turn too.
+                let near_from = cursor.filter(|c| *c < window_end);
+                match self.scan(near_from, Some(horizon), &mut scan).await? {
+                    None => return Ok(()),
+                    Some((after, false)) => (after, false),
+                    Some((near_after, true)) => {
+                        let from = cursor.filter(|c| *c > window_end).unwrap_or(window_end);
+                        match self.scan(Some(from), None, &mut scan).await? {
+                            Some((after, reached)) => (after.or(near_after), reached),
+                            None => return Ok(()),
+                        }
                     }
-                    last_failure = Some(e.to_string());
                 }
             }
-            self.progress.tick(scanned as u64, total, self.fixed());
-            for (j, had) in self.jobs.iter_mut().zip(had_budget) {
-                if had && j.budget == 0 && j.resume.is_none() {
-                    j.resume = Some(page_start);
-                }
-            }
-            if end_of_estate {
-                reached_end = true;
-                break;
-            }
-            match next? {
-                Some(f) => prefetched = Some(f),
-                None => break,
-            }
-        }
+        };
         self.progress.finish();
-        if let Some(e) = last_failure
-            && chunks_ok == 0
+        if let Some(e) = scan.last_failure
+            && scan.chunks_ok == 0
         {
             for j in &mut self.jobs {
                 j.report.fatal = Some(format!("every chunk failed; last: {e}"));
@@ -378,13 +363,14 @@ impl<'a> Sweep<'a, '_> {
                 .await?;
             for j in &mut self.jobs {
                 j.report.backlog += unscanned;
+                j.report.cut_short = scan.cut_short && unscanned > 0;
             }
             // Stopped at the scan limit exactly where the estate ends: the
             // next run starts over instead of scanning nothing.
             reached_end = unscanned == 0;
         }
         let mut replaced_cursors = Vec::new();
-        if self.opts.showtimes.is_empty() && !self.opts.dry_run {
+        if self.opts.showtimes.is_empty() && !self.opts.dry_run && !self.opts.fenced_out() {
             for j in &self.jobs {
                 let next = match j.resume {
                     Some(at) => at,
@@ -392,7 +378,7 @@ impl<'a> Sweep<'a, '_> {
                     None => after,
                 };
                 let next = next.map(|k| k.encode());
-                let key = ctx.redis.keys.cursor(j.kind.label());
+                let key = self.cursor_key(j.kind);
                 let moved = ctx
                     .retry("write cursor", || {
                         ctx.redis
@@ -413,6 +399,111 @@ impl<'a> Sweep<'a, '_> {
             self.own_key(Some(kind), &key, "cursor", "replaced");
         }
         Ok(())
+    }
+
+    fn cursor_key(&self, kind: Kind) -> String {
+        cursor_key(self.ctx, kind)
+    }
+
+    /// Scans from `from` (exclusive) to the end of the estate, or to the
+    /// showtimes starting at `before`, within what is left of the scan
+    /// limit. Returns where it stopped and whether it reached the end, or
+    /// None when the run was stopped (shutdown, lost pass lease).
+    async fn scan(
+        &mut self,
+        from: Option<Keyset>,
+        before: Option<chrono::NaiveDateTime>,
+        scan: &mut Scan,
+    ) -> Result<Option<(Option<Keyset>, bool)>, Error> {
+        let ctx = self.ctx;
+        let chunk = ctx.settings.reconcile.scan_chunk;
+        let mut after = from;
+        // While one chunk is planned and repaired, the next one is read: the
+        // servers work on chunk k + 1 while this process works on chunk k.
+        let what = self.what_to_read();
+        let mut prefetched: Option<Fetched> = None;
+        loop {
+            if let Some(why) = self.stopped() {
+                for j in &mut self.jobs {
+                    j.report.fatal = Some(why.into());
+                }
+                return Ok(None);
+            }
+            if self
+                .opts
+                .deadline
+                .is_some_and(|d| tokio::time::Instant::now() >= d)
+            {
+                scan.cut_short = true;
+                return Ok(Some((after, false)));
+            }
+            let want = chunk.min(scan.limit - scan.scanned);
+            let fetched = match prefetched.take() {
+                Some(f) => f,
+                None => match fetch(ctx, self.opts, what, after, before, want).await? {
+                    Some(f) => f,
+                    None => return Ok(Some((after, false))),
+                },
+            };
+            let (page, want) = (&fetched.page, fetched.want);
+            let page_start = after;
+            if let Some(last) = page.last() {
+                after = Some(Keyset {
+                    at: last.starts_at,
+                    id: last.id,
+                });
+            }
+            scan.scanned += page.len();
+            let end_of_estate = page.len() < want;
+            let page_ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
+            let had_budget: Vec<bool> = self.jobs.iter().map(|j| j.budget > 0).collect();
+            for j in &mut self.jobs {
+                j.report.scanned += page.len() as u64;
+            }
+            let next_want = if end_of_estate {
+                0
+            } else {
+                chunk.min(scan.limit - scan.scanned)
+            };
+            let next = fetch(ctx, self.opts, what, after, before, next_want);
+            let (done, next) = tokio::join!(self.chunk(fetched), next);
+            match done {
+                Ok(()) => scan.chunks_ok += 1,
+                Err(e) => {
+                    // Quarantine the chunk for this run: counted, reported, skipped.
+                    tracing::warn!(error = %e, first = page_ids.first(), "chunk failed; skipped for this run");
+                    for j in &mut self.jobs {
+                        j.report.quarantine(&e, page_ids.iter().copied());
+                    }
+                    scan.last_failure = Some(e.to_string());
+                }
+            }
+            self.progress
+                .tick(scan.scanned as u64, scan.total, self.fixed());
+            for (j, had) in self.jobs.iter_mut().zip(had_budget) {
+                if had && j.budget == 0 && j.resume.is_none() {
+                    j.resume = Some(page_start);
+                }
+            }
+            if end_of_estate {
+                return Ok(Some((after, true)));
+            }
+            match next? {
+                Some(f) => prefetched = Some(f),
+                None => return Ok(Some((after, false))),
+            }
+        }
+    }
+
+    /// Why the sweep must stop now, if it must.
+    fn stopped(&self) -> Option<&'static str> {
+        if self.opts.fenced_out() {
+            Some("pass lease lost to another reconciler; stopped without writing more")
+        } else if self.opts.stop.is_cancelled() {
+            Some("interrupted by shutdown")
+        } else {
+            None
+        }
     }
 
     async fn load_templates(&mut self, page: &[ShowtimeRow]) -> Result<(), Error> {
@@ -544,7 +635,7 @@ impl<'a> Sweep<'a, '_> {
                 work.seats.push((showtime.id, planned));
             }
         }
-        if self.opts.dry_run {
+        if self.opts.dry_run || self.opts.fenced_out() {
             return Ok(());
         }
         if !suspect_ops.is_empty() {
@@ -755,7 +846,7 @@ impl<'a> Sweep<'a, '_> {
             .await?;
         let halls: HashMap<ShowtimeId, i64> = ctx
             .retry("read showtimes", || {
-                ctx.mysql.on_sale_page(None, ids.len(), &ids)
+                ctx.mysql.on_sale_page(None, None, ids.len(), &ids)
             })
             .await?
             .into_iter()
@@ -949,6 +1040,7 @@ async fn fetch(
     opts: &RunOptions,
     what: WhatToRead,
     after: Option<Keyset>,
+    before: Option<chrono::NaiveDateTime>,
     want: usize,
 ) -> Result<Option<Fetched>, Error> {
     if want == 0 {
@@ -956,7 +1048,7 @@ async fn fetch(
     }
     let page = ctx
         .retry("read showtimes", || {
-            ctx.mysql.on_sale_page(after, want, &opts.showtimes)
+            ctx.mysql.on_sale_page(after, before, want, &opts.showtimes)
         })
         .await?;
     if page.is_empty() {
@@ -967,14 +1059,16 @@ async fn fetch(
         }));
     }
     let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
-    let read_hashes = || {
-        ctx.retry("read seat hashes", || {
-            ctx.redis.read_showtimes(&ids, what.suspects)
-        })
-    };
+    let read_hashes = || read_hashes(ctx, opts.pacer.as_deref(), &ids, what.suspects);
     let read_occupancy = |of: Vec<ShowtimeId>| async move {
-        ctx.retry("read occupancy", || ctx.mysql.occupancy(&of))
-            .await
+        let started = Instant::now();
+        let read = ctx
+            .retry("read occupancy", || ctx.mysql.occupancy(&of))
+            .await;
+        if let Some(pacer) = &opts.pacer {
+            pacer.observe(Store::Mysql, of.len(), started.elapsed());
+        }
+        read
     };
     let reads = if what.occupancy_where_missing_only {
         async {
@@ -994,6 +1088,41 @@ async fn fetch(
         hashes.and_then(|(now_ms, reads)| occupancy.map(|o| (now_ms, reads, o)))
     };
     Ok(Some(Fetched { page, want, reads }))
+}
+
+/// Reads the seat hashes (and suspect records) of `ids`: in one pipeline,
+/// or paced, in small batches spaced out by the pacer, so that Redis is
+/// never busy with one of ours for long and live holds barely notice.
+async fn read_hashes(
+    ctx: &Context,
+    pacer: Option<&Pacer>,
+    ids: &[ShowtimeId],
+    with_suspects: bool,
+) -> Result<(i64, Vec<ShowtimeRead>), Error> {
+    let Some(pacer) = pacer else {
+        return ctx
+            .retry("read seat hashes", || {
+                ctx.redis.read_showtimes(ids, with_suspects)
+            })
+            .await;
+    };
+    let mut first_now_ms = None;
+    let mut out = Vec::with_capacity(ids.len());
+    for batch in ids.chunks(pacer.batch()) {
+        tokio::time::sleep(pacer.reserve(batch.len(), Instant::now())).await;
+        let started = Instant::now();
+        let (now_ms, reads) = ctx
+            .retry("read seat hashes", || {
+                ctx.redis.read_showtimes(batch, with_suspects)
+            })
+            .await?;
+        pacer.observe(Store::Redis, batch.len(), started.elapsed());
+        // The earliest clock reading: grace periods then count from the
+        // earliest possible moment, never longer than they were.
+        first_now_ms.get_or_insert(now_ms);
+        out.extend(reads);
+    }
+    Ok((first_now_ms.unwrap_or_default(), out))
 }
 
 /// The jobs that own a batch's repairs.

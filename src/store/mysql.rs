@@ -196,6 +196,19 @@ impl MysqlStore {
         &self.pool
     }
 
+    /// The showtimes this store's sweeps read.
+    pub fn shard(&self) -> Shard {
+        self.shard
+    }
+
+    /// The same pool, reading another shard (a replica taking over a pass).
+    pub fn with_shard(&self, shard: Shard) -> MysqlStore {
+        MysqlStore {
+            pool: self.pool.clone(),
+            shard,
+        }
+    }
+
     pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
@@ -228,6 +241,7 @@ impl MysqlStore {
     pub async fn on_sale_page(
         &self,
         after: Option<Keyset>,
+        before: Option<NaiveDateTime>,
         limit: usize,
         only: &[ShowtimeId],
     ) -> Result<Vec<ShowtimeRow>> {
@@ -236,6 +250,9 @@ impl MysqlStore {
         );
         push_shard(&mut q, "id", self.shard);
         push_after(&mut q, "starts_at", "id", after);
+        if let Some(before) = before {
+            q.push(" AND starts_at < ").push_bind(before);
+        }
         push_in(&mut q, "id", only);
         q.push(" ORDER BY starts_at, id LIMIT ")
             .push_bind(limit as u64);

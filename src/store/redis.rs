@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Value};
 
 use crate::error::{Error, Result};
-use crate::model::{SeatFields, SeatNo, SeatRepair, SeatState, ShowtimeId};
+use crate::model::{SeatFields, SeatNo, SeatRepair, SeatState, Shard, ShowtimeId};
 
 /// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
 pub struct Lua {
@@ -35,14 +35,18 @@ lua!(RECORD_SUSPECTS, "lua/record_suspects.lua");
 lua!(LEASE_RENEW, "lua/lease_renew.lua");
 lua!(LEASE_RELEASE, "lua/lease_release.lua");
 lua!(CURSOR_CAS, "lua/cursor_cas.lua");
+lua!(PASS_CLAIM, "lua/pass_claim.lua");
+lua!(PASS_FINISH, "lua/pass_finish.lua");
 
-const ALL_SCRIPTS: [&Lua; 6] = [
+const ALL_SCRIPTS: [&Lua; 8] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
     &RECORD_SUSPECTS,
     &LEASE_RENEW,
     &LEASE_RELEASE,
     &CURSOR_CAS,
+    &PASS_CLAIM,
+    &PASS_FINISH,
 ];
 
 /// The key layout. `{prefix}seat:{S}` is seatflow's; the rest are ours.
@@ -77,6 +81,22 @@ impl Keys {
     }
     pub fn cursor(&self, job: &str) -> String {
         format!("{}reconcile:cursor:{job}", self.prefix)
+    }
+    /// A job's cursor in one shard's sweep (the plain one when unsharded).
+    pub fn shard_cursor(&self, job: &str, shard: Shard) -> String {
+        if shard.total == 1 {
+            self.cursor(job)
+        } else {
+            format!("{}:{}", self.cursor(job), shard.name())
+        }
+    }
+    /// The lease on a shard's pass among reconcilers.
+    pub fn pass_lease(&self, shard: Shard) -> String {
+        format!("{}reconcile:pass:{{{}}}", self.prefix, shard.name())
+    }
+    /// The record of a shard's last completed pass (same hash tag).
+    pub fn pass_record(&self, shard: Shard) -> String {
+        format!("{}reconcile:pass-done:{{{}}}", self.prefix, shard.name())
     }
     /// Audit rows of applied Redis repairs that MySQL did not take yet.
     pub fn audit_backlog(&self) -> String {
@@ -767,6 +787,140 @@ impl RedisStore {
             2 => Ok(CursorMove::Replaced),
             other => Err(Error::Protocol(format!("cursor script replied {other}"))),
         }
+    }
+}
+
+/// Claims of a shard's pass, and the record of its last completed pass.
+impl RedisStore {
+    /// Tries to take `shard`'s pass for `slot_ms` (0: outside the schedule).
+    pub async fn claim_pass(
+        &self,
+        shard: Shard,
+        value: &str,
+        ttl_ms: u64,
+        slot_ms: i64,
+    ) -> Result<PassClaim> {
+        let mut c = evalsha(
+            &PASS_CLAIM,
+            &[self.keys.pass_lease(shard), self.keys.pass_record(shard)],
+        );
+        c.arg(value).arg(ttl_ms).arg(slot_ms);
+        let (code, text, pttl, replaced): (i64, String, i64, i64) =
+            from_value(self.pipeline(&[c]).await?.remove(0)?)?;
+        let replaced = replaced == 1;
+        match code {
+            1 => Ok(PassClaim::Claimed {
+                last: PassRecord::decode(&text),
+                replaced,
+            }),
+            0 => Ok(PassClaim::Held {
+                holder: lease_holder(&text),
+                pttl_ms: pttl,
+            }),
+            2 => Ok(PassClaim::Done {
+                record: PassRecord::decode(&text).unwrap_or_default(),
+            }),
+            other => Err(Error::Protocol(format!("pass claim replied {other}"))),
+        }
+    }
+
+    /// Extends our pass lease; false when it is not ours any more.
+    pub async fn renew_pass(&self, shard: Shard, value: &str, ttl_ms: u64) -> Result<bool> {
+        let mut c = evalsha(&LEASE_RENEW, &[self.keys.pass_lease(shard)]);
+        c.arg(value).arg(ttl_ms);
+        Ok(self.int_results(&[c]).await?[0])
+    }
+
+    /// Gives the lease back without recording a pass (stopped, failed).
+    pub async fn release_pass(&self, shard: Shard, value: &str) -> Result<bool> {
+        let mut c = evalsha(&LEASE_RELEASE, &[self.keys.pass_lease(shard)]);
+        c.arg(value);
+        Ok(self.int_results(&[c]).await?[0])
+    }
+
+    /// Records the completed pass and releases the lease, if still ours.
+    pub async fn finish_pass(
+        &self,
+        shard: Shard,
+        value: &str,
+        record: &PassRecord,
+    ) -> Result<bool> {
+        let mut c = evalsha(
+            &PASS_FINISH,
+            &[self.keys.pass_lease(shard), self.keys.pass_record(shard)],
+        );
+        c.arg(value).arg(record.encode());
+        Ok(self.int_results(&[c]).await?[0])
+    }
+
+    /// Who holds the pass now (instance), and the last completed pass.
+    pub async fn read_pass(&self, shard: Shard) -> Result<(Option<String>, Option<PassRecord>)> {
+        let cmds = [
+            redis::cmd("GET").arg(self.keys.pass_lease(shard)).clone(),
+            redis::cmd("GET").arg(self.keys.pass_record(shard)).clone(),
+        ];
+        let mut r = self.pipeline(&cmds).await?.into_iter();
+        // A key of the wrong type reads as nothing here; the next claim replaces it.
+        let mut text = || -> Option<String> {
+            r.next()
+                .and_then(|v| v.ok())
+                .and_then(|v| from_value::<Option<String>>(v).ok())
+                .flatten()
+        };
+        let holder = text().map(|v| lease_holder(&v));
+        let record = text().and_then(|t| PassRecord::decode(&t));
+        Ok((holder, record))
+    }
+}
+
+/// The instance in a pass lease's value (`token instance`).
+fn lease_holder(value: &str) -> String {
+    value
+        .split_once(' ')
+        .map(|(_, who)| who)
+        .unwrap_or(value)
+        .to_string()
+}
+
+/// What claiming a shard's pass found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassClaim {
+    /// Ours now. `last`: the shard's last completed pass, if any.
+    Claimed {
+        last: Option<PassRecord>,
+        /// Our own key was of the wrong type and was replaced (rule 13).
+        replaced: bool,
+    },
+    /// Another reconciler runs it; `pttl_ms` -1 means a lease without expiry.
+    Held { holder: String, pttl_ms: i64 },
+    /// This schedule slot's pass was already completed.
+    Done { record: PassRecord },
+}
+
+/// A completed pass: the schedule slot it served, when it finished, by whom.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassRecord {
+    pub slot_ms: i64,
+    pub finished_ms: i64,
+    pub instance: String,
+}
+
+impl PassRecord {
+    pub fn encode(&self) -> String {
+        format!("{} {} {}", self.slot_ms, self.finished_ms, self.instance)
+    }
+
+    /// None for a value not written by `encode` (rule 13: read as no record).
+    pub fn decode(text: &str) -> Option<PassRecord> {
+        let mut parts = text.splitn(3, ' ');
+        let slot_ms = parts.next()?.parse().ok()?;
+        let finished_ms = parts.next()?.parse().ok()?;
+        let instance = parts.next()?.to_string();
+        Some(PassRecord {
+            slot_ms,
+            finished_ms,
+            instance,
+        })
     }
 }
 

@@ -31,7 +31,8 @@ pub struct Daemon {
     pub client: reqwest::Client,
 }
 
-/// Every job every second, zero grace, the test's database and prefix.
+/// The pass and expired-orders every second, zero grace, the test's
+/// database and prefix.
 pub fn daemon_command(env: &TestEnv, port: u16) -> Command {
     let mut c = Command::new(binary());
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
@@ -46,12 +47,8 @@ pub fn daemon_command(env: &TestEnv, port: u16) -> Command {
         .env("SEATFLOW__LOG__LEVEL", "warn,seatflow_reconciler=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    for kind in crate::JOB_LABELS {
-        c.env(
-            format!("SEATFLOW__JOBS__{}__SCHEDULE", kind.to_uppercase()),
-            "* * * * * *",
-        );
-    }
+    c.env("SEATFLOW__SWEEP__SCHEDULE", "* * * * * *")
+        .env("SEATFLOW__JOBS__EXPIRED_ORDERS__SCHEDULE", "* * * * * *");
     c
 }
 

@@ -1,0 +1,191 @@
+//! A run whose seat jobs take their shard's pass lease first (`pass.rs`), so
+//! that reconcilers on the same data never sweep a shard at the same time:
+//! the daemon's scheduled passes, its admin runs, and `once`. Dry runs and
+//! runs of given showtimes take no lease (they write nothing, or are an
+//! operator's targeted repair under the per-showtime mutex).
+
+use crate::context::Context;
+use crate::jobs::report::{JobReport, RunReport};
+use crate::jobs::{RunOptions, run_once};
+use crate::model::Kind;
+use crate::pass::{self, Claimed};
+use crate::store::redis::PassRecord;
+
+/// What became of the pass lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassLease {
+    /// None taken: no seat job, a dry run, or given showtimes.
+    NotNeeded,
+    /// Ours: the seat jobs ran. `took_over_from`: the instance that ran the
+    /// shard's last pass, when another one. `recorded`: the pass was
+    /// recorded as done for its slot (false when stopped, failed or lost).
+    Ran {
+        took_over_from: Option<String>,
+        last: Option<PassRecord>,
+        recorded: bool,
+    },
+    /// Redis did not answer the claim: the seat jobs failed this run.
+    ClaimFailed,
+    /// Another reconciler runs this shard's pass (or ran this slot's): the
+    /// seat jobs stood by and are not in the report.
+    StoodBy {
+        holder: String,
+        already_done: bool,
+        stuck: bool,
+    },
+}
+
+pub struct PassRun {
+    pub report: RunReport,
+    pub lease: PassLease,
+}
+
+/// Runs `kinds` once; the seat jobs only if this process gets the pass of
+/// its context's shard for `slot_ms` (0: outside the schedule).
+pub async fn run_with_pass(
+    ctx: &Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    slot_ms: i64,
+) -> PassRun {
+    let seat_jobs = kinds.iter().any(|k| k.is_seat_job());
+    if !seat_jobs || opts.dry_run || !opts.showtimes.is_empty() {
+        return PassRun {
+            report: run_once(ctx, kinds, opts).await,
+            lease: PassLease::NotNeeded,
+        };
+    }
+    let shard = ctx.mysql.shard();
+    let me = &ctx.settings.reconcile.instance;
+    let claimed = match pass::claim(ctx, shard, slot_ms, &opts.stop).await {
+        Ok(c) => c,
+        Err(e) => {
+            // Redis did not answer the claim: the seat jobs fail this run
+            // (their sweep could not have read Redis either).
+            tracing::error!(shard = shard.index, error = %e, "could not claim the pass");
+            let others: Vec<Kind> = kinds.iter().copied().filter(|k| !k.is_seat_job()).collect();
+            let mut report = run_once(ctx, &others, opts).await;
+            for kind in kinds.iter().filter(|k| k.is_seat_job()) {
+                let mut failed = JobReport::new(*kind);
+                failed.fail(&e);
+                failed.finish();
+                report.jobs.push(failed);
+            }
+            return PassRun {
+                report,
+                lease: PassLease::ClaimFailed,
+            };
+        }
+    };
+    let (pass, last) = match claimed {
+        Claimed::Ours { pass, last } => (pass, last),
+        Claimed::Held { holder, stuck } => {
+            return stand_by(ctx, kinds, opts, holder, false, stuck).await;
+        }
+        Claimed::Done(record) => {
+            return stand_by(ctx, kinds, opts, record.instance, true, false).await;
+        }
+    };
+    let took_over_from = last
+        .as_ref()
+        .map(|l| l.instance.clone())
+        .filter(|who| who != me);
+    if let Some(from) = &took_over_from {
+        tracing::info!(
+            shard = shard.index,
+            from,
+            "took over the pass (the last one was run by another reconciler)"
+        );
+    }
+    let fenced = RunOptions {
+        fence: Some(pass.fence()),
+        stop: pass.stop_token(),
+        ..opts.clone()
+    };
+    let report = run_once(ctx, kinds, &fenced).await;
+    let completed = !fenced.stop.is_cancelled()
+        && report
+            .jobs
+            .iter()
+            .filter(|j| j.kind.is_seat_job())
+            .all(|j| !j.nothing_completed && j.fatal.is_none());
+    let recorded = if completed {
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        match pass.finish(slot_ms, now_ms).await {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::warn!(
+                    shard = shard.index,
+                    "the pass lease was lost before the pass was recorded"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!(shard = shard.index, error = %e, "could not record the pass; its lease expires with its TTL");
+                false
+            }
+        }
+    } else {
+        pass.release().await;
+        false
+    };
+    PassRun {
+        report,
+        lease: PassLease::Ran {
+            took_over_from,
+            last,
+            recorded,
+        },
+    }
+}
+
+/// Another reconciler has this shard's pass: only the other jobs run.
+async fn stand_by(
+    ctx: &Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    holder: String,
+    already_done: bool,
+    stuck: bool,
+) -> PassRun {
+    let shard = ctx.mysql.shard();
+    if stuck {
+        tracing::warn!(
+            key = ctx.redis.keys.pass_lease(shard),
+            holder,
+            "pass lease without expiry held by someone else: this shard's pass waits \
+             for an operator (see the runbook, SeatflowReconcilerShardWithoutPass)"
+        );
+    } else if already_done {
+        tracing::debug!(
+            shard = shard.index,
+            by = holder,
+            "this slot's pass was run already; standing by"
+        );
+    } else {
+        tracing::info!(
+            shard = shard.index,
+            holder,
+            "the pass runs in another reconciler; standing by"
+        );
+    }
+    let others: Vec<Kind> = kinds.iter().copied().filter(|k| !k.is_seat_job()).collect();
+    let report = if others.is_empty() {
+        RunReport::new(
+            uuid::Uuid::new_v4().to_string(),
+            opts.dry_run,
+            Vec::new(),
+            0,
+        )
+    } else {
+        run_once(ctx, &others, opts).await
+    };
+    PassRun {
+        report,
+        lease: PassLease::StoodBy {
+            holder,
+            already_done,
+            stuck,
+        },
+    }
+}

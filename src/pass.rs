@@ -1,0 +1,228 @@
+//! One active runner per shard's pass. Reconcilers on the same data
+//! (replicas, sidecars, a CronJob) share each shard's pass through a lease
+//! in Redis, under the same rules as the per-showtime mutex: `SET NX PX` of
+//! a random token (the value names the instance), renewed while the pass
+//! runs, compare-and-delete to release. A record of the last completed pass
+//! (its schedule slot) lets the others see that this slot is done.
+//!
+//! Fencing: the holder renews every third of the TTL and stops writing as
+//! soon as it cannot be sure the lease is still its own (its last renewal is
+//! older than two thirds of the TTL, or a renewal found it gone), so a
+//! holder that paused past its lease writes nothing when it wakes. Its
+//! repairs are fenced a second time by the per-showtime mutex (rule 2).
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::model::Shard;
+use crate::store::redis::{PassClaim, PassRecord, RedisStore};
+
+/// Whether this process may still write as the holder of a pass.
+#[derive(Debug)]
+pub struct PassFence {
+    ttl: Duration,
+    renewed_at: Mutex<Instant>,
+    lost: AtomicBool,
+}
+
+impl PassFence {
+    fn new(ttl: Duration, claimed_at: Instant) -> PassFence {
+        PassFence {
+            ttl,
+            renewed_at: Mutex::new(claimed_at),
+            lost: AtomicBool::new(false),
+        }
+    }
+
+    /// True while the lease is surely ours: not found lost, and renewed
+    /// (the renewal sent) within two thirds of its TTL.
+    pub fn holds(&self) -> bool {
+        let renewed_at = *self.renewed_at.lock().unwrap_or_else(|p| p.into_inner());
+        !self.lost.load(Ordering::SeqCst) && renewed_at.elapsed() < self.ttl * 2 / 3
+    }
+
+    fn renewed(&self, sent_at: Instant) {
+        *self.renewed_at.lock().unwrap_or_else(|p| p.into_inner()) = sent_at;
+    }
+
+    fn lose(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    /// A fence that always holds: runs that take no pass lease (dry runs,
+    /// `--showtime` runs).
+    pub fn unfenced() -> Arc<PassFence> {
+        Arc::new(PassFence::new(Duration::MAX, Instant::now()))
+    }
+}
+
+/// What claiming a shard's pass found.
+pub enum Claimed {
+    /// Ours: run it, then `finish` or `release`.
+    Ours {
+        pass: HeldPass,
+        /// The shard's last completed pass, by whoever ran it.
+        last: Option<PassRecord>,
+    },
+    /// Another reconciler runs it. `stuck`: its lease has no expiry (not
+    /// set by us; reported, never taken over — rule 13).
+    Held { holder: String, stuck: bool },
+    /// This slot's pass was already completed.
+    Done(PassRecord),
+}
+
+/// A pass lease we hold; renewed in the background until finished,
+/// released or dropped.
+pub struct HeldPass {
+    redis: RedisStore,
+    shard: Shard,
+    value: String,
+    instance: String,
+    fence: Arc<PassFence>,
+    /// Cancelled when the lease is lost (or the caller's token is).
+    stop: CancellationToken,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+/// Tries to take `shard`'s pass for the schedule slot `slot_ms` (0: a pass
+/// outside the schedule). `stop` is the caller's: the held pass's token is
+/// its child.
+pub async fn claim(
+    ctx: &Context,
+    shard: Shard,
+    slot_ms: i64,
+    stop: &CancellationToken,
+) -> Result<Claimed> {
+    let ttl = ctx.settings.sweep.lease_ttl;
+    let instance = ctx.settings.reconcile.instance.clone();
+    let value = format!("{} {instance}", uuid::Uuid::new_v4().simple());
+    let sent_at = Instant::now();
+    let claim = ctx
+        .retry("claim pass", || {
+            ctx.redis
+                .claim_pass(shard, &value, ttl.as_millis() as u64, slot_ms)
+        })
+        .await?;
+    Ok(match claim {
+        PassClaim::Claimed { last, replaced } => {
+            if replaced {
+                tracing::warn!(
+                    key = ctx.redis.keys.pass_lease(shard),
+                    "pass keys of the wrong type replaced (rule 13)"
+                );
+            }
+            let fence = Arc::new(PassFence::new(ttl, sent_at));
+            let stop = stop.child_token();
+            let renewer = tokio::spawn(renew(
+                ctx.redis.clone(),
+                shard,
+                value.clone(),
+                ttl,
+                fence.clone(),
+                stop.clone(),
+            ));
+            Claimed::Ours {
+                pass: HeldPass {
+                    redis: ctx.redis.clone(),
+                    shard,
+                    value,
+                    instance,
+                    fence,
+                    stop,
+                    renewer,
+                },
+                last,
+            }
+        }
+        PassClaim::Held { holder, pttl_ms } => Claimed::Held {
+            holder,
+            stuck: pttl_ms == -1,
+        },
+        PassClaim::Done { record } => Claimed::Done(record),
+    })
+}
+
+/// Renews every third of the TTL; on loss, fences and stops the pass.
+async fn renew(
+    redis: RedisStore,
+    shard: Shard,
+    value: String,
+    ttl: Duration,
+    fence: Arc<PassFence>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(ttl / 3) => {}
+            _ = stop.cancelled() => return,
+        }
+        let sent_at = Instant::now();
+        match redis
+            .renew_pass(shard, &value, ttl.as_millis() as u64)
+            .await
+        {
+            Ok(true) => fence.renewed(sent_at),
+            Ok(false) => {
+                tracing::warn!(
+                    shard = shard.index,
+                    "pass lease lost to another reconciler; this pass stops and writes nothing more"
+                );
+                fence.lose();
+                stop.cancel();
+                return;
+            }
+            // Not known either way: the fence lapses on its own if this lasts.
+            Err(e) => {
+                tracing::warn!(shard = shard.index, error = %e, "could not renew the pass lease")
+            }
+        }
+    }
+}
+
+impl HeldPass {
+    pub fn fence(&self) -> Arc<PassFence> {
+        self.fence.clone()
+    }
+
+    /// Cancelled when the lease is lost, or when the caller stops.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Records the pass as done for `slot_ms` and releases the lease.
+    /// False when the lease was lost meanwhile (nothing recorded).
+    pub async fn finish(self, slot_ms: i64, finished_ms: i64) -> Result<bool> {
+        self.renewer.abort();
+        if !self.fence.holds() {
+            return Ok(false);
+        }
+        let record = PassRecord {
+            slot_ms,
+            finished_ms,
+            instance: self.instance.clone(),
+        };
+        self.redis
+            .finish_pass(self.shard, &self.value, &record)
+            .await
+    }
+
+    /// Gives the lease back without recording a pass.
+    pub async fn release(self) {
+        self.renewer.abort();
+        if let Err(e) = self.redis.release_pass(self.shard, &self.value).await {
+            tracing::warn!(shard = self.shard.index, error = %e, "could not release the pass lease; it expires with its TTL");
+        }
+    }
+}
+
+impl Drop for HeldPass {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
