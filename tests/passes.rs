@@ -224,7 +224,7 @@ async fn a_replica_paused_past_its_lease_writes_nothing_when_it_wakes() {
 async fn a_rolling_restart_never_leaves_a_pass_unrun() {
     let env = TestEnv::new().await;
     estate(&env, SHOWTIMES).await;
-    let mut replicas = vec![
+    let mut replicas = [
         start(&env, "replica-a").await,
         start(&env, "replica-b").await,
     ];
