@@ -612,3 +612,52 @@ async fn audit_batches_that_cannot_be_written_are_counted() {
         "{report:?}"
     );
 }
+
+/// Rule 14, soonest first under a bounded pass: showtimes starting within
+/// `sweep.soonest_window` are swept in every run, while the cursor works
+/// through a far-future estate larger than one run may scan. Without the
+/// window, the cursor would move on and the near showtime's drift would wait
+/// for the whole estate to come round.
+#[tokio::test]
+async fn showtimes_starting_soon_are_swept_in_every_bounded_run() {
+    let env = TestEnv::with(|s| {
+        for kind in Kind::SEAT_JOBS {
+            s.job_mut(kind).scan_limit = 5;
+        }
+    })
+    .await;
+    assert_eq!(
+        env.ctx.settings.sweep.soonest_window,
+        std::time::Duration::from_secs(6 * 3600)
+    );
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    // Two showtimes within the window, thirty days away.
+    for (id, starts_in_min) in [(1, 30), (2, 90)]
+        .into_iter()
+        .chain((0..30).map(|i| (100 + i, 24 * 60 * 30 + i)))
+    {
+        env.fx
+            .showtime(id, 1, starts_in_min, "ON_SALE")
+            .await
+            .unwrap();
+        env.fx.warm_all(id, &seats, &[]).await.unwrap();
+    }
+    let first = env.once(&Kind::SEAT_JOBS).await;
+    assert_eq!(first.jobs[0].scanned, 5);
+    // Drift in a soon showtime after the cursor has moved past it.
+    env.fx.warm(2, &[("A-1", "1")]).await.unwrap();
+    let second = env.once(&Kind::SEAT_JOBS).await;
+    let orphans = second
+        .jobs
+        .iter()
+        .find(|j| j.kind == Kind::OrphanLocks)
+        .unwrap();
+    assert_eq!(
+        (orphans.scanned, orphans.fixed),
+        (5, 1),
+        "the soon showtime was swept again"
+    );
+    assert_eq!(value(&env, 2, "A-1").await.as_deref(), Some("0"));
+    // Meanwhile the cursor moved on through the far estate: 3 more of 30.
+    assert_eq!(orphans.backlog, 30 - 6);
+}

@@ -101,36 +101,43 @@ async fn replicas_share_each_pass_and_read_each_hash_once_per_pass() {
 async fn sigkill_of_the_active_replica_hands_the_pass_over() {
     let env = TestEnv::new().await;
     estate(&env, SHOWTIMES).await;
-    let mut a = start(&env, "replica-a").await;
-    wait_until("a ran a pass", Duration::from_secs(30), || async {
-        passes(&a).await >= 1.0
+    let mut replicas = [
+        start(&env, "replica-a").await,
+        start(&env, "replica-b").await,
+    ];
+    // Whichever ran the latest pass is active; the other stands by.
+    let stands_by =
+        async |d: &Daemon| matches!(last_fire(d).await.as_str(), "standby" | "already_done");
+    wait_until("one replica stands by", Duration::from_secs(30), || async {
+        stands_by(&replicas[0]).await || stands_by(&replicas[1]).await
     })
     .await;
-    let b = start(&env, "replica-b").await;
-    wait_until("b stands by", Duration::from_secs(30), || async {
-        matches!(last_fire(&b).await.as_str(), "standby" | "already_done")
-    })
-    .await;
-    assert_eq!(passes(&b).await, 0.0, "a is active, b only stands by");
+    let standby = if stands_by(&replicas[0]).await {
+        Some(0)
+    } else {
+        Some(1)
+    };
+    let standby = standby.unwrap();
+    let (active, standby) = (1 - standby, &replicas[standby]);
+    let handovers = r#"seatflow_reconcile_pass_handovers_total{shard="0"}"#;
+    let completed = r#"seatflow_reconcile_pass_last_completed_timestamp_seconds{shard="0"}"#;
+    let before = standby.metrics().await;
 
-    a.child.kill().unwrap();
-    a.child.wait().unwrap();
+    replicas[active].child.kill().unwrap();
+    replicas[active].child.wait().unwrap();
     let killed = Instant::now();
+    let standby = &replicas[1 - active];
     // Lease TTL (2 s) + one interval (2 s) + take-over delay (1 s), with
     // room for a loaded machine.
-    wait_until("b completes a pass", Duration::from_secs(30), || async {
-        sample(
-            &b.metrics().await,
-            r#"seatflow_reconcile_pass_last_completed_timestamp_seconds{shard="0"}"#,
-        ) > 0.0
-    })
+    wait_until(
+        "the standby completes a pass",
+        Duration::from_secs(30),
+        || async { sample(&standby.metrics().await, completed) > sample(&before, completed) },
+    )
     .await;
     eprintln!("hand-over after SIGKILL took {:?}", killed.elapsed());
-    let m = b.metrics().await;
-    assert_eq!(
-        sample(&m, r#"seatflow_reconcile_pass_handovers_total{shard="0"}"#),
-        1.0
-    );
+    let m = standby.metrics().await;
+    assert!(sample(&m, handovers) > sample(&before, handovers), "{m}");
     assert_eq!(
         sample(&m, r#"seatflow_reconcile_pass_active{shard="0"}"#),
         1.0
@@ -160,8 +167,7 @@ async fn a_replica_paused_past_its_lease_writes_nothing_when_it_wakes() {
     })
     .await;
     a.signal("STOP");
-    let port = free_port();
-    let b = Daemon::start(slow("replica-b", port), port).await;
+    let b = start(&env, "replica-b").await;
     wait_until("b completes a pass", Duration::from_secs(40), || async {
         sample(
             &b.metrics().await,
@@ -260,4 +266,45 @@ async fn a_rolling_restart_never_leaves_a_pass_unrun() {
             w[1]
         );
     }
+}
+
+/// A pass that cannot finish before the next fire stops there, is counted
+/// and shown, and the next pass continues from the cursors: no fire is
+/// skipped, and the whole estate is covered over several passes.
+#[tokio::test]
+async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted() {
+    let env = TestEnv::new().await;
+    estate(&env, 40).await;
+    let port = free_port();
+    // 10 hashes a second: 4 s for the estate, fires every 2 s.
+    let mut c = replica(&env, "replica-a", port);
+    c.env("SEATFLOW__SWEEP__MAX_HASHES_PER_SECOND", "10")
+        .env("SEATFLOW__SWEEP__HASHES_PER_BATCH", "1")
+        .env("SEATFLOW__SWEEP__SOONEST_WINDOW", "0s");
+    let d = Daemon::start(c, port).await;
+    wait_until("the estate is covered", Duration::from_secs(60), || async {
+        scanned(&d).await >= 40.0
+    })
+    .await;
+    let m = d.metrics().await;
+    assert!(
+        sample(&m, "seatflow_reconcile_pass_overruns_total") >= 1.0,
+        "{m}"
+    );
+    // The pace shown is the configured ceiling or below (a back-off).
+    let pace = sample(&m, "seatflow_reconcile_pace_hashes_per_second");
+    assert!(pace > 0.0 && pace <= 10.0, "{pace}");
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="skipped_overlap"}"#
+        ),
+        0.0,
+        "a pass stops before the next fire instead of making it skip"
+    );
+    let status = d.status().await;
+    assert!(
+        status["pass"]["shards"]["0"]["overruns"].as_u64() >= Some(1),
+        "{status}"
+    );
 }

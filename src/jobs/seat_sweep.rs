@@ -416,7 +416,16 @@ impl<'a> Sweep<'a, '_> {
         scan: &mut Scan,
     ) -> Result<Option<(Option<Keyset>, bool)>, Error> {
         let ctx = self.ctx;
-        let chunk = ctx.settings.reconcile.scan_chunk;
+        // Paced, a page holds at most a second of reads, so that the
+        // deadline and the stop are looked at every second at least.
+        let chunk = match &self.opts.pacer {
+            Some(p) => ctx
+                .settings
+                .reconcile
+                .scan_chunk
+                .min((p.rate() as usize).max(p.batch())),
+            None => ctx.settings.reconcile.scan_chunk,
+        };
         let mut after = from;
         // While one chunk is planned and repaired, the next one is read: the
         // servers work on chunk k + 1 while this process works on chunk k.
