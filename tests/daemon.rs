@@ -347,8 +347,8 @@ async fn the_daemon_runs_in_process_until_its_shutdown_future_completes() {
     assert!(env.ctx.leases.is_empty(), "every lease is released");
 }
 
-/// The daemon runs each seat job on its own schedule; one bad value is still
-/// reported by one job (the first enabled seat job), not by all four.
+/// The daemon's pass serves the four seat jobs; one bad value is reported by
+/// one job (the first enabled seat job), not by all four.
 #[tokio::test]
 async fn one_bad_value_is_reported_by_one_job_in_the_daemon() {
     let env = every_second().await;
