@@ -165,7 +165,15 @@ mod tests {
 
     #[test]
     fn soak_takes_the_estate_options_and_its_own() {
-        let cli = parse(&["soak", "--minutes", "3", "--showtimes", "20", "--replicas", "2"]);
+        let cli = parse(&[
+            "soak",
+            "--minutes",
+            "3",
+            "--showtimes",
+            "20",
+            "--replicas",
+            "2",
+        ]);
         let Some(Mode::Soak(soak)) = cli.mode else {
             panic!("not soak")
         };

@@ -120,7 +120,7 @@ impl<'a> Injector<'a> {
         }
         self.rounds += 1;
         let r = self.rounds;
-        let delete = self.delete_every > 0 && r >= 2 && (r - 2) % self.delete_every == 0;
+        let delete = self.delete_every > 0 && r >= 2 && (r - 2).is_multiple_of(self.delete_every);
         if delete && let Some(showtime) = self.pick_untouched() {
             picks.push((showtime, None, InjectedKind::DeletedHash));
         }
@@ -204,9 +204,12 @@ pub struct FixRow {
     pub fixed_at: NaiveDateTime,
 }
 
+/// `showtime_id, seat_no, job, kind, fixed_at`, as read.
+type FixTuple = (Option<i64>, Option<String>, String, String, NaiveDateTime);
+
 /// Every fix recorded since `since` (the audit of the whole soak).
 pub async fn fixes_since(pool: &MySqlPool, since: DateTime<Utc>) -> Result<Vec<FixRow>> {
-    let rows: Vec<(Option<i64>, Option<String>, String, String, NaiveDateTime)> = sqlx::query_as(
+    let rows: Vec<FixTuple> = sqlx::query_as(
         "SELECT showtime_id, seat_no, job, kind, fixed_at FROM reconcile_fix WHERE fixed_at >= ?",
     )
     .bind(since.naive_utc())
@@ -249,7 +252,12 @@ pub struct KindAges {
 
 /// Matches each injection with the first fix of the same seat (of the same
 /// showtime's hash, for a deletion: `hash_rebuilt`) at or after it.
-pub fn ages(injected: &[Injected], fixes: &[FixRow], end: DateTime<Utc>, recent_s: f64) -> DriftAges {
+pub fn ages(
+    injected: &[Injected],
+    fixes: &[FixRow],
+    end: DateTime<Utc>,
+    recent_s: f64,
+) -> DriftAges {
     let mut by_seat: HashMap<(i64, Option<&str>), Vec<NaiveDateTime>> = HashMap::new();
     for f in fixes {
         let seat = if f.kind == "hash_rebuilt" {
@@ -260,7 +268,10 @@ pub fn ages(injected: &[Injected], fixes: &[FixRow], end: DateTime<Utc>, recent_
                 None => continue,
             }
         };
-        by_seat.entry((f.showtime, seat)).or_default().push(f.fixed_at);
+        by_seat
+            .entry((f.showtime, seat))
+            .or_default()
+            .push(f.fixed_at);
     }
     let mut out = DriftAges {
         injected: injected.len(),
@@ -329,9 +340,19 @@ mod tests {
             injected_at: at(t),
         };
         let injected = vec![
-            inj(1, Some("A-1"), InjectedKind::OrphanLock, "2026-01-01T00:00:00Z"),
+            inj(
+                1,
+                Some("A-1"),
+                InjectedKind::OrphanLock,
+                "2026-01-01T00:00:00Z",
+            ),
             inj(2, None, InjectedKind::DeletedHash, "2026-01-01T00:00:00Z"),
-            inj(3, Some("A-2"), InjectedKind::SoldOrphan, "2026-01-01T00:09:00Z"),
+            inj(
+                3,
+                Some("A-2"),
+                InjectedKind::SoldOrphan,
+                "2026-01-01T00:09:00Z",
+            ),
         ];
         let fix = |showtime, seat: Option<&str>, kind: &str, t| FixRow {
             showtime,

@@ -23,7 +23,11 @@ use seatflow_reconciler::store::redis::Keys;
 pub const IDLE: u8 = 0;
 pub const OUTSIDE_PASS: u8 = 1;
 pub const DURING_PASS: u8 = 2;
-pub const PHASES: [&str; 3] = ["idle (no daemon)", "daemon, outside passes", "daemon, during a pass"];
+pub const PHASES: [&str; 3] = [
+    "idle (no daemon)",
+    "daemon, outside passes",
+    "daemon, during a pass",
+];
 
 /// Hold a free seat (`"0"` → `"1"`) and release it (`"1"` → `"0"`) at once.
 /// A missing hash or a taken seat is left alone (and the call returns 0).
@@ -64,7 +68,9 @@ impl HoldWorkload {
         interval: Duration,
     ) -> Result<HoldWorkload> {
         let client = redis::Client::open(redis_url)?;
-        let mut conn = client.get_connection().context("the hold workload's connection")?;
+        let mut conn = client
+            .get_connection()
+            .context("the hold workload's connection")?;
         conn.set_read_timeout(Some(Duration::from_secs(10)))?;
         let script = redis::Script::new(HOLD_SCRIPT);
         // Loaded up front, so that every measured call is a plain EVALSHA.
@@ -99,7 +105,10 @@ impl HoldWorkload {
     /// Stops the workload and returns what it measured.
     pub fn finish(&mut self) -> Result<Latencies> {
         self.stop.store(true, Ordering::Relaxed);
-        let thread = self.thread.take().ok_or_else(|| anyhow!("finished twice"))?;
+        let thread = self
+            .thread
+            .take()
+            .ok_or_else(|| anyhow!("finished twice"))?;
         thread
             .join()
             .map_err(|_| anyhow!("the hold workload panicked"))?

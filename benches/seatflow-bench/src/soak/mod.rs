@@ -297,7 +297,11 @@ async fn soak(
                 .vars(1, 0)
                 .into_iter()
                 .map(|(k, v)| {
-                    let v = if k.ends_with("_URL") { redact_url(&v) } else { v };
+                    let v = if k.ends_with("_URL") {
+                        redact_url(&v)
+                    } else {
+                        v
+                    };
                     (k, v)
                 })
                 .collect(),
@@ -321,7 +325,16 @@ fn start_redis(rig: &mut Rig, program: PathBuf) -> Result<u16> {
     let mut redis = PrivateServer::new_in(rig.dir.path(), "redis", program)?;
     let (port, dir) = (redis.port().to_string(), redis.dir().to_owned());
     redis
-        .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .arg("--dir")
         .arg(dir)
         .ready(Ready::RedisPing, Duration::from_secs(20));

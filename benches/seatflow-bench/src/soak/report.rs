@@ -144,16 +144,34 @@ pub struct RssSummary {
     pub median_mb: f64,
     /// The largest distance of a sample from the median, in % of the median.
     pub max_deviation_pct: f64,
+    /// The same over the samples after the first WARMUP_S seconds (the
+    /// first passes fill the allocator's pools); `None` in shorter soaks.
+    pub max_deviation_after_warmup_pct: Option<f64>,
+}
+
+/// RSS samples before this (seconds into the soak) are warm-up.
+pub const WARMUP_S: f64 = 300.0;
+
+/// Median and the largest distance of a value from it, in % of the median
+/// (`v` sorted in place).
+fn median_and_deviation(v: &mut [f64]) -> Option<(f64, f64)> {
+    v.sort_by(f64::total_cmp);
+    let median = *v.get((v.len().max(1) - 1) / 2)?;
+    let (min, max) = (v[0], v[v.len() - 1]);
+    Some((median, (max - median).max(median - min) / median * 100.0))
 }
 
 impl RssSummary {
     pub fn of(samples: &[RssSample]) -> Option<RssSummary> {
         let mut v: Vec<f64> = samples.iter().map(|s| s.rss_mb).collect();
         let (first, last) = (*v.first()?, *v.last()?);
-        v.sort_by(f64::total_cmp);
-        let median = v[(v.len() - 1) / 2];
+        let (median, dev) = median_and_deviation(&mut v)?;
         let (min, max) = (v[0], v[v.len() - 1]);
-        let dev = (max - median).max(median - min) / median * 100.0;
+        let mut warm: Vec<f64> = samples
+            .iter()
+            .filter(|s| s.t_s >= WARMUP_S)
+            .map(|s| s.rss_mb)
+            .collect();
         Some(RssSummary {
             first_mb: first,
             min_mb: min,
@@ -161,6 +179,7 @@ impl RssSummary {
             last_mb: last,
             median_mb: median,
             max_deviation_pct: dev,
+            max_deviation_after_warmup_pct: median_and_deviation(&mut warm).map(|(_, d)| d),
         })
     }
 }
@@ -267,7 +286,11 @@ impl SoakReport {
         writeln!(out, "\n{:<44}{:>14}{:>14}", "", "idle", "soak")?;
         let opt = |v: Option<f64>, unit: &str| v.map_or("-".into(), |v| format!("{v:.3}{unit}"));
         let rows: [(&str, String, String); 6] = [
-            ("wall s", format!("{:.0}", i.wall_s), format!("{:.0}", s.wall_s)),
+            (
+                "wall s",
+                format!("{:.0}", i.wall_s),
+                format!("{:.0}", s.wall_s),
+            ),
             (
                 "Redis CPU share (CPU s / wall s)",
                 format!("{:.3}", i.redis_cpu_share),
@@ -302,7 +325,11 @@ impl SoakReport {
             "HGETALL per seat hash per minute: {:.2} (seat and suspect hashes; see README)",
             self.hgetall_per_seat_hash_per_minute
         )?;
-        writeln!(out, "Redis commands, soak: {}", summary(&s.redis_by_command))?;
+        writeln!(
+            out,
+            "Redis commands, soak: {}",
+            summary(&s.redis_by_command)
+        )?;
         writeln!(
             out,
             "\nhold script latency, ms (one EVALSHA every {} ms)   calls       p50       p99      p999       max",
@@ -370,21 +397,34 @@ impl SoakReport {
         }
         writeln!(
             out,
-            "\n{:<12}{:>14}{:>8}{:>8}{:>8}{:>11}{:>11}{:>12}{:>8}{:>10}{:>10}",
-            "daemon", "RSS MB: first", "min", "max", "last", "max dev %", "CPU share", "log bytes", "passes", "pass p50", "pass max"
+            "\n{:<12}{:>14}{:>8}{:>8}{:>8}{:>11}{:>15}{:>11}{:>12}{:>8}{:>10}{:>10}",
+            "daemon",
+            "RSS MB: first",
+            "min",
+            "max",
+            "last",
+            "max dev %",
+            "after 5 min %",
+            "CPU share",
+            "log bytes",
+            "passes",
+            "pass p50",
+            "pass max"
         )?;
         for dm in &self.daemons {
             let r = dm.rss.as_ref();
             let mb = |f: fn(&RssSummary) -> f64| r.map_or("-".into(), |r| format!("{:.1}", f(r)));
             writeln!(
                 out,
-                "{:<12}{:>14}{:>8}{:>8}{:>8}{:>11}{:>11}{:>12}{:>8}{:>10}{:>10}",
+                "{:<12}{:>14}{:>8}{:>8}{:>8}{:>11}{:>15}{:>11}{:>12}{:>8}{:>10}{:>10}",
                 dm.name,
                 mb(|r| r.first_mb),
                 mb(|r| r.min_mb),
                 mb(|r| r.max_mb),
                 mb(|r| r.last_mb),
                 mb(|r| r.max_deviation_pct),
+                r.and_then(|r| r.max_deviation_after_warmup_pct)
+                    .map_or("-".into(), |d| format!("{d:.1}")),
                 opt(dm.cpu_share, ""),
                 thousands(dm.log_bytes),
                 dm.passes_seen,
@@ -424,15 +464,23 @@ mod tests {
         let mut ns: Vec<u32> = (1..=1000).map(|i| i * 1000).collect();
         let l = LatencyStats::of(&mut ns).unwrap();
         assert_eq!(l.calls, 1000);
-        assert_eq!((l.p50_ms, l.p99_ms, l.p999_ms, l.max_ms), (0.5, 0.99, 0.999, 1.0));
+        assert_eq!(
+            (l.p50_ms, l.p99_ms, l.p999_ms, l.max_ms),
+            (0.5, 0.99, 0.999, 1.0)
+        );
         assert!(LatencyStats::of(&mut []).is_none());
     }
 
     #[test]
     fn rss_deviation_is_from_the_median() {
         let s = |t_s, rss_mb| RssSample { t_s, rss_mb };
-        let r = RssSummary::of(&[s(0.0, 30.0), s(10.0, 40.0), s(20.0, 40.0), s(30.0, 44.0)]).unwrap();
+        let r =
+            RssSummary::of(&[s(0.0, 30.0), s(10.0, 40.0), s(20.0, 40.0), s(30.0, 44.0)]).unwrap();
         assert_eq!((r.first_mb, r.last_mb, r.median_mb), (30.0, 44.0, 40.0));
         assert_eq!(r.max_deviation_pct, 25.0);
+        assert_eq!(r.max_deviation_after_warmup_pct, None);
+        let later = [s(0.0, 10.0), s(300.0, 40.0), s(310.0, 42.0), s(320.0, 40.0)];
+        let r = RssSummary::of(&later).unwrap();
+        assert_eq!(r.max_deviation_after_warmup_pct, Some(5.0));
     }
 }
