@@ -186,9 +186,17 @@ impl Daemon {
         std::fs::metadata(&self.log_path).map_or(0, |m| m.len())
     }
 
+    /// The last lines of its log (read from its last 16 KiB only: the log
+    /// may be large, which is what the soak measures).
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        crate::launcher::tail(&text, 30)
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let mut bytes = Vec::new();
+        if let Ok(mut f) = File::open(&self.log_path) {
+            let len = f.metadata().map_or(0, |m| m.len());
+            let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)));
+            let _ = f.read_to_end(&mut bytes);
+        }
+        crate::launcher::tail(&String::from_utf8_lossy(&bytes), 30)
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within STOP_WITHIN; reaped.

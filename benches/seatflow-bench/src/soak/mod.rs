@@ -161,7 +161,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
         _ = terminate.recv() => Err(anyhow::anyhow!("terminated (SIGTERM)")),
     };
     if outcome.is_err() {
-        for d in &rig.daemons {
+        for d in rig.daemons.iter().filter(|d| d.log_bytes() > 0) {
             eprintln!("{} log (tail):\n{}", d.name, d.log_tail());
         }
     }
@@ -356,9 +356,12 @@ async fn watch(
     let mut next_inject = start;
     let mut tick = tokio::time::interval(STATUS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while Instant::now() < deadline {
+    loop {
         tick.tick().await;
         let now = Instant::now();
+        if now >= deadline {
+            return Ok(());
+        }
         for d in &mut rig.daemons {
             d.check_alive()?;
         }
@@ -385,7 +388,6 @@ async fn watch(
             next_inject += INJECT_EVERY;
         }
     }
-    Ok(())
 }
 
 fn fix_counts(fixes: &[drift::FixRow]) -> Vec<FixCount> {

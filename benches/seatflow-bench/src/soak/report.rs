@@ -200,6 +200,8 @@ pub struct DaemonReport {
     pub pass_max_s: Option<f64>,
     pub status_errors: u64,
     pub exit: Option<String>,
+    /// The last lines of its log (what the log volume is made of).
+    pub log_tail: String,
 }
 
 impl DaemonReport {
@@ -218,6 +220,7 @@ impl DaemonReport {
             pass_max_s: passes.last().copied(),
             status_errors: d.status_errors,
             exit: d.exit.clone(),
+            log_tail: d.log_tail(),
         }
     }
 }
@@ -440,6 +443,10 @@ impl SoakReport {
                 dm.exit.as_deref().unwrap_or("running"),
                 dm.status_errors
             )?;
+            let tail: Vec<&str> = dm.log_tail.lines().collect();
+            for line in &tail[tail.len().saturating_sub(5)..] {
+                writeln!(out, "  log: {line}")?;
+            }
         }
         Ok(())
     }
