@@ -297,10 +297,11 @@ async fn soak(
                 .vars(1, 0)
                 .into_iter()
                 .map(|(k, v)| {
-                    let v = if k.ends_with("_URL") {
-                        redact_url(&v)
-                    } else {
-                        v
+                    let v = match k.as_str() {
+                        k if k.ends_with("_URL") => redact_url(&v),
+                        "SEATFLOW__HTTP__LISTEN" => "127.0.0.1:<a free port each>".into(),
+                        "SEATFLOW__RECONCILE__INSTANCE" => "replica-<1..=replicas>".into(),
+                        _ => v,
                     };
                     (k, v)
                 })
@@ -311,6 +312,8 @@ async fn soak(
         soak: ServerLoad::new(&soak_load, wall_s),
         hgetall_per_seat_hash_per_minute: hgetall as f64
             / estate.showtimes as f64
+            / (wall_s / 60.0),
+        passes_per_minute: daemons.iter().map(|d| d.passes_seen).sum::<usize>() as f64
             / (wall_s / 60.0),
         hold: HoldReport::new(latencies),
         fixes: fix_counts(&fixes),

@@ -246,6 +246,10 @@ pub struct SoakReport {
     /// HGETALL calls over the soak per seat hash per minute. Suspect hashes
     /// are read with HGETALL too (see benches/README.md, "Soak").
     pub hgetall_per_seat_hash_per_minute: f64,
+    /// Seat passes seen on `/status` per minute, all daemons together: each
+    /// full pass reads every seat hash once (passes shorter than the 100 ms
+    /// poll may be missed).
+    pub passes_per_minute: f64,
     pub hold: HoldReport,
     /// `reconcile_fix` rows written during the soak, by job and kind.
     pub fixes: Vec<FixCount>,
@@ -325,8 +329,9 @@ impl SoakReport {
         }
         writeln!(
             out,
-            "HGETALL per seat hash per minute: {:.2} (seat and suspect hashes; see README)",
-            self.hgetall_per_seat_hash_per_minute
+            "HGETALL per seat hash per minute: {:.2} (seat and suspect hashes; see README); \
+             seat passes seen per minute, all daemons: {:.2}",
+            self.hgetall_per_seat_hash_per_minute, self.passes_per_minute
         )?;
         writeln!(
             out,
