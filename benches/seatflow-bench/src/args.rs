@@ -1,9 +1,13 @@
 //! The command line, and what it may not ask for.
+//!
+//! Without a subcommand, `seatflow-bench [OPTIONS]` is the sweep benchmark
+//! (as it always was); `seatflow-bench soak [OPTIONS]` is the soak benchmark.
+//! Both seed the same estate, so its options are one flattened struct.
 
 use std::path::PathBuf;
 
 use anyhow::{Result, ensure};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 /// Keys and databases the benchmark must never touch: the production defaults.
 const PRODUCTION_PREFIX: &str = "seatflow:";
@@ -12,49 +16,51 @@ const PRODUCTION_DATABASE: &str = "seatflow";
 #[derive(Parser, Debug)]
 #[command(
     about = "Seeds N ON_SALE showtimes × M seats with drift, then measures the raw-read floor \
-             and a full sweep of the seat-level jobs (see benches/README.md)"
+             and a full sweep of the seat-level jobs (see benches/README.md); \
+             `soak` runs the daemon on its defaults instead",
+    args_conflicts_with_subcommands = true
 )]
-pub struct Args {
+pub struct Cli {
+    #[command(subcommand)]
+    pub mode: Option<Mode>,
+    /// The sweep benchmark's options (when no subcommand is given).
+    #[command(flatten)]
+    pub sweep: Args,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Mode {
+    /// The daemon (`seatflow-reconciler run`) on its defaults over the estate for
+    /// many minutes, with drift injected and a seat-hold workload alongside, on a
+    /// private redis-server (see benches/README.md, "Soak").
+    Soak(crate::soak::SoakArgs),
+}
+
+/// The estate both benchmarks seed, and where.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EstateArgs {
     /// ON_SALE showtimes to seed.
     #[arg(long, default_value_t = 1000)]
     pub showtimes: usize,
     /// Seats per hall; every showtime has all of its hall's seats.
     #[arg(long, default_value_t = 300)]
     pub seats: usize,
-    /// Share of seats drifted, spread evenly over the three seat-level kinds.
-    #[arg(long, default_value_t = 0.01)]
-    pub drift: f64,
     /// Share of seats occupied by valid orders (80 % PAID, 20 % PENDING).
     #[arg(long, default_value_t = 0.3)]
     pub occupancy: f64,
     /// Halls the showtimes are spread over (all of the same size).
     #[arg(long, default_value_t = 10)]
     pub halls: usize,
-    /// Showtimes per Redis pipeline, for the floor and the sweep
-    /// (reconcile.scan_chunk); default: the reconciler's default.
-    #[arg(long)]
-    pub scan_chunk: Option<usize>,
-    /// Measure this many times; the drift is re-injected in between.
-    #[arg(long, default_value_t = 1)]
-    pub repeat: usize,
     /// Seed of the generator: the same seed gives the same estate.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-    /// Also write the results as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Keep the database and keys afterwards (to inspect them).
+    /// The throwaway database (dropped and created again); default
+    /// `seatflow_bench`, for `soak` `seatflow_soak`.
     #[arg(long)]
-    pub keep: bool,
-    /// The throwaway database (dropped and created again).
-    #[arg(long, default_value = "seatflow_bench")]
-    pub database: String,
+    pub database: Option<String>,
     /// The throwaway key prefix (every key under it is deleted).
     #[arg(long, default_value = "seatflow-bench:")]
     pub prefix: String,
-    /// The reconciler to measure; default: `seatflow-reconciler` next to this binary.
-    #[arg(long, value_name = "PATH")]
-    pub reconciler: Option<PathBuf>,
     /// MariaDB/MySQL server, without a database.
     #[arg(
         long,
@@ -63,6 +69,57 @@ pub struct Args {
         default_value = "mysql://root@127.0.0.1:3306"
     )]
     pub mysql_url: String,
+}
+
+impl EstateArgs {
+    /// `--database`, or this mode's default.
+    pub fn database_or<'a>(&'a self, default: &'a str) -> &'a str {
+        self.database.as_deref().unwrap_or(default)
+    }
+
+    pub fn validate(&self, database: &str) -> Result<()> {
+        ensure!(self.showtimes > 0, "--showtimes must be at least 1");
+        ensure!(
+            (1..=10_000).contains(&self.seats),
+            "--seats must be in 1..=10000"
+        );
+        ensure!(self.halls > 0, "--halls must be at least 1");
+        ensure!(
+            (0.0..=0.9).contains(&self.occupancy),
+            "--occupancy must be in 0..=0.9 (drift needs free seats)"
+        );
+        ensure!(
+            self.prefix != PRODUCTION_PREFIX && database != PRODUCTION_DATABASE,
+            "refusing to use seatflow's production database or key prefix"
+        );
+        Ok(())
+    }
+}
+
+/// The sweep benchmark.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub estate: EstateArgs,
+    /// Share of seats drifted, spread evenly over the three seat-level kinds.
+    #[arg(long, default_value_t = 0.01)]
+    pub drift: f64,
+    /// Showtimes per Redis pipeline, for the floor and the sweep
+    /// (reconcile.scan_chunk); default: the reconciler's default.
+    #[arg(long)]
+    pub scan_chunk: Option<usize>,
+    /// Measure this many times; the drift is re-injected in between.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Keep the database and keys afterwards (to inspect them).
+    #[arg(long)]
+    pub keep: bool,
+    /// The reconciler to measure; default: `seatflow-reconciler` next to this binary.
+    #[arg(long, value_name = "PATH")]
+    pub reconciler: Option<PathBuf>,
     /// Redis server.
     #[arg(
         long,
@@ -74,26 +131,61 @@ pub struct Args {
 }
 
 impl Args {
+    pub fn database(&self) -> &str {
+        self.estate.database_or("seatflow_bench")
+    }
+
     pub fn validate(&self) -> Result<()> {
-        ensure!(self.showtimes > 0, "--showtimes must be at least 1");
-        ensure!(
-            (1..=10_000).contains(&self.seats),
-            "--seats must be in 1..=10000"
-        );
-        ensure!(self.halls > 0, "--halls must be at least 1");
+        self.estate.validate(self.database())?;
         ensure!(self.repeat > 0, "--repeat must be at least 1");
         ensure!(
             (0.0..=0.5).contains(&self.drift),
             "--drift must be in 0..=0.5"
         );
-        ensure!(
-            (0.0..=0.9).contains(&self.occupancy),
-            "--occupancy must be in 0..=0.9 (drift needs free seats)"
-        );
-        ensure!(
-            self.prefix != PRODUCTION_PREFIX && self.database != PRODUCTION_DATABASE,
-            "refusing to use seatflow's production database or key prefix"
-        );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(["seatflow-bench"].iter().chain(args)).unwrap()
+    }
+
+    #[test]
+    fn without_a_subcommand_it_is_the_sweep_benchmark() {
+        let cli = parse(&["--showtimes", "5", "--repeat", "3", "--json", "x.json"]);
+        assert!(cli.mode.is_none());
+        assert_eq!(cli.sweep.estate.showtimes, 5);
+        assert_eq!(cli.sweep.repeat, 3);
+        assert_eq!(cli.sweep.database(), "seatflow_bench");
+    }
+
+    #[test]
+    fn soak_takes_the_estate_options_and_its_own() {
+        let cli = parse(&[
+            "soak",
+            "--minutes",
+            "3",
+            "--showtimes",
+            "20",
+            "--replicas",
+            "2",
+        ]);
+        let Some(Mode::Soak(soak)) = cli.mode else {
+            panic!("not soak")
+        };
+        assert_eq!(soak.estate.showtimes, 20);
+        assert_eq!(soak.replicas, 2);
+        assert_eq!(soak.database(), "seatflow_soak");
+        assert!(soak.validate().is_ok());
+    }
+
+    #[test]
+    fn sweep_options_before_soak_are_refused() {
+        let err = Cli::try_parse_from(["seatflow-bench", "--repeat", "2", "soak"]);
+        assert!(err.is_err());
     }
 }

@@ -16,7 +16,7 @@ use seatflow_reconciler::fixtures;
 use seatflow_reconciler::store::mysql::MysqlStore;
 use seatflow_reconciler::store::redis::Keys;
 
-use crate::args::Args;
+use crate::args::{Args, EstateArgs};
 use crate::estate::{Drift, Estate};
 use crate::report::{Report, Run, thousands};
 use crate::seeding::{SEED_IN_FLIGHT, SeedStats, Seeder};
@@ -42,9 +42,14 @@ pub struct Bench {
 impl Bench {
     /// Connects, and starts from a clean slate: a new database with the
     /// reference schema, and no key under the prefix.
-    pub async fn connect(args: &Args, scan_chunk: usize) -> Result<Bench> {
-        let db_url = fixtures::with_database(&args.mysql_url, &args.database)?;
-        fixtures::recreate_database(&db_url, &args.database)
+    pub async fn connect(
+        args: &EstateArgs,
+        database: &str,
+        redis_url: &str,
+        scan_chunk: usize,
+    ) -> Result<Bench> {
+        let db_url = fixtures::with_database(&args.mysql_url, database)?;
+        fixtures::recreate_database(&db_url, database)
             .await
             .with_context(|| format!("MariaDB at {}", redact_url(&args.mysql_url)))?;
         let pool = MySqlPoolOptions::new()
@@ -52,14 +57,14 @@ impl Bench {
             .connect(&db_url)
             .await?;
         MysqlStore::from_pool(pool.clone()).migrate(true).await?;
-        let client = redis::Client::open(args.redis_url.as_str())?;
+        let client = redis::Client::open(redis_url)?;
         // Seeding pipelines carry megabytes: far beyond the default 500 ms timeout.
         let config =
             AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(300)));
         let redis = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .with_context(|| format!("Redis at {}", redact_url(&args.redis_url)))?;
+            .with_context(|| format!("Redis at {}", redact_url(redis_url)))?;
         let mariadb_pid = local_server_pid(&pool).await;
         let bench = Bench {
             mariadb_pid,
@@ -67,8 +72,8 @@ impl Bench {
             redis,
             keys: Keys::new(args.prefix.clone()),
             db_url,
-            redis_url: args.redis_url.clone(),
-            database: args.database.clone(),
+            redis_url: redis_url.to_string(),
+            database: database.to_string(),
             showtimes: args.showtimes,
             scan_chunk,
         };
@@ -77,13 +82,13 @@ impl Bench {
     }
 
     pub async fn seed_and_measure(&self, args: &Args, reconciler: &Path) -> Result<Report> {
-        let estate = Estate::new(args);
+        let estate = Estate::new(&args.estate, args.drift);
         eprintln!(
             "seeding {} showtimes × {} seats into database {} and keys {}* …",
-            thousands(args.showtimes as u64),
-            args.seats,
-            args.database,
-            args.prefix
+            thousands(args.estate.showtimes as u64),
+            args.estate.seats,
+            self.database,
+            self.keys.prefix()
         );
         let (seeding, drift) = Seeder::new(self, &estate).run().await?;
         eprintln!(
@@ -155,17 +160,22 @@ impl Bench {
 
     pub async fn teardown(&self) -> Result<()> {
         self.delete_keys().await?;
+        self.drop_database().await?;
+        eprintln!(
+            "removed database {} and keys {}*",
+            self.database,
+            self.keys.prefix()
+        );
+        Ok(())
+    }
+
+    pub async fn drop_database(&self) -> Result<()> {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS `{}`",
             self.database
         )))
         .execute(&self.pool)
         .await?;
-        eprintln!(
-            "removed database {} and keys {}*",
-            self.database,
-            self.keys.prefix()
-        );
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use seatflow_reconciler::fixtures::row_label;
 
-use crate::args::Args;
+use crate::args::EstateArgs;
 
 /// Seats per row of the generated hall template (`A-1` … `A-20`, `B-1` …).
 pub const SEATS_PER_ROW: usize = 20;
@@ -138,7 +138,7 @@ pub struct Estate {
 }
 
 impl Estate {
-    pub fn new(args: &Args) -> Estate {
+    pub fn new(args: &EstateArgs, drift: f64) -> Estate {
         let seat_names = (0..args.seats)
             .map(|i| format!("{}-{}", row_label(i / SEATS_PER_ROW), i % SEATS_PER_ROW + 1))
             .collect();
@@ -147,7 +147,7 @@ impl Estate {
             seats: args.seats,
             halls: args.halls,
             occupancy: args.occupancy,
-            drift: args.drift,
+            drift,
             seed: args.seed,
             seat_names,
         }
@@ -166,9 +166,7 @@ impl Estate {
 
     pub fn showtime(&self, index: usize) -> ShowtimeSeed {
         let id = index as i64 + 1;
-        // A per-showtime seed: golden-ratio spread so neighbouring ids differ.
-        let mut rng =
-            SmallRng::seed_from_u64(self.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = self.rng_of(index);
         let (occupants, mut orders) = self.orders(&mut rng);
         let mut values: Vec<u8> = occupants.iter().map(|o| o.expected()).collect();
         let mut drift = Vec::new();
@@ -199,6 +197,18 @@ impl Estate {
             orders,
             drift,
         }
+    }
+
+    /// A per-showtime seed: golden-ratio spread so neighbouring ids differ.
+    fn rng_of(&self, index: usize) -> SmallRng {
+        let id = index as u64 + 1;
+        SmallRng::seed_from_u64(self.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// Who occupies each seat of the showtime at `index` in MySQL (the
+    /// showtime regenerated from its seed, without drift).
+    pub fn occupants(&self, index: usize) -> Vec<Occupant> {
+        self.orders(&mut self.rng_of(index)).0
     }
 
     /// Exactly `occupancy` of the seats, in orders of 1..=MAX_ORDER_SEATS seats.
@@ -257,7 +267,8 @@ mod tests {
 
     fn estate(args: &[&str]) -> Estate {
         let argv = ["seatflow-bench"].iter().chain(args);
-        Estate::new(&Args::parse_from(argv))
+        let args = crate::args::Cli::parse_from(argv).sweep;
+        Estate::new(&args.estate, args.drift)
     }
 
     #[test]

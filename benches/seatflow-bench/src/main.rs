@@ -18,6 +18,10 @@
 //! 4. Prints one table, writes JSON (`--json`), and removes the database and
 //!    keys unless `--keep`.
 //!
+//! `seatflow-bench soak` is the other benchmark: the daemon on its defaults
+//! for many minutes, with drift injected and a seat-hold workload alongside,
+//! on a private redis-server (src/soak/).
+//!
 //! Method and recorded results: benches/README.md.
 
 mod args;
@@ -28,6 +32,7 @@ mod launcher;
 mod report;
 mod seeding;
 mod services;
+mod soak;
 mod sweep;
 mod table;
 mod verify;
@@ -39,7 +44,7 @@ use clap::Parser;
 
 use seatflow_reconciler::config::Settings;
 
-use crate::args::Args;
+use crate::args::{Args, Cli, Mode};
 use crate::bench::Bench;
 use crate::launcher::{LAUNCHER_ENV, launcher_main};
 use crate::sweep::reconciler_path;
@@ -49,8 +54,12 @@ fn main() -> ExitCode {
         return launcher_main();
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let args = Args::parse();
-    if let Err(e) = args.validate() {
+    let cli = Cli::parse();
+    let valid = match &cli.mode {
+        None => cli.sweep.validate(),
+        Some(Mode::Soak(soak)) => soak.validate(),
+    };
+    if let Err(e) = valid {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }
@@ -58,7 +67,11 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match runtime.block_on(run(args)) {
+    let outcome = match cli.mode {
+        None => runtime.block_on(run(cli.sweep)),
+        Some(Mode::Soak(soak)) => runtime.block_on(soak::run(soak)),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -77,15 +90,15 @@ async fn run(args: Args) -> Result<()> {
         }
     };
     let reconciler = reconciler_path(args.reconciler.as_deref())?;
-    let bench = Bench::connect(&args, scan_chunk).await?;
+    let bench = Bench::connect(&args.estate, args.database(), &args.redis_url, scan_chunk).await?;
     let outcome = bench.seed_and_measure(&args, &reconciler).await;
     if args.keep {
         eprintln!(
             "kept database {} and keys {}* (inspect with: SEATFLOW__MYSQL__URL=… \
              SEATFLOW__REDIS__KEY_PREFIX={} {} inspect --showtime 1)",
-            args.database,
-            args.prefix,
-            args.prefix,
+            args.database(),
+            args.estate.prefix,
+            args.estate.prefix,
             reconciler.display()
         );
     } else {

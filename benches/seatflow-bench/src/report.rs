@@ -132,14 +132,14 @@ impl Report {
             commit: git_commit(),
             machine: machine(bench).await?,
             params: Params {
-                showtimes: args.showtimes,
-                seats_per_showtime: args.seats,
-                seats: (args.showtimes * args.seats) as u64,
-                halls: args.halls,
-                occupancy: args.occupancy,
+                showtimes: args.estate.showtimes,
+                seats_per_showtime: args.estate.seats,
+                seats: (args.estate.showtimes * args.estate.seats) as u64,
+                halls: args.estate.halls,
+                occupancy: args.estate.occupancy,
                 drift: args.drift,
                 scan_chunk: bench.scan_chunk,
-                seed: args.seed,
+                seed: args.estate.seed,
                 repeat: args.repeat,
                 sweep_env,
             },
@@ -217,7 +217,7 @@ impl Report {
 /// `bc9d361`, with `+dirty` when the reconciler's tracked sources differ from
 /// that commit (the benchmark's own crate and results, under benches/, do not
 /// count), run in the source tree the binaries were built from.
-fn git_commit() -> String {
+pub fn git_commit() -> String {
     let git = |args: &[&str]| {
         Command::new("git")
             .current_dir(repo_root())

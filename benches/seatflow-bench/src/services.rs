@@ -178,7 +178,7 @@ fn parse_commandstats(info: &str) -> BTreeMap<String, CmdStat> {
         .collect()
 }
 
-fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|l| l.trim().strip_prefix(field)?.strip_prefix(':'))
 }
@@ -195,7 +195,7 @@ pub async fn local_server_pid(pool: &MySqlPool) -> Option<u32> {
 }
 
 /// User + system CPU seconds of a process, from /proc/<pid>/stat.
-fn process_cpu_s(pid: u32) -> Option<f64> {
+pub fn process_cpu_s(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command name; utime and stime are the
     // 14th and 15th fields of the line, in clock ticks.

@@ -1,0 +1,405 @@
+//! `seatflow-bench soak`: the daemon on its defaults over a large estate for
+//! many minutes, as production runs it, with a seat-hold workload alongside.
+//!
+//! 1. A private `redis-server` (so every Redis command counted is the
+//!    daemons', the hold workload's or our injections'), the estate seeded
+//!    into it and into a throwaway database on the MariaDB of
+//!    `SEATFLOW_TEST_MYSQL_URL`, without drift.
+//! 2. An idle baseline: the hold workload alone (`--idle-seconds`).
+//! 3. `--replicas` daemons (`seatflow-reconciler run`), configured with their
+//!    stores, key prefix, HTTP port, instance name and log level only.
+//! 4. For `--minutes`: the hold workload's latency tagged by whether a seat
+//!    pass is in progress (`/status`, every 100 ms), drift injected every
+//!    minute, RSS every 10 s.
+//! 5. The report (stdout, `--json`), from server counters, the daemons'
+//!    audit (`reconcile_fix`) and the samples; then everything is removed,
+//!    on success, error and Ctrl-C alike.
+
+mod daemons;
+mod drift;
+mod holds;
+mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use chrono::Utc;
+use tokio::signal::unix::{SignalKind, signal};
+
+use seatflow_reconciler::config::{Settings, redact_url};
+use seatflow_reconciler::demo::servers::{PrivateServer, Ready, TempDir, require_binary};
+
+use crate::args::EstateArgs;
+use crate::bench::Bench;
+use crate::estate::Estate;
+use crate::report::{git_commit, thousands};
+use crate::seeding::Seeder;
+use crate::services::machine;
+use crate::sweep::reconciler_path;
+
+use daemons::{Daemon, DaemonEnv};
+use drift::Injector;
+use holds::{DURING_PASS, HoldWorkload, OUTSIDE_PASS};
+use report::{DaemonReport, FixCount, HoldReport, ServerLoad, SoakParams, SoakReport};
+
+/// How often each daemon's `/status` is polled.
+const STATUS_EVERY: Duration = Duration::from_millis(100);
+/// How often each daemon's RSS is sampled.
+const RSS_EVERY: Duration = Duration::from_secs(10);
+/// How often drift is injected.
+const INJECT_EVERY: Duration = Duration::from_secs(60);
+/// Unrepaired drift injected this close to the end is reported apart.
+const RECENT_S: f64 = 180.0;
+
+#[derive(clap::Args, Debug)]
+pub struct SoakArgs {
+    #[command(flatten)]
+    pub estate: EstateArgs,
+    /// How long the daemons run (fractions allowed for development).
+    #[arg(long, default_value_t = 30.0)]
+    pub minutes: f64,
+    /// The idle baseline: the hold workload alone, before any daemon starts.
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// Daemons started on the same data.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Share of all seats drifted each minute (plus a deleted hash every
+    /// `--delete-hash-every` minutes).
+    #[arg(long, default_value_t = 0.001)]
+    pub inject: f64,
+    /// Delete one seat hash on injection round 2 and every this many rounds after (0: never).
+    #[arg(long, default_value_t = 5)]
+    pub delete_hash_every: u64,
+    /// Milliseconds between two calls of the hold script.
+    #[arg(long, default_value_t = 2.0)]
+    pub hold_interval_ms: f64,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// The reconciler to run; default: `seatflow-reconciler` next to this binary.
+    #[arg(long, value_name = "PATH")]
+    pub reconciler: Option<PathBuf>,
+}
+
+impl SoakArgs {
+    pub fn database(&self) -> &str {
+        self.estate.database_or("seatflow_soak")
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        self.estate.validate(self.database())?;
+        ensure!(self.minutes > 0.0, "--minutes must be more than 0");
+        ensure!(
+            (1..=16).contains(&self.replicas),
+            "--replicas must be in 1..=16"
+        );
+        ensure!(
+            (0.0..=0.05).contains(&self.inject),
+            "--inject must be in 0..=0.05"
+        );
+        ensure!(
+            self.hold_interval_ms >= 0.1,
+            "--hold-interval-ms must be at least 0.1"
+        );
+        Ok(())
+    }
+}
+
+/// Everything the soak starts, torn down by `cleanup` whatever happened.
+/// Field order is drop order: processes before the directory they log into.
+struct Rig {
+    daemons: Vec<Daemon>,
+    holds: Option<HoldWorkload>,
+    bench: Option<Bench>,
+    redis: Option<PrivateServer>,
+    dir: TempDir,
+}
+
+impl Rig {
+    async fn cleanup(&mut self) -> Result<()> {
+        for d in &mut self.daemons {
+            d.stop().await;
+        }
+        self.daemons.clear();
+        if let Some(mut h) = self.holds.take() {
+            let _ = h.finish();
+        }
+        let dropped = match self.bench.take() {
+            Some(bench) => {
+                let r = bench.drop_database().await;
+                if r.is_ok() {
+                    eprintln!("removed database {}", bench.database);
+                }
+                r
+            }
+            None => Ok(()),
+        };
+        if let Some(mut redis) = self.redis.take() {
+            redis.stop();
+        }
+        dropped
+    }
+}
+
+pub async fn run(args: SoakArgs) -> Result<()> {
+    let reconciler = reconciler_path(args.reconciler.as_deref())?;
+    let redis_bin = require_binary("redis-server", "redis-server")?;
+    let mut rig = Rig {
+        daemons: Vec::new(),
+        holds: None,
+        bench: None,
+        redis: None,
+        dir: TempDir::new("soak")?,
+    };
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let outcome = tokio::select! {
+        r = soak(&mut rig, &args, &reconciler, redis_bin) => r,
+        _ = interrupt.recv() => Err(anyhow::anyhow!("interrupted (SIGINT)")),
+        _ = terminate.recv() => Err(anyhow::anyhow!("terminated (SIGTERM)")),
+    };
+    if outcome.is_err() {
+        for d in rig.daemons.iter().filter(|d| d.log_bytes() > 0) {
+            eprintln!("{} log (tail):\n{}", d.name, d.log_tail());
+        }
+    }
+    eprintln!("cleaning up …");
+    let cleaned = rig.cleanup().await;
+    drop(rig);
+    let report = outcome?;
+    cleaned.context("removing the soak's database")?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+async fn soak(
+    rig: &mut Rig,
+    args: &SoakArgs,
+    reconciler: &std::path::Path,
+    redis_bin: PathBuf,
+) -> Result<SoakReport> {
+    let redis_port = start_redis(rig, redis_bin)?;
+    let redis_url = format!("redis://127.0.0.1:{redis_port}");
+    let scan_chunk = Settings::load_with_env(None, Vec::new())?
+        .reconcile
+        .scan_chunk;
+    let bench = Bench::connect(&args.estate, args.database(), &redis_url, scan_chunk).await?;
+    rig.bench = Some(bench.clone());
+
+    // 1. The estate, consistent (drift is injected during the soak).
+    let estate = Estate::new(&args.estate, 0.0);
+    eprintln!(
+        "seeding {} showtimes × {} seats into database {} and a private redis-server on port {} …",
+        thousands(estate.showtimes as u64),
+        estate.seats,
+        bench.database,
+        redis_port
+    );
+    let (seeding, _) = Seeder::new(&bench, &estate).run().await?;
+    eprintln!("seeded in {:.1} s", seeding.seconds);
+    let machine = machine(&bench).await?;
+
+    // 2. The idle baseline: the hold workload alone.
+    let interval = Duration::from_secs_f64(args.hold_interval_ms / 1000.0);
+    let holds = HoldWorkload::start(
+        &redis_url,
+        bench.keys.clone(),
+        estate.showtimes,
+        estate.seat_names.clone(),
+        interval,
+    )?;
+    rig.holds = Some(holds);
+    eprintln!("idle baseline: {} s of holds alone …", args.idle_seconds);
+    let idle_start = (bench.snapshot().await?, Instant::now());
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let idle_end = (bench.snapshot().await?, Instant::now());
+
+    // 3. The daemons, on their defaults.
+    let env = DaemonEnv {
+        mysql_url: bench.db_url.clone(),
+        redis_url: redis_url.clone(),
+        key_prefix: bench.keys.prefix().to_string(),
+    };
+    for n in 1..=args.replicas {
+        let d = Daemon::spawn(reconciler, &env, n, rig.dir.path())?;
+        rig.daemons.push(d);
+    }
+    for d in &mut rig.daemons {
+        d.wait_ready().await?;
+    }
+    rig.holds.as_ref().expect("started").set_phase(OUTSIDE_PASS);
+    eprintln!(
+        "{} daemon(s) running; soaking for {} min …",
+        args.replicas, args.minutes
+    );
+
+    // 4. The soak.
+    let started_at = Utc::now();
+    let soak_start = (bench.snapshot().await?, Instant::now());
+    let cpu_start: Vec<Option<f64>> = rig.daemons.iter().map(Daemon::cpu_s).collect();
+    let per_round = (estate.total_seats() as f64 * args.inject).round() as usize;
+    let mut injector = Injector::new(&bench, &estate, per_round, args.delete_hash_every);
+    let deadline = soak_start.1 + Duration::from_secs_f64(args.minutes * 60.0);
+    watch(rig, &mut injector, soak_start.1, deadline).await?;
+    let soak_end = (bench.snapshot().await?, Instant::now());
+    let ended_at = Utc::now();
+    let wall_s = soak_end.1.duration_since(soak_start.1).as_secs_f64();
+    let cpu_end: Vec<Option<f64>> = rig.daemons.iter().map(Daemon::cpu_s).collect();
+
+    // 5. Stop (the daemons flush their audit on SIGTERM), then read the audit.
+    eprintln!("stopping the daemons …");
+    for d in &mut rig.daemons {
+        d.stop().await;
+    }
+    let latencies = rig.holds.as_mut().expect("started").finish()?;
+    rig.holds = None;
+    let fixes = drift::fixes_since(&bench.pool, started_at).await?;
+    let ages = drift::ages(&injector.log, &fixes, ended_at, RECENT_S);
+    let daemons: Vec<DaemonReport> = rig
+        .daemons
+        .iter()
+        .zip(cpu_start.iter().zip(&cpu_end))
+        .map(|(d, (a, b))| DaemonReport::new(d, b.zip(*a).map(|(b, a)| b - a), wall_s))
+        .collect();
+    let soak_load = soak_start.0.load_until(&soak_end.0);
+    let idle_wall = idle_end.1.duration_since(idle_start.1).as_secs_f64();
+    let hgetall = soak_load
+        .redis_by_command
+        .get("hgetall")
+        .map_or(0, |c| c.calls);
+    Ok(SoakReport {
+        date: started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        commit: git_commit(),
+        machine,
+        params: SoakParams {
+            showtimes: estate.showtimes,
+            seats_per_showtime: estate.seats,
+            seats: estate.total_seats(),
+            halls: estate.halls,
+            occupancy: estate.occupancy,
+            seed: estate.seed,
+            minutes: args.minutes,
+            idle_seconds: args.idle_seconds,
+            replicas: args.replicas,
+            hold_interval_ms: args.hold_interval_ms,
+            inject_share_per_minute: args.inject,
+            injected_seats_per_round: per_round,
+            delete_hash_every_rounds: args.delete_hash_every,
+            reconciler: reconciler.display().to_string(),
+            daemon_env: env
+                .vars(1, 0)
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match k.as_str() {
+                        k if k.ends_with("_URL") => redact_url(&v),
+                        "SEATFLOW__HTTP__LISTEN" => "127.0.0.1:<a free port each>".into(),
+                        "SEATFLOW__RECONCILE__INSTANCE" => "replica-<1..=replicas>".into(),
+                        _ => v,
+                    };
+                    (k, v)
+                })
+                .collect(),
+        },
+        seeding,
+        idle: ServerLoad::new(&idle_start.0.load_until(&idle_end.0), idle_wall),
+        soak: ServerLoad::new(&soak_load, wall_s),
+        hgetall_per_seat_hash_per_minute: hgetall as f64
+            / estate.showtimes as f64
+            / (wall_s / 60.0),
+        passes_per_minute: daemons.iter().map(|d| d.passes_seen).sum::<usize>() as f64
+            / (wall_s / 60.0),
+        hold: HoldReport::new(latencies),
+        fixes: fix_counts(&fixes),
+        drift: ages,
+        daemons,
+        injected: injector.log,
+    })
+}
+
+/// A private `redis-server` in the soak's directory, without persistence.
+fn start_redis(rig: &mut Rig, program: PathBuf) -> Result<u16> {
+    let mut redis = PrivateServer::new_in(rig.dir.path(), "redis", program)?;
+    let (port, dir) = (redis.port().to_string(), redis.dir().to_owned());
+    redis
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .ready(Ready::RedisPing, Duration::from_secs(20));
+    redis.start()?;
+    let port = redis.port();
+    rig.redis = Some(redis);
+    Ok(port)
+}
+
+/// Until `deadline`: polls every daemon's `/status` (and tags the hold
+/// workload's phase), samples RSS, and injects drift once a minute from the start.
+async fn watch(
+    rig: &mut Rig,
+    injector: &mut Injector<'_>,
+    start: Instant,
+    deadline: Instant,
+) -> Result<()> {
+    let mut next_rss = start;
+    let mut next_inject = start;
+    let mut tick = tokio::time::interval(STATUS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(());
+        }
+        for d in &mut rig.daemons {
+            d.check_alive()?;
+        }
+        futures_util::future::join_all(rig.daemons.iter_mut().map(Daemon::poll_status)).await;
+        let in_pass = rig.daemons.iter().any(|d| d.in_pass);
+        let holds = rig.holds.as_ref().expect("started");
+        if holds.failed() {
+            bail!("the hold workload stopped");
+        }
+        holds.set_phase(if in_pass { DURING_PASS } else { OUTSIDE_PASS });
+        if now >= next_rss {
+            let t_s = now.duration_since(start).as_secs_f64();
+            for d in &mut rig.daemons {
+                d.sample_rss(t_s);
+            }
+            next_rss += RSS_EVERY;
+        }
+        if now >= next_inject {
+            let n = injector.round().await?;
+            eprintln!(
+                "  {:>5.1} min: injected {n} drifted seats/hashes; pass in progress: {in_pass}",
+                now.duration_since(start).as_secs_f64() / 60.0
+            );
+            next_inject += INJECT_EVERY;
+        }
+    }
+}
+
+fn fix_counts(fixes: &[drift::FixRow]) -> Vec<FixCount> {
+    let mut counts = std::collections::BTreeMap::<(String, String), u64>::new();
+    for f in fixes {
+        *counts.entry((f.job.clone(), f.kind.clone())).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((job, kind), count)| FixCount { job, kind, count })
+        .collect()
+}
