@@ -475,7 +475,15 @@ impl<'a> Sweep<'a, '_> {
                 chunk.min(scan.limit - scan.scanned)
             };
             let next = fetch(ctx, self.opts, what, after, before, next_want);
-            let (done, next) = tokio::join!(self.chunk(fetched), next);
+            // Unpaced, the next chunk is read while this one is planned and
+            // repaired. Paced, one thing at a time: the servers and this
+            // process never all want the CPU at once, which live holds feel.
+            let (done, next) = if self.opts.pacer.is_some() {
+                let done = self.chunk(fetched).await;
+                (done, next.await)
+            } else {
+                tokio::join!(self.chunk(fetched), next)
+            };
             match done {
                 Ok(()) => scan.chunks_ok += 1,
                 Err(e) => {
@@ -647,23 +655,67 @@ impl<'a> Sweep<'a, '_> {
         if self.opts.dry_run || self.opts.fenced_out() {
             return Ok(());
         }
-        if !suspect_ops.is_empty() {
-            let ttl_ms = self.suspect_ttl_ms();
+        let ttl_ms = self.suspect_ttl_ms();
+        for ops in self.paced_parts(suspect_ops) {
+            self.pause(ops.len()).await;
             let replaced = ctx
-                .retry("write suspects", || {
-                    ctx.redis.update_suspects(&suspect_ops, ttl_ms)
-                })
+                .retry("write suspects", || ctx.redis.update_suspects(&ops, ttl_ms))
                 .await?;
             self.replaced(&replaced);
         }
         if work.rebuilds.is_empty() && work.seats.is_empty() {
             return Ok(());
         }
-        let result = self.apply(work, now_ms).await;
+        // Paced, the repairs go a few showtimes per round trip too.
+        let mut result = Ok(());
+        let rebuilds = self.paced_parts(work.rebuilds);
+        let seats = self.paced_parts(work.seats);
+        let parts = rebuilds
+            .into_iter()
+            .map(|r| ChunkWork {
+                rebuilds: r,
+                seats: Vec::new(),
+            })
+            .chain(seats.into_iter().map(|s| ChunkWork {
+                rebuilds: Vec::new(),
+                seats: s,
+            }));
+        for part in parts {
+            self.pause(part.rebuilds.len() + part.seats.len()).await;
+            result = self.apply(part, now_ms).await;
+            if result.is_err() {
+                break;
+            }
+        }
         let held = self.leases.held();
         let released = self.leases.release(&held).await;
         result?;
         released
+    }
+
+    /// Waits for the pace's room for `items` more (nothing when unpaced).
+    async fn pause(&self, items: usize) {
+        if let Some(p) = &self.opts.pacer {
+            tokio::time::sleep(p.reserve(items, Instant::now())).await;
+        }
+    }
+
+    /// `items` in parts of the pace's batch (one part when unpaced or
+    /// empty: no part). The caller paces the parts.
+    fn paced_parts<T>(&self, mut items: Vec<T>) -> Vec<Vec<T>> {
+        let Some(p) = &self.opts.pacer else {
+            return if items.is_empty() {
+                Vec::new()
+            } else {
+                vec![items]
+            };
+        };
+        let mut parts = Vec::new();
+        while !items.is_empty() {
+            let rest = items.split_off(items.len().min(p.batch()));
+            parts.push(std::mem::replace(&mut items, rest));
+        }
+        parts
     }
 
     /// Suspect records outlive several grace periods, and expire on their own
@@ -1091,6 +1143,14 @@ async fn fetch(
             Ok((now_ms, reads, read_occupancy(missing).await?))
         }
         .await
+    } else if opts.pacer.is_some() {
+        // Paced: one store after the other (see `scan`).
+        match read_hashes().await {
+            Ok((now_ms, reads)) => read_occupancy(ids.clone())
+                .await
+                .map(|o| (now_ms, reads, o)),
+            Err(e) => Err(e),
+        }
     } else {
         // Both stores at once: the chunk waits for the slower, not the sum.
         let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));

@@ -31,6 +31,8 @@ pub struct DaemonEnv {
     pub mysql_url: String,
     pub redis_url: String,
     pub key_prefix: String,
+    /// `--daemon-setting`s, as `SEATFLOW__…` variables.
+    pub extra: Vec<(String, String)>,
 }
 
 impl DaemonEnv {
@@ -46,6 +48,7 @@ impl DaemonEnv {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
+        .chain(self.extra.iter().cloned())
         .collect()
     }
 }

@@ -65,6 +65,11 @@ pub struct SoakArgs {
     /// Daemons started on the same data.
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
+    /// A setting given to every daemon besides the defaults, as
+    /// `SECTION__KEY=VALUE` (`SWEEP__MAX_HASHES_PER_SECOND=1000`): for
+    /// tuning experiments only; the recorded results use none.
+    #[arg(long = "daemon-setting", value_name = "SECTION__KEY=VALUE")]
+    pub daemon_settings: Vec<String>,
     /// Share of all seats drifted each minute (plus a deleted hash every
     /// `--delete-hash-every` minutes).
     #[arg(long, default_value_t = 0.001)]
@@ -226,6 +231,12 @@ async fn soak(
         mysql_url: bench.db_url.clone(),
         redis_url: redis_url.clone(),
         key_prefix: bench.keys.prefix().to_string(),
+        extra: args
+            .daemon_settings
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (format!("SEATFLOW__{}", k.to_uppercase()), v.to_string()))
+            .collect(),
     };
     for n in 1..=args.replicas {
         let d = Daemon::spawn(reconciler, &env, n, rig.dir.path())?;
