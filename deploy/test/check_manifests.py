@@ -17,7 +17,8 @@ checks tie the manifests to what the binary really does:
 * restricted pod security and resources on every reconciler container;
 * the CronJob's run controls, the native sidecar, and the monitoring objects
   (PrometheusRule == deploy/prometheus/alerts.yaml, dashboard ==
-  dashboards/seatflow-reconciler.json, the `release` label);
+  dashboards/seatflow-reconciler.json; for the CronJob alerts-cronjob.yaml
+  and seatflow-reconciler-cronjob.json; the `release` label);
 * the Dockerfile: `cargo build --release --locked`, non-root, ENTRYPOINT/CMD
   and EXPOSE of the same port.
 
@@ -458,9 +459,14 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
             )
 
     # Monitoring objects, wherever present.
+    rules_file = "deploy/prometheus/alerts-cronjob.yaml" if overlay == "cronjob" else "deploy/prometheus/alerts.yaml"
+    dashboard_file = "dashboards/seatflow-reconciler-cronjob.json" if overlay == "cronjob" else "dashboards/seatflow-reconciler.json"
+    check(len(of_kind(docs, "PrometheusRule")) == 1, f"{overlay}: ships one PrometheusRule")
     for pr in of_kind(docs, "PrometheusRule"):
-        source = yaml.safe_load((repo / "deploy/prometheus/alerts.yaml").read_text())
-        check(pr.get("spec") == source, f"{overlay}: {name(pr)} spec equals deploy/prometheus/alerts.yaml")
+        source = yaml.safe_load((repo / rules_file).read_text())
+        check(pr.get("spec") == source, f"{overlay}: {name(pr)} spec equals {rules_file}")
+        alerts = {r.get("alert") for g in (pr.get("spec") or {}).get("groups") or [] for r in g.get("rules") or []}
+        check("SeatflowReconcilerMetricsAbsent" in alerts, f"{overlay}: {name(pr)} alerts when the reconciler's series are absent")
         groups = (pr.get("spec") or {}).get("groups") or []
         rules_ok = bool(groups) and all(
             g.get("name") and g.get("rules") and all((r.get("alert") or r.get("record")) and r.get("expr") for r in g["rules"])
@@ -468,15 +474,15 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
         )
         check(rules_ok, f"{overlay}: {name(pr)} groups have names and rules with alert/record and expr")
     dashboards = [d for d in of_kind(docs, "ConfigMap") if (d["metadata"].get("labels") or {}).get("grafana_dashboard") == "1"]
-    if overlay in ("daemon", "sidecar"):
-        check(len(dashboards) == 1, f"{overlay}: one Grafana dashboard ConfigMap (label grafana_dashboard: \"1\")")
-    source_json = json.loads((repo / "dashboards/seatflow-reconciler.json").read_text())
+    check(len(dashboards) == 1, f"{overlay}: one Grafana dashboard ConfigMap (label grafana_dashboard: \"1\")")
+    source_json = json.loads((repo / dashboard_file).read_text())
+    uid = Path(dashboard_file).stem
     for cmap in dashboards:
         data = cmap.get("data") or {}
         ok = len(data) == 1
         for text in data.values():
-            ok = ok and json.loads(text) == source_json and source_json.get("uid") == "seatflow-reconciler"
-        check(ok, f"{overlay}: {name(cmap)} holds dashboards/seatflow-reconciler.json (uid seatflow-reconciler)")
+            ok = ok and json.loads(text) == source_json and source_json.get("uid") == uid
+        check(ok, f"{overlay}: {name(cmap)} holds {dashboard_file} (uid {uid})")
 
 
 # --------------------------------------------------------------------------

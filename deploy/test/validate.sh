@@ -176,8 +176,11 @@ EOF
 # ---------------------------------------------------------------------------
 # Steps
 
+# The PrometheusRules and dashboards in components/ are rendered from the
+# jsonnet mixin (monitoring/render.sh); this fails when they are stale.
 step_sync() {
-  bash "$kdir/sync-monitoring.sh" --check
+  command -v jsonnet >/dev/null || apt_install jsonnet || { warn "jsonnet is missing: apt-get install jsonnet"; return 1; }
+  bash "$repo/monitoring/render.sh" --check
 }
 
 step_render() {
