@@ -11,7 +11,12 @@
 //!   describe the last *completed* scan;
 //! - counters continue from what the group already holds, so `rate()` and
 //!   `increase()` work on the Pushgateway's series as on a daemon's.
-//!   The run-duration histogram is per run.
+//!   The run-duration and drift-age histograms are per run.
+//!
+//! The process's own series (`build_info`, `dry_run`) go once per run to the
+//! group `job="seatflow-reconciler"` (no `kind`), so one CronJob counts as
+//! one reconciler, not five. `process_*` is not pushed: a short-lived pod's
+//! CPU and memory, kept by the Pushgateway forever, would mislead.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +36,20 @@ pub fn push_url(base: &str, kind: Kind) -> String {
         base.trim_end_matches('/'),
         kind.label()
     )
+}
+
+/// The group of the process's own series (`build_info`, `dry_run`).
+pub fn process_push_url(base: &str) -> String {
+    format!("{}/metrics/job/{PUSH_JOB}", base.trim_end_matches('/'))
+}
+
+/// The families pushed once per run: `build_info` and `dry_run`.
+pub fn process_families(metrics: &Metrics) -> Vec<MetricFamily> {
+    metrics
+        .gather()
+        .into_iter()
+        .filter(|f| Metrics::is_process_family(f.name()) && !f.name().starts_with("process_"))
+        .collect()
 }
 
 /// One sample of a text exposition: name, labels, value.
@@ -102,6 +121,7 @@ pub fn families_for_push(metrics: &Metrics, report: &JobReport) -> Vec<MetricFam
         .into_iter()
         .filter(|f| match f.name() {
             "seatflow_reconciler_dependency_up" => false,
+            name if Metrics::is_process_family(name) => false,
             "seatflow_reconcile_last_success_timestamp_seconds" => {
                 report.outcome == Outcome::Success
             }
@@ -145,13 +165,24 @@ pub async fn push_runs(base: &str, reports: &[JobReport]) -> anyhow::Result<()> 
         Ok(r) => anyhow::bail!("{where_} answered {} to GET /metrics", r.status()),
         Err(e) => anyhow::bail!("{where_}: {}", e.without_url()),
     };
+    let process = Metrics::new();
+    process.set_dry_run(reports.iter().any(|r| r.dry_run));
+    let mut pushes = vec![(
+        process_push_url(base),
+        Metrics::encode_families(&process_families(&process)),
+    )];
     for report in reports {
         let metrics = Metrics::new();
         metrics.record(report);
         carry_counters(&metrics, report.kind, &previous);
-        let body = Metrics::encode_families(&families_for_push(&metrics, report));
+        pushes.push((
+            push_url(base, report.kind),
+            Metrics::encode_families(&families_for_push(&metrics, report)),
+        ));
+    }
+    for (url, body) in pushes {
         let response = client
-            .post(push_url(base, report.kind))
+            .post(url)
             .header("Content-Type", "text/plain; version=0.0.4")
             .body(body)
             .send()
@@ -212,5 +243,29 @@ mod tests {
         );
         assert!(!text.contains("dependency_up"));
         assert!(text.contains("seatflow_reconcile_drift{kind=\"orphan_locks\"}"));
+        assert!(
+            !text.contains("build_info") && !text.contains("dry_run") && !text.contains("process_"),
+            "the process's own series are pushed once per run, not per job"
+        );
+    }
+
+    #[test]
+    fn build_info_and_dry_run_are_pushed_once_per_run() {
+        assert_eq!(
+            process_push_url("http://pgw:9091/"),
+            "http://pgw:9091/metrics/job/seatflow-reconciler"
+        );
+        let m = Metrics::new();
+        m.set_dry_run(true);
+        let text = Metrics::encode_families(&process_families(&m));
+        assert!(
+            text.contains("seatflow_reconciler_build_info{version="),
+            "{text}"
+        );
+        assert!(text.contains("seatflow_reconciler_dry_run 1"), "{text}");
+        assert!(
+            !text.contains("kind=") && !text.contains("process_"),
+            "{text}"
+        );
     }
 }

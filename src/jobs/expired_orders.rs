@@ -126,8 +126,10 @@ async fn cancel_chunk(
     leases: &RunLeases,
 ) -> Result<(), Error> {
     let mut by_showtime: BTreeMap<ShowtimeId, Vec<i64>> = BTreeMap::new();
+    let mut expired_at: BTreeMap<i64, chrono::NaiveDateTime> = BTreeMap::new();
     for o in orders {
         by_showtime.entry(o.showtime_id).or_default().push(o.id);
+        expired_at.insert(o.id, o.expires_at);
     }
     let ids: Vec<ShowtimeId> = by_showtime.keys().copied().collect();
     let acquired = leases.acquire(&ids).await?;
@@ -149,6 +151,7 @@ async fn cancel_chunk(
         ctx,
         &acquired.taken,
         &by_showtime,
+        &expired_at,
         deadline,
         audit,
         report,
@@ -164,6 +167,7 @@ async fn cancel_locked(
     ctx: &Context,
     taken: &[ShowtimeId],
     by_showtime: &BTreeMap<ShowtimeId, Vec<i64>>,
+    expired_at: &BTreeMap<i64, chrono::NaiveDateTime>,
     deadline: chrono::NaiveDateTime,
     audit: &mut AuditLog<'_>,
     report: &mut JobReport,
@@ -201,6 +205,11 @@ async fn cancel_locked(
     let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
     for order in &cancelled {
         report.fixed += 1;
+        // Drift age: the order held its seats from its deadline until this
+        // cancel (the database's clock on both sides).
+        if let Some(at) = expired_at.get(&order.id) {
+            report.observe_drift_age((since - *at).num_milliseconds().max(0) as u64);
+        }
         let entry = batches.entry(order.showtime_id).or_default();
         for seat in &order.seats {
             entry.repairs.push(SeatRepair {

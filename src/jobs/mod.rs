@@ -76,6 +76,7 @@ async fn settle(
         report.error_at(Stage::Audit);
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
+    report.dry_run = opts.dry_run;
     report.finish();
     let kind = report.kind;
     tracing::info!(

@@ -71,6 +71,15 @@ pub struct JobReport {
     /// Set when every chunk it scanned failed: nothing was checked.
     #[serde(skip)]
     pub nothing_completed: bool,
+    /// How long each repaired drift had been seen before its repair, in
+    /// milliseconds (first sighting → repair): the
+    /// `seatflow_reconcile_drift_age_seconds` observations of this run. At
+    /// most one per repair, so bounded by `batch_size`.
+    #[serde(skip)]
+    pub drift_ages_ms: Vec<u64>,
+    /// The run wrote nothing (rule 5): shown by `seatflow_reconciler_dry_run`.
+    #[serde(skip)]
+    pub dry_run: bool,
 }
 
 fn serialize_kind<S: serde::Serializer>(k: &Kind, s: S) -> Result<S::Ok, S::Error> {
@@ -97,7 +106,15 @@ impl JobReport {
             duration_ms: 0,
             fatal: None,
             nothing_completed: false,
+            drift_ages_ms: Vec::new(),
+            dry_run: false,
         }
+    }
+
+    /// Records how long one repaired drift had been seen before this repair
+    /// (first sighting → repair), in milliseconds.
+    pub fn observe_drift_age(&mut self, ms: u64) {
+        self.drift_ages_ms.push(ms);
     }
 
     /// Counts an operational error under its stage.
