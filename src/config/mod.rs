@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::model::{Kind, Shard};
 
+pub use secret::effective_toml;
 pub use secret::{Secret, SecretUrl, redact_url};
 pub use sources::DEFAULT_TOML;
 pub use tls::{MysqlTlsMode, tls_files_changed};

@@ -76,9 +76,125 @@ pub fn redact_url(raw: &str) -> String {
     }
 }
 
+/// Keys whose values are secrets: shown as `***` when set.
+const SECRET_KEYS: &[&str] = &["admin_token", "password"];
+/// Keys holding connection URLs (one or a list): their passwords redacted.
+const URL_KEYS: &[&str] = &["url", "cluster_urls"];
+
+/// The effective configuration (defaults, then `file`, then the
+/// `SEATFLOW__…` variables of `env`) as TOML, every key present, secrets
+/// redacted: what `check-config` prints.
+pub fn effective_toml(
+    file: Option<&std::path::Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<String, super::ConfigError> {
+    let merged = super::sources::merge(file, env)?;
+    let mut table: toml::Table = merged
+        .try_deserialize()
+        .map_err(|e| super::ConfigError::new(super::sources::error_key(&e), e.to_string()))?;
+    // Environment values arrive as strings: shown with their default's type
+    // (the settings parsed them that way, or loading would have failed).
+    if let Ok(defaults) = super::sources::DEFAULT_TOML.parse::<toml::Table>() {
+        typed_like(&mut table, &defaults);
+    }
+    redact_table(&mut table);
+    toml::to_string_pretty(&table).map_err(|e| super::ConfigError::new("", e.to_string()))
+}
+
+fn typed_like(table: &mut toml::Table, defaults: &toml::Table) {
+    for (key, value) in table.iter_mut() {
+        let Some(default) = defaults.get(key) else {
+            continue;
+        };
+        let typed = match (&*value, default) {
+            (toml::Value::Table(_), toml::Value::Table(d)) => {
+                if let toml::Value::Table(t) = value {
+                    typed_like(t, d);
+                }
+                None
+            }
+            (toml::Value::String(s), toml::Value::Integer(_)) => {
+                s.trim().parse().ok().map(toml::Value::Integer)
+            }
+            (toml::Value::String(s), toml::Value::Float(_)) => {
+                s.trim().parse().ok().map(toml::Value::Float)
+            }
+            (toml::Value::String(s), toml::Value::Boolean(_)) => {
+                s.trim().parse().ok().map(toml::Value::Boolean)
+            }
+            _ => None,
+        };
+        if let Some(v) = typed {
+            *value = v;
+        }
+    }
+}
+
+fn redact_table(table: &mut toml::Table) {
+    for (key, value) in table.iter_mut() {
+        match value {
+            toml::Value::Table(t) => redact_table(t),
+            toml::Value::String(s) if SECRET_KEYS.contains(&key.as_str()) && !s.is_empty() => {
+                *s = "***".into();
+            }
+            toml::Value::String(s) if URL_KEYS.contains(&key.as_str()) => *s = redact_url(s),
+            toml::Value::Array(items) if URL_KEYS.contains(&key.as_str()) => {
+                for item in items {
+                    if let toml::Value::String(s) = item {
+                        *s = redact_url(s);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_effective_configuration_is_toml_with_secrets_redacted() {
+        let env = [
+            (
+                "SEATFLOW__MYSQL__URL".to_string(),
+                "mysql://app:hunter2@db:3306/seatflow".to_string(),
+            ),
+            (
+                "SEATFLOW__HTTP__ADMIN_TOKEN".to_string(),
+                "tok-secret".to_string(),
+            ),
+            (
+                "SEATFLOW__REDIS__CLUSTER_URLS".to_string(),
+                "redis://:pw1@a:6379,redis://b:6379".to_string(),
+            ),
+            (
+                "SEATFLOW__JOBS__PAID_SEATS__BATCH_SIZE".to_string(),
+                "7".to_string(),
+            ),
+        ];
+        let text = effective_toml(None, env).unwrap();
+        assert!(
+            !text.contains("hunter2") && !text.contains("tok-secret") && !text.contains("pw1"),
+            "{text}"
+        );
+        let t: toml::Table = text.parse().expect("valid TOML");
+        assert_eq!(
+            t["mysql"]["url"].as_str(),
+            Some("mysql://app:***@db:3306/seatflow")
+        );
+        assert_eq!(t["http"]["admin_token"].as_str(), Some("***"));
+        assert_eq!(t["jobs"]["paid_seats"]["batch_size"].as_integer(), Some(7));
+        assert!(
+            t["jobs"]["sold_orphans"]["schedule"].is_str(),
+            "every job, by name: {text}"
+        );
+        assert!(
+            t["reconcile"]["orphan_grace"].is_str(),
+            "durations as written: {text}"
+        );
+    }
 
     #[test]
     fn urls_are_redacted() {

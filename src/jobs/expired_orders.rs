@@ -125,11 +125,13 @@ async fn cancel_chunk(
     report: &mut JobReport,
     leases: &RunLeases,
 ) -> Result<(), Error> {
-    let mut by_showtime: BTreeMap<ShowtimeId, Vec<i64>> = BTreeMap::new();
-    let mut expired_at: BTreeMap<i64, chrono::NaiveDateTime> = BTreeMap::new();
+    // Order ids with their deadlines (the drift's first moment), by showtime.
+    let mut by_showtime: BTreeMap<ShowtimeId, Vec<(i64, chrono::NaiveDateTime)>> = BTreeMap::new();
     for o in orders {
-        by_showtime.entry(o.showtime_id).or_default().push(o.id);
-        expired_at.insert(o.id, o.expires_at);
+        by_showtime
+            .entry(o.showtime_id)
+            .or_default()
+            .push((o.id, o.expires_at));
     }
     let ids: Vec<ShowtimeId> = by_showtime.keys().copied().collect();
     let acquired = leases.acquire(&ids).await?;
@@ -151,7 +153,6 @@ async fn cancel_chunk(
         ctx,
         &acquired.taken,
         &by_showtime,
-        &expired_at,
         deadline,
         audit,
         report,
@@ -166,14 +167,17 @@ async fn cancel_chunk(
 async fn cancel_locked(
     ctx: &Context,
     taken: &[ShowtimeId],
-    by_showtime: &BTreeMap<ShowtimeId, Vec<i64>>,
-    expired_at: &BTreeMap<i64, chrono::NaiveDateTime>,
+    by_showtime: &BTreeMap<ShowtimeId, Vec<(i64, chrono::NaiveDateTime)>>,
     deadline: chrono::NaiveDateTime,
     audit: &mut AuditLog<'_>,
     report: &mut JobReport,
     leases: &RunLeases,
 ) -> Result<(), Error> {
     let order_ids: Vec<i64> = taken
+        .iter()
+        .flat_map(|s| by_showtime[s].iter().map(|(id, _)| *id))
+        .collect();
+    let expired_at: BTreeMap<i64, chrono::NaiveDateTime> = taken
         .iter()
         .flat_map(|s| by_showtime[s].iter().copied())
         .collect();
