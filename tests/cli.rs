@@ -365,3 +365,93 @@ fn fatal_errors_are_json_under_log_format_json() {
     );
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// `mysql.password_file` and `redis.password`: real users whose passwords
+/// need URL-encoding, a run that logs in with them, and a wrong password
+/// that exits 2 naming the key, never printing the password.
+#[tokio::test]
+async fn passwords_apart_from_the_url_log_in_and_never_print() {
+    let env = TestEnv::new().await;
+    let user = format!("sfpw{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let password = "p@ss:w/rd%?#&x";
+    for host in ["%", "localhost"] {
+        // Test-made names and a fixed password: nothing to inject.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE USER '{user}'@'{host}' IDENTIFIED BY '{}'",
+            password.replace('\'', "''")
+        )))
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "GRANT ALL ON `{}`.* TO '{user}'@'{host}'",
+            env.db
+        )))
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+    }
+    let _: () = env
+        .redis(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&user)
+                .arg("on")
+                .arg(format!(">{password}"))
+                .arg("~*")
+                .arg("&*")
+                .arg("+@all"),
+        )
+        .await;
+    let file = std::env::temp_dir().join(format!("sf-cli-pw-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    let mysql_url = format!("mysql://{user}@127.0.0.1:3306/{}", env.db);
+    let redis_url = format!("redis://{user}@127.0.0.1:6379");
+
+    let mut ok = against(&env);
+    ok.env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__MYSQL__PASSWORD_FILE", &file)
+        .env("SEATFLOW__REDIS__URL", &redis_url)
+        .env("SEATFLOW__REDIS__PASSWORD", password)
+        .args(["once", "--dry-run", "--output", "json"]);
+    let (code, out, err) = run(&mut ok);
+
+    let mut wrong = against(&env);
+    wrong
+        .env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__MYSQL__PASSWORD", "not-it")
+        .env("SEATFLOW__REDIS__URL", &redis_url)
+        .env("SEATFLOW__REDIS__PASSWORD", password)
+        .args(["once", "--dry-run"]);
+    let (wrong_code, _, wrong_err) = run(&mut wrong);
+
+    let mut shown = against(&env);
+    shown
+        .env("SEATFLOW__MYSQL__PASSWORD_FILE", &file)
+        .env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__REDIS__PASSWORD", password)
+        .args(["check-config"]);
+    let (shown_code, shown_out, _) = run(&mut shown);
+
+    // Clean up before asserting.
+    std::fs::remove_file(&file).unwrap();
+    for host in ["%", "localhost"] {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'{host}'")))
+            .execute(env.ctx.mysql.pool())
+            .await;
+    }
+    let _: i64 = env.redis(redis::cmd("ACL").arg("DELUSER").arg(&user)).await;
+
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"run_id\""), "{out}");
+    assert_eq!(wrong_code, 2, "{wrong_err}");
+    assert!(wrong_err.contains("mysql.url"), "{wrong_err}");
+    assert_eq!(shown_code, 0);
+    assert!(shown_out.contains("password = \"***\""), "{shown_out}");
+    for text in [&out, &err, &wrong_err, &shown_out] {
+        assert!(
+            !text.contains("p@ss") && !text.contains("p%40ss"),
+            "password printed: {text}"
+        );
+    }
+}

@@ -49,6 +49,10 @@ pub struct MysqlSettings {
     pub tls_ca_file: String,
     pub tls_cert_file: String,
     pub tls_key_file: String,
+    /// Set into `url` (percent-encoded) at load; empty is unset.
+    pub password: Secret,
+    /// A file holding the password (a mounted Secret); empty is unset.
+    pub password_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -62,6 +66,10 @@ pub struct RedisSettings {
     pub tls_ca_file: String,
     pub tls_cert_file: String,
     pub tls_key_file: String,
+    /// Set into `url` and every `cluster_urls` entry at load; empty is unset.
+    pub password: Secret,
+    /// A file holding the password (a mounted Secret); empty is unset.
+    pub password_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -76,6 +76,56 @@ pub fn redact_url(raw: &str) -> String {
     }
 }
 
+/// `url` with `password` as its password, percent-encoded (any character
+/// works); an error when the URL has a password already.
+pub fn with_password(url: &SecretUrl, password: &str) -> Result<SecretUrl, String> {
+    let mut u = url::Url::parse(url.expose())
+        .map_err(|e| format!("cannot add a password to an invalid URL: {e}"))?;
+    if u.password().is_some() {
+        return Err("the URL carries a password already: give it in one place".into());
+    }
+    // Url::set_password leaves `%` as it is (it takes pre-encoded input),
+    // so a password like `50%off` would be read back as something else:
+    // encode every byte that is not alphanumeric ourselves.
+    let encoded =
+        percent_encoding::utf8_percent_encode(password, percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
+    u.set_password(Some(&encoded))
+        .map_err(|()| "this URL cannot carry a password".to_string())?;
+    Ok(SecretUrl::new(u.to_string()))
+}
+
+/// The password of `section` (`mysql`, `redis`): `password`, or the content
+/// of `password_file` (one trailing newline dropped), or none. Errors name
+/// the key.
+pub fn password_of(
+    section: &str,
+    password: &Secret,
+    password_file: &str,
+) -> Result<Option<String>, super::ConfigError> {
+    match (password.is_empty(), password_file.is_empty()) {
+        (true, true) => Ok(None),
+        (false, true) => Ok(Some(password.expose().to_string())),
+        (true, false) => {
+            let text = std::fs::read_to_string(password_file).map_err(|e| {
+                super::ConfigError::new(
+                    &format!("{section}.password_file"),
+                    format!("cannot read {password_file}: {e}"),
+                )
+            })?;
+            let text = text
+                .strip_suffix('\n')
+                .map(|t| t.strip_suffix('\r').unwrap_or(t))
+                .unwrap_or(&text);
+            Ok(Some(text.to_string()))
+        }
+        (false, false) => Err(super::ConfigError::new(
+            &format!("{section}.password"),
+            format!("set {section}.password or {section}.password_file, not both"),
+        )),
+    }
+}
+
 /// Keys whose values are secrets: shown as `***` when set.
 const SECRET_KEYS: &[&str] = &["admin_token", "password"];
 /// Keys holding connection URLs (one or a list): their passwords redacted.
