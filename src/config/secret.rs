@@ -109,7 +109,7 @@ pub fn password_of(
         (true, false) => {
             let text = std::fs::read_to_string(password_file).map_err(|e| {
                 super::ConfigError::new(
-                    &format!("{section}.password_file"),
+                    format!("{section}.password_file"),
                     format!("cannot read {password_file}: {e}"),
                 )
             })?;
@@ -120,7 +120,7 @@ pub fn password_of(
             Ok(Some(text.to_string()))
         }
         (false, false) => Err(super::ConfigError::new(
-            &format!("{section}.password"),
+            format!("{section}.password"),
             format!("set {section}.password or {section}.password_file, not both"),
         )),
     }
