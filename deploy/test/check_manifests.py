@@ -338,7 +338,13 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
                 check_http(overlay, wl, c, port, native_sidecar)
                 http_containers.append((wl, meta.get("labels") or {}, c))
             elif cmd == "migrate":
-                check(is_init and not native_sidecar, f"{overlay}: {name(wl)} `migrate` is a plain init container")
+                # Once per rollout: a Deployment's plain init container (the
+                # daemon's start) or a Job of its own, never in a CronJob's
+                # pods (a pod a minute with DDL rights).
+                check(
+                    (wl["kind"] != "CronJob" and is_init and not native_sidecar) or (wl["kind"] == "Job" and not is_init),
+                    f"{overlay}: {name(wl)} runs `migrate` once per rollout (an init container of the daemon, or a Job), not in a CronJob",
+                )
             elif cmd == "once":
                 args = c.get("args") or []
                 i = args.index("--pushgateway") if "--pushgateway" in args else -1
@@ -434,6 +440,8 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
     elif overlay == "cronjob":
         cjs = of_kind(docs, "CronJob")
         check(len(cjs) == 1 and found["once"] == 1, "cronjob: one CronJob running `once`")
+        jobs = [j for j in of_kind(docs, "Job") if any(subcommand(c) == "migrate" for c, _ in reconciler_containers(j["spec"]["template"]["spec"]))]
+        check(len(jobs) == 1 and found["migrate"] == 1, "cronjob: migrations run once per rollout, by one Job (not in every CronJob pod)")
         for cj in cjs:
             s, js = cj["spec"], cj["spec"]["jobTemplate"]["spec"]
             check(s.get("concurrencyPolicy") == "Forbid", f"cronjob: {name(cj)} concurrencyPolicy Forbid")
