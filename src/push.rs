@@ -9,7 +9,8 @@
 //! - a failed run omits the scan gauges (drift, deferred, backlog,
 //!   stuck_leases), which
 //!   describe the last *completed* scan;
-//! - counters continue from what the group already holds, so `rate()` and
+//! - counters continue from what the group already holds (read from the
+//!   Pushgateway's JSON API, `GET /api/v1/metrics`), so `rate()` and
 //!   `increase()` work on the Pushgateway's series as on a daemon's.
 //!   The run-duration and drift-age histograms are per run.
 //!
@@ -55,31 +56,36 @@ pub fn process_families(metrics: &Metrics) -> Vec<MetricFamily> {
 /// One sample of a text exposition: name, labels, value.
 pub type Sample = (String, BTreeMap<String, String>, f64);
 
-/// Parses the sample lines of a Prometheus text exposition (our label values
-/// are plain identifiers; escapes are kept simple).
-pub fn parse_exposition(text: &str) -> Vec<Sample> {
-    text.lines().filter_map(parse_sample).collect()
-}
-
-/// One sample line of a text exposition; None for comments and blanks.
-pub fn parse_sample(line: &str) -> Option<Sample> {
-    if line.starts_with('#') || line.trim().is_empty() {
-        return None;
+/// The samples the Pushgateway holds, from its JSON API
+/// (`GET /api/v1/metrics`): every group's counters and gauges with their
+/// labels (the group's grouping labels included). Histograms (no single
+/// value) are left out; nothing here needs them. Reading the structured API
+/// instead of the text exposition leaves no text format to parse by hand
+/// (escaping, `NaN`, timestamps, exemplars are the Pushgateway's business).
+pub fn samples_from_api(body: &serde_json::Value) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for group in body["data"].as_array().into_iter().flatten() {
+        let Some(families) = group.as_object() else {
+            continue;
+        };
+        for (name, family) in families {
+            for m in family["metrics"].as_array().into_iter().flatten() {
+                let Some(value) = m["value"].as_str().and_then(|v| v.parse::<f64>().ok()) else {
+                    continue;
+                };
+                let mut labels = BTreeMap::new();
+                for source in [&group["labels"], &m["labels"]] {
+                    for (k, v) in source.as_object().into_iter().flatten() {
+                        if let Some(v) = v.as_str() {
+                            labels.insert(k.clone(), v.to_string());
+                        }
+                    }
+                }
+                out.push((name.clone(), labels, value));
+            }
+        }
     }
-    let (series, value) = line.rsplit_once(' ')?;
-    let (name, labels) = match series.split_once('{') {
-        Some((n, rest)) => (n, rest.strip_suffix('}')?),
-        None => (series, ""),
-    };
-    let mut map = BTreeMap::new();
-    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once("=\"")?;
-        map.insert(
-            k.trim_matches(',').to_string(),
-            v.trim_end_matches('"').to_string(),
-        );
-    }
-    Some((name.to_string(), map, value.parse().ok()?))
+    out
 }
 
 /// Adds the counters a group already holds for `kind` to this run's.
@@ -157,12 +163,18 @@ pub async fn push_runs(base: &str, reports: &[JobReport]) -> anyhow::Result<()> 
         .build()?;
     let where_ = redact_url(base);
     let previous = match client
-        .get(format!("{}/metrics", base.trim_end_matches('/')))
+        .get(format!("{}/api/v1/metrics", base.trim_end_matches('/')))
         .send()
         .await
     {
-        Ok(r) if r.status().is_success() => parse_exposition(&r.text().await.unwrap_or_default()),
-        Ok(r) => anyhow::bail!("{where_} answered {} to GET /metrics", r.status()),
+        Ok(r) if r.status().is_success() => {
+            let text = r.text().await.unwrap_or_default();
+            let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("{where_}: GET /api/v1/metrics is not the Pushgateway's JSON: {e}")
+            })?;
+            samples_from_api(&body)
+        }
+        Ok(r) => anyhow::bail!("{where_} answered {} to GET /api/v1/metrics", r.status()),
         Err(e) => anyhow::bail!("{where_}: {}", e.without_url()),
     };
     let process = Metrics::new();
@@ -211,12 +223,33 @@ mod tests {
 
     #[test]
     fn counters_continue_and_failures_keep_the_last_success() {
-        let previous = parse_exposition(
-            "# TYPE x counter\n\
-             seatflow_reconcile_fixes_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"orphan_locks\"} 5\n\
-             seatflow_reconcile_runs_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"orphan_locks\",outcome=\"success\"} 2\n\
-             seatflow_reconcile_fixes_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"paid_seats\"} 9\n",
-        );
+        // As the Pushgateway's GET /api/v1/metrics answers.
+        let api: serde_json::Value = serde_json::json!({
+            "status": "success",
+            "data": [
+                {
+                    "labels": {"job": "seatflow-reconciler", "kind": "orphan_locks"},
+                    "last_push_successful": true,
+                    "seatflow_reconcile_fixes_total": {"type": "COUNTER", "metrics": [
+                        {"labels": {"instance": "", "job": "seatflow-reconciler", "kind": "orphan_locks"}, "value": "5"}
+                    ]},
+                    "seatflow_reconcile_runs_total": {"type": "COUNTER", "metrics": [
+                        {"labels": {"instance": "", "job": "seatflow-reconciler", "kind": "orphan_locks", "outcome": "success"}, "value": "2"}
+                    ]},
+                    "seatflow_reconcile_run_duration_seconds": {"type": "HISTOGRAM", "metrics": [
+                        {"labels": {"kind": "orphan_locks"}, "buckets": {"1": "1"}, "count": "1", "sum": "0.1"}
+                    ]}
+                },
+                {
+                    "labels": {"job": "seatflow-reconciler", "kind": "paid_seats"},
+                    "seatflow_reconcile_fixes_total": {"type": "COUNTER", "metrics": [
+                        {"labels": {"instance": "", "job": "seatflow-reconciler", "kind": "paid_seats"}, "value": "9"}
+                    ]}
+                }
+            ]
+        });
+        let previous = samples_from_api(&api);
+        assert_eq!(previous.len(), 3, "{previous:?}");
         let mut r = JobReport::new(Kind::OrphanLocks);
         r.fixed = 2;
         r.fail(&crate::error::Error::Protocol("down".into()));

@@ -939,9 +939,27 @@ async fn run_with_timeout(mut cmd: Command, limit: Duration) -> (i32, String, St
     )
 }
 
-/// One exposition line → (name, labels, value), with the parser `push` uses.
+/// One exposition line → (name, labels, value). Enough for the Pushgateway's
+/// output of our metrics (label values are plain identifiers); the product
+/// reads the Pushgateway's JSON API instead.
 fn parse_line(line: &str) -> Option<(String, BTreeMap<String, String>, f64)> {
-    seatflow_reconciler::push::parse_sample(line)
+    if line.starts_with('#') || line.trim().is_empty() {
+        return None;
+    }
+    let (series, value) = line.rsplit_once(' ')?;
+    let (name, labels) = match series.split_once('{') {
+        Some((n, rest)) => (n, rest.strip_suffix('}')?),
+        None => (series, ""),
+    };
+    let mut map = BTreeMap::new();
+    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once("=\"")?;
+        map.insert(
+            k.trim_matches(',').to_string(),
+            v.trim_end_matches('"').to_string(),
+        );
+    }
+    Some((name.to_string(), map, value.parse().ok()?))
 }
 
 /// (c) `once --pushgateway URL` pushes its run's metrics to a real
