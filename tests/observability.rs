@@ -1024,6 +1024,19 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
         .map(|(_, _, v)| *v)
         .expect("push_time_seconds of the group");
     assert!(pushed_at > 1.7e9, "push_time_seconds {pushed_at}");
+    // build_info (and dry_run) once per push, in a group without `kind`:
+    // one CronJob is one reconciler, not five.
+    for name in [
+        "seatflow_reconciler_build_info",
+        "seatflow_reconciler_dry_run",
+    ] {
+        let series: Vec<_> = ours.iter().filter(|(n, _, _)| n == name).collect();
+        assert_eq!(series.len(), 1, "{name} once per push: {series:?}");
+        assert!(
+            series[0].1.get("kind").is_none_or(|k| k.is_empty()),
+            "{series:?}"
+        );
+    }
     // Every family the dashboards and rules use from the binary is in the push.
     let pushed: BTreeSet<&str> = ours.iter().map(|(n, _, _)| n.as_str()).collect();
     for name in [
