@@ -133,6 +133,14 @@ impl JobReport {
         self.drift_ages_ms.push(ms);
     }
 
+    /// Records a repair, applied now, of drift first seen at `first_seen_ms`
+    /// (Unix milliseconds: a suspect record's first sighting, or the scan
+    /// that found it for kinds without one). A clock step backwards counts 0.
+    pub fn observe_drift_since(&mut self, first_seen_ms: i64) {
+        let now = chrono::Utc::now().timestamp_millis();
+        self.observe_drift_age((now - first_seen_ms).max(0) as u64);
+    }
+
     /// Counts an operational error under its stage and keeps its message
     /// (the first MAX_EXAMPLES).
     pub fn error(&mut self, e: &Error) {
@@ -387,6 +395,22 @@ mod tests {
                 "{needle} in the text report:\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn drift_ages_count_from_the_first_sighting() {
+        let mut j = JobReport::new(Kind::OrphanLocks);
+        let now = chrono::Utc::now().timestamp_millis();
+        j.observe_drift_since(now - 150_000);
+        j.observe_drift_since(now + 60_000); // a clock ahead of ours
+        j.observe_drift_age(7);
+        assert_eq!(j.drift_ages_ms.len(), 3);
+        assert!(
+            (150_000..160_000).contains(&j.drift_ages_ms[0]),
+            "{:?}",
+            j.drift_ages_ms
+        );
+        assert_eq!(j.drift_ages_ms[1..], [0, 7]);
     }
 
     #[test]
