@@ -455,3 +455,38 @@ async fn passwords_apart_from_the_url_log_in_and_never_print() {
         );
     }
 }
+
+/// Wrong credentials or an unknown database are configuration errors (exit
+/// 2 naming the key), not "unreachable" (3): retrying cannot help.
+#[tokio::test]
+async fn refused_logins_and_unknown_databases_exit_2_naming_the_url_key() {
+    let env = TestEnv::new().await;
+    let cases = [
+        (
+            "SEATFLOW__MYSQL__URL",
+            "mysql://root@127.0.0.1:3306/no_such_db_seatflow_cli".to_string(),
+            "mysql.url",
+        ),
+        (
+            "SEATFLOW__MYSQL__URL",
+            "mysql://no_such_user_sf:wrong@127.0.0.1:3306/seatflow".to_string(),
+            "mysql.url",
+        ),
+        (
+            "SEATFLOW__REDIS__URL",
+            "redis://no_such_user_sf:wrong@127.0.0.1:6379".to_string(),
+            "redis.url",
+        ),
+    ];
+    for (var, url, key) in cases {
+        let mut c = bin();
+        c.args(["once", "--dry-run"])
+            .env("SEATFLOW__MYSQL__URL", &env.db_url)
+            .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
+            .env(var, &url);
+        let (code, _, err) = run(&mut c);
+        assert_eq!(code, 2, "{url}: {err}");
+        assert!(err.contains(key), "{url}: {err}");
+        assert!(!err.contains("wrong@") && !err.contains(":wrong"), "{err}");
+    }
+}
