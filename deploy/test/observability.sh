@@ -14,6 +14,8 @@
 #                    dashboards and Kustomize copies are what the mixin renders
 #   check-rules      promtool check rules deploy/prometheus/alerts.yaml and
 #                    alerts-cronjob.yaml
+#   mixin-config     the mixin with another _config (several clusters, another
+#                    selector) renders rules promtool accepts
 #   test-rules       promtool test rules alerts_test.yaml, alerts-cronjob_test.yaml
 #                    (absent series, stale pushes, passes, drift age ...)
 #   dashboard-tests  promtool test rules on monitoring/tests/dashboard_test.jsonnet:
@@ -115,6 +117,22 @@ step_render() {
 
 step_check_rules() {
   "$promtool" check rules "$alerts" "$alerts_cronjob"
+}
+
+# The mixin with non-default _config (several clusters, another selector,
+# both modes) still renders valid rules.
+step_mixin_config() {
+  local mode ok=0
+  for mode in daemon cronjob; do
+    jsonnet -J "$repo/monitoring" -S -e "
+      local m = (import 'mixin.libsonnet') + { _config+:: {
+        mode: '$mode', showMultiCluster: true, selector: 'job=\"reconciler\", env=\"prod\"',
+        repairSpikePerMinute: 50, sweepIntervalSeconds: 30 } };
+      (import 'lib/yaml.libsonnet').manifest(m.prometheusAlerts)" >"$tmp/mixin-$mode.yaml" &&
+      "$promtool" check rules "$tmp/mixin-$mode.yaml" >/dev/null &&
+      grep -q 'by (cluster, namespace, job' "$tmp/mixin-$mode.yaml" || { warn "mixin with showMultiCluster ($mode) failed"; ok=1; }
+  done
+  return $ok
 }
 
 step_test_rules() {
@@ -326,6 +344,7 @@ step tools-jsonnet ensure_jsonnet
 command -v jsonnet >/dev/null && step render step_render
 if [[ -n $promtool ]]; then
   step check-rules step_check_rules
+  command -v jsonnet >/dev/null && step mixin-config step_mixin_config
   step test-rules step_test_rules
   command -v jsonnet >/dev/null && step dashboard-tests step_dashboard_tests
 fi
