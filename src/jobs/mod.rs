@@ -47,32 +47,37 @@ pub async fn run_jobs(
     if !expired.is_empty() {
         // Every line of the job carries its `kind` (and the run's `run_id`).
         let span = tracing::info_span!("job", kind = Kind::ExpiredOrders.label());
-        async {
-            let started = Instant::now();
-            let mut audit = audit::AuditLog::new(ctx, run_id, Kind::ExpiredOrders);
-            let report = expired_orders::run(ctx, opts, &mut audit).await;
-            out.push(settle(report, audit, started, opts, run_id).await);
-        }
-        .instrument(span)
-        .await;
+        let started = Instant::now();
+        let mut audit = audit::AuditLog::new(ctx, run_id, Kind::ExpiredOrders);
+        let report = expired_orders::run(ctx, opts, &mut audit)
+            .instrument(span.clone())
+            .await;
+        out.push(
+            settle(report, audit, started, opts, run_id)
+                .instrument(span)
+                .await,
+        );
     }
     if !seats.is_empty() {
         // The seat jobs share one sweep: its lines carry `kinds`, and a line
         // about one job's seat its own `kind`.
         let labels: Vec<&str> = seats.iter().map(|k| k.label()).collect();
         let span = tracing::info_span!("sweep", kinds = labels.join(","));
-        async {
-            let started = Instant::now();
-            let audits = seats
-                .iter()
-                .map(|k| audit::AuditLog::new(ctx, run_id, *k))
-                .collect();
-            for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits).await {
-                out.push(settle(report, audit, started, opts, run_id).await);
-            }
+        let started = Instant::now();
+        let audits = seats
+            .iter()
+            .map(|k| audit::AuditLog::new(ctx, run_id, *k))
+            .collect();
+        for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits)
+            .instrument(span.clone())
+            .await
+        {
+            out.push(
+                settle(report, audit, started, opts, run_id)
+                    .instrument(span.clone())
+                    .await,
+            );
         }
-        .instrument(span)
-        .await;
     }
     out
 }
