@@ -62,6 +62,7 @@ pub async fn run_on(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let metrics = Metrics::new();
+    metrics.set_dry_run(ctx.settings.reconcile.dry_run);
     let runner = Runner::new(ctx.clone(), metrics.clone());
     tracing::info!(listen = %listener.local_addr()?, "HTTP listening");
     let http_stop = CancellationToken::new();

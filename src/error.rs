@@ -124,7 +124,12 @@ impl Error {
                 Some(3159) => Some(TlsProblem::TlsRequired.describe()),
                 _ => None,
             },
-            Error::Redis(e) if matches!(e.code(), Some("NOAUTH" | "WRONGPASS")) => {
+            // redis-rs reports a refused AUTH at connect as its own kind
+            // (no server code), later ones with the server's code.
+            Error::Redis(e)
+                if e.kind() == redis::ErrorKind::AuthenticationFailed
+                    || matches!(e.code(), Some("NOAUTH" | "WRONGPASS")) =>
+            {
                 Some("authentication failed: wrong user or password")
             }
             _ => None,

@@ -249,7 +249,18 @@ impl SeatMap {
             .filter(|v| self.hash != "missing" || v.expected != "0")
             .collect();
         if drifted.is_empty() && self.other_problems.is_empty() {
-            let _ = writeln!(out, "\nno drift: Redis agrees with MySQL");
+            // Never "no drift" when there is no hash to agree.
+            let verdict = match self.hash {
+                "missing" if self.drift > 0 => {
+                    "no seat is occupied: the rebuilt hash shows every seat free"
+                }
+                "missing" => {
+                    "the hash is missing; the showtime is not ON_SALE, so the reconciler leaves it alone"
+                }
+                "wrong_type" => "the seat key is not a hash: left for an operator",
+                _ => "no drift: Redis agrees with MySQL",
+            };
+            let _ = writeln!(out, "\n{verdict}");
             return out;
         }
         if !drifted.is_empty() && self.hash != "missing" {

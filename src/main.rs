@@ -103,7 +103,9 @@ fn main() -> ExitCode {
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            // JSON too when the environment or the file asks for it.
+            telemetry::set_format(telemetry::format_hint(cli.config.as_deref()));
+            telemetry::fatal(&e.to_string());
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -117,10 +119,10 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    runtime.block_on(dispatch(cli.command, settings))
+    runtime.block_on(dispatch(cli.command, settings, cli.config))
 }
 
-async fn dispatch(command: Command, settings: Settings) -> ExitCode {
+async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>) -> ExitCode {
     match command {
         Command::Run => {
             // Certificates are read when connecting: when a TLS file changes
@@ -135,7 +137,7 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             let mut signals = match Signals::install() {
                 Ok(s) => s,
                 Err(e) => {
-                    eprintln!("error: installing signal handlers: {e}");
+                    telemetry::fatal(&format!("installing signal handlers: {e}"));
                     return ExitCode::from(EXIT_FAILED);
                 }
             };
@@ -160,7 +162,7 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             match seatflow_reconciler::daemon::run(ctx, shutdown).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    tracing::error!(error = %e, "daemon failed");
+                    telemetry::fatal(&format!("daemon failed: {e}"));
                     ExitCode::from(EXIT_FAILED)
                 }
             }
@@ -177,14 +179,23 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             match inspect(&ctx, showtime, seat.as_deref(), output).await {
                 Ok(code) => code,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    telemetry::fatal(&e.to_string());
                     ExitCode::from(EXIT_FAILED)
                 }
             }
         }
         Command::CheckConfig => {
-            println!("configuration is valid:\n{settings:#?}");
-            ExitCode::SUCCESS
+            // The settings are valid (they loaded); print what is in effect.
+            match seatflow_reconciler::config::effective_toml(config.as_deref(), std::env::vars()) {
+                Ok(text) => {
+                    println!("# configuration is valid; in effect (secrets redacted):\n{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    telemetry::fatal(&e.to_string());
+                    ExitCode::from(EXIT_CONFIG)
+                }
+            }
         }
         Command::Demo {
             use_configured_servers,
@@ -201,7 +212,7 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
         {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("demo failed: {e:#}");
+                telemetry::fatal(&format!("demo failed: {e:#}"));
                 ExitCode::from(EXIT_FAILED)
             }
         },
@@ -212,11 +223,11 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             };
             match ctx.mysql.migrate(reference_schema).await {
                 Ok(()) => {
-                    eprintln!("migrations applied");
+                    tracing::info!("migrations applied");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    telemetry::fatal(&e.to_string());
                     ExitCode::from(EXIT_FAILED)
                 }
             }
@@ -252,7 +263,7 @@ async fn dispatch(command: Command, settings: Settings) -> ExitCode {
             if let Some(url) = pushgateway
                 && let Err(e) = push::push_runs(&url, &report.jobs).await
             {
-                eprintln!("error: pushing metrics to the Pushgateway: {e}");
+                telemetry::fatal(&format!("pushing metrics to the Pushgateway: {e}"));
                 return ExitCode::from(EXIT_FAILED);
             }
             ExitCode::from(report.exit_code() as u8)
@@ -294,7 +305,7 @@ async fn inspect(
     output: Output,
 ) -> seatflow_reconciler::error::Result<ExitCode> {
     let Some(map) = seatflow_reconciler::inspect::load(ctx, showtime).await? else {
-        eprintln!("showtime {showtime} does not exist");
+        telemetry::fatal(&format!("showtime {showtime} does not exist"));
         return Ok(ExitCode::from(EXIT_FAILED));
     };
     match (output, seat) {
@@ -305,7 +316,9 @@ async fn inspect(
             match map.seat_detail(seat, &fixes) {
                 Some(text) => print!("{text}"),
                 None => {
-                    eprintln!("seat {seat} is not in the template of showtime {showtime}'s hall");
+                    telemetry::fatal(&format!(
+                        "seat {seat} is not in the template of showtime {showtime}'s hall"
+                    ));
                     return Ok(ExitCode::from(EXIT_FAILED));
                 }
             }
@@ -338,22 +351,22 @@ async fn connect(settings: Settings) -> Result<Context, ExitCode> {
         let store = e.stage().label();
         match e.tls_problem() {
             Some(problem) => {
-                eprintln!(
-                    "error: configuration key `{store}.{}`: TLS with {store} failed: {} ({e})",
+                telemetry::fatal(&format!(
+                    "configuration key `{store}.{}`: TLS with {store} failed: {} ({e})",
                     problem.setting(),
                     problem.describe()
-                );
+                ));
                 ExitCode::from(EXIT_CONFIG)
             }
             None => match e.login_refused() {
                 Some(why) => {
-                    eprintln!(
-                        "error: configuration key `{store}.url`: {store} refused us: {why} ({e})"
-                    );
+                    telemetry::fatal(&format!(
+                        "configuration key `{store}.url`: {store} refused us: {why} ({e})"
+                    ));
                     ExitCode::from(EXIT_CONFIG)
                 }
                 None => {
-                    eprintln!("error: cannot reach {store} ({mysql} / {redis}): {e}");
+                    telemetry::fatal(&format!("cannot reach {store} ({mysql} / {redis}): {e}"));
                     ExitCode::from(EXIT_UNREACHABLE)
                 }
             },

@@ -4,8 +4,8 @@
 //! record through [`Metrics::record`], so both modes report alike.
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::error::Stage;
@@ -20,6 +20,13 @@ pub const DEPENDENCIES: [&str; 2] = ["mysql", "redis"];
 /// Run durations from milliseconds (a tiny estate) to minutes (a backlog).
 const DURATION_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+/// Drift ages from a sweep (seconds) to a day; 300 s is the monitoring
+/// mixin's drift-age objective (`driftAgeObjectiveSeconds`) and must stay a
+/// boundary.
+pub const DRIFT_AGE_BUCKETS: [f64; 14] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 1800.0, 3600.0, 10800.0, 21600.0,
+    86400.0,
 ];
 
 #[derive(Clone)]
@@ -38,6 +45,8 @@ pub struct Metrics {
     pub scanned: IntCounterVec,
     pub build_info: IntGaugeVec,
     pub dependency_up: IntGaugeVec,
+    pub drift_age: HistogramVec,
+    pub dry_run: IntGauge,
 }
 
 impl Default for Metrics {
@@ -152,6 +161,20 @@ impl Metrics {
             &["dependency"],
         )
         .unwrap();
+        let drift_age = HistogramVec::new(
+            HistogramOpts::new(
+                "seatflow_reconcile_drift_age_seconds",
+                "How long a repaired drift had been seen before its repair (first sighting to repair), by job.",
+            )
+            .buckets(DRIFT_AGE_BUCKETS.to_vec()),
+            kind,
+        )
+        .unwrap();
+        let dry_run = IntGauge::new(
+            "seatflow_reconciler_dry_run",
+            "1 when the reconciler runs in dry-run mode (detects and reports, writes nothing), else 0.",
+        )
+        .unwrap();
         let m = Metrics {
             registry,
             fixes,
@@ -167,6 +190,8 @@ impl Metrics {
             scanned,
             build_info,
             dependency_up,
+            drift_age,
+            dry_run,
         };
         m.register_all();
         m.zero_all();
@@ -188,10 +213,20 @@ impl Metrics {
             Box::new(self.scanned.clone()),
             Box::new(self.build_info.clone()),
             Box::new(self.dependency_up.clone()),
+            Box::new(self.drift_age.clone()),
+            Box::new(self.dry_run.clone()),
         ];
         for c in collectors {
             self.registry.register(c).expect("metric names are unique");
         }
+        // The standard process_* metrics (CPU, memory, file descriptors,
+        // start time) of this process; Linux only (they read /proc).
+        #[cfg(target_os = "linux")]
+        self.registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("process metric names are unique");
     }
 
     /// Creates every labelled series at 0.
@@ -213,6 +248,7 @@ impl Metrics {
             for s in Stage::ALL.map(Stage::label) {
                 self.errors.with_label_values(&[k, s]);
             }
+            self.drift_age.with_label_values(&[k]);
         }
         for d in DEPENDENCIES {
             self.dependency_up.with_label_values(&[d]);
@@ -252,6 +288,35 @@ impl Metrics {
             let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
             self.last_success.with_label_values(&[k]).set(now);
         }
+        let ages = self.drift_age.with_label_values(&[k]);
+        for ms in &r.drift_ages_ms {
+            ages.observe(*ms as f64 / 1000.0);
+        }
+        self.set_dry_run(r.dry_run);
+    }
+
+    /// Shows dry-run mode (`seatflow_reconciler_dry_run`); also set by every
+    /// recorded run.
+    pub fn set_dry_run(&self, on: bool) {
+        self.dry_run.set(on as i64);
+    }
+
+    /// Whether a family is the process's own (`build_info`, `dry_run`,
+    /// `process_*`) rather than a job's: pushed once per run, not per job.
+    pub fn is_process_family(name: &str) -> bool {
+        matches!(
+            name,
+            "seatflow_reconciler_build_info" | "seatflow_reconciler_dry_run"
+        ) || name.starts_with("process_")
+    }
+
+    /// Zeroes what the last scan found (a standby's, which is not current).
+    pub fn clear_scan_gauges(&self, kind: Kind) {
+        let k = kind.label();
+        self.drift.with_label_values(&[k]).set(0);
+        self.deferred.with_label_values(&[k]).set(0);
+        self.backlog.with_label_values(&[k]).set(0);
+        self.stuck_leases.with_label_values(&[k]).set(0);
     }
 
     pub fn record_skipped_overlap(&self, kind: Kind) {
@@ -407,5 +472,61 @@ mod tests {
         assert!(text.contains(
             "seatflow_reconcile_errors_total{kind=\"orphan_locks\",stage=\"invalid_data\"} 1"
         ));
+    }
+
+    #[test]
+    fn drift_ages_dry_run_and_process_metrics_are_exported() {
+        let m = Metrics::new();
+        let text = m.encode();
+        for k in Kind::ALL.map(Kind::label) {
+            assert!(
+                text.contains(&format!(
+                    "seatflow_reconcile_drift_age_seconds_count{{kind=\"{k}\"}} 0"
+                )),
+                "{text}"
+            );
+        }
+        assert!(text.contains("seatflow_reconciler_dry_run 0"), "{text}");
+        #[cfg(target_os = "linux")]
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_start_time_seconds",
+            "process_open_fds",
+        ] {
+            assert!(
+                text.contains(&format!("\n{name} ")),
+                "{name} missing:\n{text}"
+            );
+        }
+        // The mixin's drift-age objective (300 s) is a bucket boundary.
+        assert!(DRIFT_AGE_BUCKETS.contains(&300.0));
+
+        let mut r = JobReport::new(Kind::SoldOrphans);
+        r.fixed = 3;
+        r.observe_drift_age(2_000);
+        r.observe_drift_age(150_000);
+        r.observe_drift_age(400_000);
+        r.dry_run = true;
+        r.finish();
+        m.record(&r);
+        let text = m.encode();
+        for (le, n) in [
+            ("1", 0),
+            ("5", 1),
+            ("180", 2),
+            ("300", 2),
+            ("600", 3),
+            ("+Inf", 3),
+        ] {
+            let line = format!(
+                "seatflow_reconcile_drift_age_seconds_bucket{{kind=\"sold_orphans\",le=\"{le}\"}} {n}"
+            );
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        assert!(
+            text.contains("seatflow_reconcile_drift_age_seconds_sum{kind=\"sold_orphans\"} 552")
+        );
+        assert!(text.contains("seatflow_reconciler_dry_run 1"));
     }
 }

@@ -9,9 +9,15 @@
 //! - a failed run omits the scan gauges (drift, deferred, backlog,
 //!   stuck_leases), which
 //!   describe the last *completed* scan;
-//! - counters continue from what the group already holds, so `rate()` and
+//! - counters continue from what the group already holds (read from the
+//!   Pushgateway's JSON API, `GET /api/v1/metrics`), so `rate()` and
 //!   `increase()` work on the Pushgateway's series as on a daemon's.
-//!   The run-duration histogram is per run.
+//!   The run-duration and drift-age histograms are per run.
+//!
+//! The process's own series (`build_info`, `dry_run`) go once per run to the
+//! group `job="seatflow-reconciler"` (no `kind`), so one CronJob counts as
+//! one reconciler, not five. `process_*` is not pushed: a short-lived pod's
+//! CPU and memory, kept by the Pushgateway forever, would mislead.
 
 use std::collections::BTreeMap;
 
@@ -33,34 +39,53 @@ pub fn push_url(base: &str, kind: Kind) -> String {
     )
 }
 
+/// The group of the process's own series (`build_info`, `dry_run`).
+pub fn process_push_url(base: &str) -> String {
+    format!("{}/metrics/job/{PUSH_JOB}", base.trim_end_matches('/'))
+}
+
+/// The families pushed once per run: `build_info` and `dry_run`.
+pub fn process_families(metrics: &Metrics) -> Vec<MetricFamily> {
+    metrics
+        .gather()
+        .into_iter()
+        .filter(|f| Metrics::is_process_family(f.name()) && !f.name().starts_with("process_"))
+        .collect()
+}
+
 /// One sample of a text exposition: name, labels, value.
 pub type Sample = (String, BTreeMap<String, String>, f64);
 
-/// Parses the sample lines of a Prometheus text exposition (our label values
-/// are plain identifiers; escapes are kept simple).
-pub fn parse_exposition(text: &str) -> Vec<Sample> {
-    text.lines().filter_map(parse_sample).collect()
-}
-
-/// One sample line of a text exposition; None for comments and blanks.
-pub fn parse_sample(line: &str) -> Option<Sample> {
-    if line.starts_with('#') || line.trim().is_empty() {
-        return None;
+/// The samples the Pushgateway holds, from its JSON API
+/// (`GET /api/v1/metrics`): every group's counters and gauges with their
+/// labels (the group's grouping labels included). Histograms (no single
+/// value) are left out; nothing here needs them. Reading the structured API
+/// instead of the text exposition leaves no text format to parse by hand
+/// (escaping, `NaN`, timestamps, exemplars are the Pushgateway's business).
+pub fn samples_from_api(body: &serde_json::Value) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for group in body["data"].as_array().into_iter().flatten() {
+        let Some(families) = group.as_object() else {
+            continue;
+        };
+        for (name, family) in families {
+            for m in family["metrics"].as_array().into_iter().flatten() {
+                let Some(value) = m["value"].as_str().and_then(|v| v.parse::<f64>().ok()) else {
+                    continue;
+                };
+                let mut labels = BTreeMap::new();
+                for source in [&group["labels"], &m["labels"]] {
+                    for (k, v) in source.as_object().into_iter().flatten() {
+                        if let Some(v) = v.as_str() {
+                            labels.insert(k.clone(), v.to_string());
+                        }
+                    }
+                }
+                out.push((name.clone(), labels, value));
+            }
+        }
     }
-    let (series, value) = line.rsplit_once(' ')?;
-    let (name, labels) = match series.split_once('{') {
-        Some((n, rest)) => (n, rest.strip_suffix('}')?),
-        None => (series, ""),
-    };
-    let mut map = BTreeMap::new();
-    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once("=\"")?;
-        map.insert(
-            k.trim_matches(',').to_string(),
-            v.trim_end_matches('"').to_string(),
-        );
-    }
-    Some((name.to_string(), map, value.parse().ok()?))
+    out
 }
 
 /// Adds the counters a group already holds for `kind` to this run's.
@@ -102,6 +127,7 @@ pub fn families_for_push(metrics: &Metrics, report: &JobReport) -> Vec<MetricFam
         .into_iter()
         .filter(|f| match f.name() {
             "seatflow_reconciler_dependency_up" => false,
+            name if Metrics::is_process_family(name) => false,
             "seatflow_reconcile_last_success_timestamp_seconds" => {
                 report.outcome == Outcome::Success
             }
@@ -137,21 +163,38 @@ pub async fn push_runs(base: &str, reports: &[JobReport]) -> anyhow::Result<()> 
         .build()?;
     let where_ = redact_url(base);
     let previous = match client
-        .get(format!("{}/metrics", base.trim_end_matches('/')))
+        .get(format!("{}/api/v1/metrics", base.trim_end_matches('/')))
         .send()
         .await
     {
-        Ok(r) if r.status().is_success() => parse_exposition(&r.text().await.unwrap_or_default()),
-        Ok(r) => anyhow::bail!("{where_} answered {} to GET /metrics", r.status()),
+        Ok(r) if r.status().is_success() => {
+            let text = r.text().await.unwrap_or_default();
+            let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("{where_}: GET /api/v1/metrics is not the Pushgateway's JSON: {e}")
+            })?;
+            samples_from_api(&body)
+        }
+        Ok(r) => anyhow::bail!("{where_} answered {} to GET /api/v1/metrics", r.status()),
         Err(e) => anyhow::bail!("{where_}: {}", e.without_url()),
     };
+    let process = Metrics::new();
+    process.set_dry_run(reports.iter().any(|r| r.dry_run));
+    let mut pushes = vec![(
+        process_push_url(base),
+        Metrics::encode_families(&process_families(&process)),
+    )];
     for report in reports {
         let metrics = Metrics::new();
         metrics.record(report);
         carry_counters(&metrics, report.kind, &previous);
-        let body = Metrics::encode_families(&families_for_push(&metrics, report));
+        pushes.push((
+            push_url(base, report.kind),
+            Metrics::encode_families(&families_for_push(&metrics, report)),
+        ));
+    }
+    for (url, body) in pushes {
         let response = client
-            .post(push_url(base, report.kind))
+            .post(url)
             .header("Content-Type", "text/plain; version=0.0.4")
             .body(body)
             .send()
@@ -180,12 +223,33 @@ mod tests {
 
     #[test]
     fn counters_continue_and_failures_keep_the_last_success() {
-        let previous = parse_exposition(
-            "# TYPE x counter\n\
-             seatflow_reconcile_fixes_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"orphan_locks\"} 5\n\
-             seatflow_reconcile_runs_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"orphan_locks\",outcome=\"success\"} 2\n\
-             seatflow_reconcile_fixes_total{instance=\"\",job=\"seatflow-reconciler\",kind=\"paid_seats\"} 9\n",
-        );
+        // As the Pushgateway's GET /api/v1/metrics answers.
+        let api: serde_json::Value = serde_json::json!({
+            "status": "success",
+            "data": [
+                {
+                    "labels": {"job": "seatflow-reconciler", "kind": "orphan_locks"},
+                    "last_push_successful": true,
+                    "seatflow_reconcile_fixes_total": {"type": "COUNTER", "metrics": [
+                        {"labels": {"instance": "", "job": "seatflow-reconciler", "kind": "orphan_locks"}, "value": "5"}
+                    ]},
+                    "seatflow_reconcile_runs_total": {"type": "COUNTER", "metrics": [
+                        {"labels": {"instance": "", "job": "seatflow-reconciler", "kind": "orphan_locks", "outcome": "success"}, "value": "2"}
+                    ]},
+                    "seatflow_reconcile_run_duration_seconds": {"type": "HISTOGRAM", "metrics": [
+                        {"labels": {"kind": "orphan_locks"}, "buckets": {"1": "1"}, "count": "1", "sum": "0.1"}
+                    ]}
+                },
+                {
+                    "labels": {"job": "seatflow-reconciler", "kind": "paid_seats"},
+                    "seatflow_reconcile_fixes_total": {"type": "COUNTER", "metrics": [
+                        {"labels": {"instance": "", "job": "seatflow-reconciler", "kind": "paid_seats"}, "value": "9"}
+                    ]}
+                }
+            ]
+        });
+        let previous = samples_from_api(&api);
+        assert_eq!(previous.len(), 3, "{previous:?}");
         let mut r = JobReport::new(Kind::OrphanLocks);
         r.fixed = 2;
         r.fail(&crate::error::Error::Protocol("down".into()));
@@ -212,5 +276,29 @@ mod tests {
         );
         assert!(!text.contains("dependency_up"));
         assert!(text.contains("seatflow_reconcile_drift{kind=\"orphan_locks\"}"));
+        assert!(
+            !text.contains("build_info") && !text.contains("dry_run") && !text.contains("process_"),
+            "the process's own series are pushed once per run, not per job"
+        );
+    }
+
+    #[test]
+    fn build_info_and_dry_run_are_pushed_once_per_run() {
+        assert_eq!(
+            process_push_url("http://pgw:9091/"),
+            "http://pgw:9091/metrics/job/seatflow-reconciler"
+        );
+        let m = Metrics::new();
+        m.set_dry_run(true);
+        let text = Metrics::encode_families(&process_families(&m));
+        assert!(
+            text.contains("seatflow_reconciler_build_info{version="),
+            "{text}"
+        );
+        assert!(text.contains("seatflow_reconciler_dry_run 1"), "{text}");
+        assert!(
+            !text.contains("kind=") && !text.contains("process_"),
+            "{text}"
+        );
     }
 }

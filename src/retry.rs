@@ -32,7 +32,13 @@ where
             Err(e) if e.is_transient() && retry + 1 < policy.attempts => {
                 let ceiling = backoff_ceiling(policy, retry);
                 let delay = rand::rng().random_range(Duration::ZERO..=ceiling);
-                tracing::warn!(operation = what, attempt = retry + 1, error = %e, ?delay, "transient error, retrying");
+                tracing::warn!(
+                    operation = what,
+                    attempt = retry + 1,
+                    error = %e,
+                    delay_ms = delay.as_millis() as u64,
+                    "transient error, retrying"
+                );
                 tokio::time::sleep(delay).await;
                 retry += 1;
             }

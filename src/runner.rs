@@ -278,6 +278,7 @@ impl Runner {
         } else {
             vec![own]
         };
+        let mut ran_any = false;
         for shard in shards {
             if self.stop.is_cancelled() {
                 break;
@@ -298,8 +299,20 @@ impl Runner {
             let started_at = Utc::now();
             let slot_ms = slot.map_or(0, |s| s.timestamp_millis());
             let run = run_with_pass(&ctx, kinds, &self.options(deadline), slot_ms).await;
+            ran_any |= !matches!(run.lease, PassLease::StoodBy { .. });
             self.record_pass(shard, &run.lease, &run.report);
             self.record(run.report, started_at);
+        }
+        if !ran_any && !self.stop.is_cancelled() {
+            // A standby's scan gauges would otherwise show what it saw when
+            // it was last active, long repaired since: the active one's are
+            // the current ones (dashboards take the max over replicas).
+            for k in kinds {
+                self.metrics.clear_scan_gauges(*k);
+                if let Some(st) = lock(&self.status).get_mut(k) {
+                    st.current_drift = None;
+                }
+            }
         }
         if let Some(p) = &self.pacer {
             self.pass_metrics.pace.set(p.rate());

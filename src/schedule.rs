@@ -1,6 +1,6 @@
-//! Cron schedules: six fields (seconds first), evaluated in UTC, parsed
-//! exactly as `tokio-cron-scheduler` parses them so that the next fire times
-//! shown in `/status` agree with the scheduler's.
+//! Cron schedules: six fields (seconds first), evaluated in UTC. The
+//! daemon fires at the times `next_fire_after` gives, and `/status` shows
+//! the same, so the two always agree.
 
 use chrono::{DateTime, Utc};
 

@@ -217,3 +217,276 @@ async fn progress_appears_on_a_terminal() {
         "{out:?}"
     );
 }
+
+/// The binary with JSON logs at debug level (every repair line included),
+/// none of the test harness's RUST_LOG.
+fn json_logs(mut c: Command) -> Command {
+    c.env_remove("RUST_LOG")
+        .env("SEATFLOW__LOG__FORMAT", "json")
+        .env("SEATFLOW__LOG__LEVEL", "debug");
+    c
+}
+
+/// Every stderr line of a JSON-logging run as a JSON object.
+fn json_lines(stderr: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
+            Ok(serde_json::Value::Object(o)) => o,
+            _ => panic!("not a JSON object: {l:?}\nstderr:\n{stderr}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_log_line_of_a_once_run_is_json_tied_to_its_run_and_job() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.order(1, "PAID", &["A-2"], -600).await.unwrap();
+    env.fx.order(1, "PENDING", &["A-3"], -600).await.unwrap();
+    env.fx
+        .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "0"), ("A-3", "1")])
+        .await
+        .unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+
+    let (code, out, err) = run(json_logs(against(&env)).args(["once", "--output", "json"]));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("stdout is the report");
+    let run_id = report["run_id"].as_str().unwrap();
+    let lines = json_lines(&err);
+    assert!(lines.len() >= 8, "{err}");
+    let jobs = [
+        "expired_orders",
+        "paid_seats",
+        "missing_hashes",
+        "orphan_locks",
+        "sold_orphans",
+    ];
+    for l in &lines {
+        for key in ["timestamp", "level", "message"] {
+            assert!(l.get(key).is_some_and(|v| v.is_string()), "{key} in {l:?}");
+        }
+        // Tied to the run, and to a job (or to the shared seat sweep).
+        assert_eq!(
+            l.get("run_id").and_then(|v| v.as_str()),
+            Some(run_id),
+            "{l:?}"
+        );
+        assert!(l.contains_key("kind") || l.contains_key("kinds"), "{l:?}");
+        if let Some(k) = l.get("kind") {
+            assert!(
+                jobs.contains(&k.as_str().unwrap_or("?")),
+                "kind is a job: {l:?}"
+            );
+        }
+        // No Rust Debug renderings of structures in any field.
+        for (k, v) in l.iter() {
+            if let Some(s) = v.as_str() {
+                assert!(
+                    !s.starts_with('[') && !s.contains("Some(") && !s.starts_with('{'),
+                    "field {k} looks like Rust Debug: {s:?}"
+                );
+            }
+        }
+    }
+    // Every repair applied is on a line of its own (debug) and each
+    // repaired showtime has its summary line (info).
+    let repairs = lines
+        .iter()
+        .filter(|l| l["message"] == "repair applied")
+        .count();
+    assert!(repairs >= 3, "{err}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"] == "showtime repaired" && l["showtime_id"] == 1),
+        "{err}"
+    );
+    // The job lines carry exactly the report's counts.
+    for job in report["jobs"].as_array().unwrap() {
+        let line = lines
+            .iter()
+            .find(|l| l["message"] == "job run finished" && l["kind"] == job["kind"])
+            .unwrap_or_else(|| panic!("no line for {}: {err}", job["kind"]));
+        for key in [
+            "outcome",
+            "scanned",
+            "drift",
+            "fixed",
+            "deferred",
+            "skipped_busy",
+            "errors",
+            "backlog",
+        ] {
+            assert_eq!(line[key], job[key], "{key} of {}", job["kind"]);
+        }
+    }
+}
+
+#[test]
+fn fatal_errors_are_json_under_log_format_json() {
+    let (code, _, err) = run(bin()
+        .args(["once"])
+        .env("SEATFLOW__LOG__FORMAT", "json")
+        .env("SEATFLOW__RECONCILE__LOCK_TTL", "soon"));
+    assert_eq!(code, 2);
+    let lines = json_lines(&err);
+    assert_eq!(lines.len(), 1, "{err}");
+    assert_eq!(lines[0]["level"], "ERROR");
+    assert_eq!(lines[0]["fatal"], true);
+    assert!(
+        lines[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reconcile.lock_ttl"),
+        "{err}"
+    );
+
+    // Unreachable at start (after the settings loaded): JSON too.
+    let (code, _, err) = run(bin()
+        .args(["once"])
+        .env("SEATFLOW__LOG__FORMAT", "json")
+        .env(
+            "SEATFLOW__MYSQL__URL",
+            "mysql://app:hunter2@127.0.0.1:1/seatflow",
+        )
+        .env("SEATFLOW__MYSQL__CONNECT_TIMEOUT", "2s"));
+    assert_eq!(code, 3, "{err}");
+    let lines = json_lines(&err);
+    assert!(
+        lines.iter().any(|l| l["fatal"] == true
+            && l["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot reach mysql")),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+/// `mysql.password_file` and `redis.password`: real users whose passwords
+/// need URL-encoding, a run that logs in with them, and a wrong password
+/// that exits 2 naming the key, never printing the password.
+#[tokio::test]
+async fn passwords_apart_from_the_url_log_in_and_never_print() {
+    let env = TestEnv::new().await;
+    let user = format!("sfpw{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let password = "p@ss:w/rd%?#&x";
+    for host in ["%", "localhost"] {
+        // Test-made names and a fixed password: nothing to inject.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE USER '{user}'@'{host}' IDENTIFIED BY '{}'",
+            password.replace('\'', "''")
+        )))
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "GRANT ALL ON `{}`.* TO '{user}'@'{host}'",
+            env.db
+        )))
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+    }
+    let _: () = env
+        .redis(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&user)
+                .arg("on")
+                .arg(format!(">{password}"))
+                .arg("~*")
+                .arg("&*")
+                .arg("+@all"),
+        )
+        .await;
+    let file = std::env::temp_dir().join(format!("sf-cli-pw-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    let mysql_url = format!("mysql://{user}@127.0.0.1:3306/{}", env.db);
+    let redis_url = format!("redis://{user}@127.0.0.1:6379");
+
+    let mut ok = against(&env);
+    ok.env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__MYSQL__PASSWORD_FILE", &file)
+        .env("SEATFLOW__REDIS__URL", &redis_url)
+        .env("SEATFLOW__REDIS__PASSWORD", password)
+        .args(["once", "--dry-run", "--output", "json"]);
+    let (code, out, err) = run(&mut ok);
+
+    let mut wrong = against(&env);
+    wrong
+        .env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__MYSQL__PASSWORD", "not-it")
+        .env("SEATFLOW__REDIS__URL", &redis_url)
+        .env("SEATFLOW__REDIS__PASSWORD", password)
+        .args(["once", "--dry-run"]);
+    let (wrong_code, _, wrong_err) = run(&mut wrong);
+
+    let mut shown = against(&env);
+    shown
+        .env("SEATFLOW__MYSQL__PASSWORD_FILE", &file)
+        .env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__REDIS__PASSWORD", password)
+        .args(["check-config"]);
+    let (shown_code, shown_out, _) = run(&mut shown);
+
+    // Clean up before asserting.
+    std::fs::remove_file(&file).unwrap();
+    for host in ["%", "localhost"] {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'{host}'")))
+            .execute(env.ctx.mysql.pool())
+            .await;
+    }
+    let _: i64 = env.redis(redis::cmd("ACL").arg("DELUSER").arg(&user)).await;
+
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"run_id\""), "{out}");
+    assert_eq!(wrong_code, 2, "{wrong_err}");
+    assert!(wrong_err.contains("mysql.url"), "{wrong_err}");
+    assert_eq!(shown_code, 0);
+    assert!(shown_out.contains("password = \"***\""), "{shown_out}");
+    for text in [&out, &err, &wrong_err, &shown_out] {
+        assert!(
+            !text.contains("p@ss") && !text.contains("p%40ss"),
+            "password printed: {text}"
+        );
+    }
+}
+
+/// Wrong credentials or an unknown database are configuration errors (exit
+/// 2 naming the key), not "unreachable" (3): retrying cannot help.
+#[tokio::test]
+async fn refused_logins_and_unknown_databases_exit_2_naming_the_url_key() {
+    let env = TestEnv::new().await;
+    let cases = [
+        (
+            "SEATFLOW__MYSQL__URL",
+            "mysql://root@127.0.0.1:3306/no_such_db_seatflow_cli".to_string(),
+            "mysql.url",
+        ),
+        (
+            "SEATFLOW__MYSQL__URL",
+            "mysql://no_such_user_sf:wrong@127.0.0.1:3306/seatflow".to_string(),
+            "mysql.url",
+        ),
+        (
+            "SEATFLOW__REDIS__URL",
+            "redis://no_such_user_sf:wrong@127.0.0.1:6379".to_string(),
+            "redis.url",
+        ),
+    ];
+    for (var, url, key) in cases {
+        let mut c = bin();
+        c.args(["once", "--dry-run"])
+            .env("SEATFLOW__MYSQL__URL", &env.db_url)
+            .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
+            .env(var, &url);
+        let (code, _, err) = run(&mut c);
+        assert_eq!(code, 2, "{url}: {err}");
+        assert!(err.contains(key), "{url}: {err}");
+        assert!(!err.contains("wrong@") && !err.contains(":wrong"), "{err}");
+    }
+}

@@ -119,3 +119,25 @@ async fn seat_detail_shows_the_order_and_last_repairs() {
     );
     assert!(map.seat_detail("Q-1", &[]).is_none());
 }
+
+/// A showtime whose hash is missing never reads "no drift", with or without
+/// occupied seats, on sale or not.
+#[tokio::test]
+async fn a_missing_hash_is_never_called_no_drift() {
+    let env = TestEnv::new().await;
+    env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(5, 1, 60, "ON_SALE").await.unwrap(); // no orders, no hash
+    env.fx.showtime(6, 1, 60, "DRAFT").await.unwrap(); // not swept, no hash
+    for (id, says) in [
+        (5, "rebuilt hash shows every seat free"),
+        (6, "not ON_SALE"),
+    ] {
+        let map = inspect::load(&env.ctx, id).await.unwrap().unwrap();
+        let text = map.render(false);
+        assert!(!text.contains("no drift"), "{text}");
+        assert!(text.contains(says), "{text}");
+        assert_eq!(map.hash, "missing");
+    }
+    let map = inspect::load(&env.ctx, 5).await.unwrap().unwrap();
+    assert_eq!(map.drift, 3, "every seat is rebuilt: {}", map.to_json());
+}

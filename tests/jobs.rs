@@ -661,3 +661,37 @@ async fn showtimes_starting_soon_are_swept_in_every_bounded_run() {
     // Meanwhile the cursor moved on through the far estate: 3 more of 30.
     assert_eq!(orphans.backlog, 30 - 6);
 }
+
+/// Drift age of an expired order: from its deadline to its cancel (here 10
+/// minutes and a little), observed once per cancelled order and exported as
+/// `seatflow_reconcile_drift_age_seconds{kind="expired_orders"}`.
+#[tokio::test]
+async fn an_expired_order_is_repaired_with_its_drift_age() {
+    let env = TestEnv::new().await;
+    seatflow_test_support::seed_expired(&env).await;
+    let report = env.job(Kind::ExpiredOrders).await;
+    assert_eq!(report.fixed, 1, "{report:?}");
+    assert_eq!(report.drift_ages_ms.len(), 1, "{report:?}");
+    let age = report.drift_ages_ms[0];
+    assert!(
+        (600_000..900_000).contains(&age),
+        "10 minutes past the deadline: {age} ms"
+    );
+    let metrics = seatflow_reconciler::metrics::Metrics::new();
+    metrics.record(&report);
+    let text = metrics.encode();
+    assert!(
+        text.contains(
+            "seatflow_reconcile_drift_age_seconds_bucket{kind=\"expired_orders\",le=\"600\"} 0"
+        ) && text.contains(
+            "seatflow_reconcile_drift_age_seconds_bucket{kind=\"expired_orders\",le=\"1800\"} 1"
+        ),
+        "{text}"
+    );
+
+    // A dry run finds the drift and observes no age (nothing repaired).
+    let env = TestEnv::new().await;
+    seatflow_test_support::seed_expired(&env).await;
+    let dry = env.dry(&[Kind::ExpiredOrders]).await;
+    assert!(dry.jobs[0].drift_ages_ms.is_empty() && dry.jobs[0].dry_run);
+}

@@ -17,7 +17,8 @@ checks tie the manifests to what the binary really does:
 * restricted pod security and resources on every reconciler container;
 * the CronJob's run controls, the native sidecar, and the monitoring objects
   (PrometheusRule == deploy/prometheus/alerts.yaml, dashboard ==
-  dashboards/seatflow-reconciler.json, the `release` label);
+  dashboards/seatflow-reconciler.json; for the CronJob alerts-cronjob.yaml
+  and seatflow-reconciler-cronjob.json; the `release` label);
 * the Dockerfile: `cargo build --release --locked`, non-root, ENTRYPOINT/CMD
   and EXPOSE of the same port.
 
@@ -337,7 +338,13 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
                 check_http(overlay, wl, c, port, native_sidecar)
                 http_containers.append((wl, meta.get("labels") or {}, c))
             elif cmd == "migrate":
-                check(is_init and not native_sidecar, f"{overlay}: {name(wl)} `migrate` is a plain init container")
+                # Once per rollout: a Deployment's plain init container (the
+                # daemon's start) or a Job of its own, never in a CronJob's
+                # pods (a pod a minute with DDL rights).
+                check(
+                    (wl["kind"] != "CronJob" and is_init and not native_sidecar) or (wl["kind"] == "Job" and not is_init),
+                    f"{overlay}: {name(wl)} runs `migrate` once per rollout (an init container of the daemon, or a Job), not in a CronJob",
+                )
             elif cmd == "once":
                 args = c.get("args") or []
                 i = args.index("--pushgateway") if "--pushgateway" in args else -1
@@ -430,9 +437,36 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
                 dep["spec"].get("replicas", 1) >= 2,
                 f"daemon: {name(dep)} has at least 2 replicas (the PodDisruptionBudget allows 1 down)",
             )
+    elif overlay == "statefulset":
+        want = {"StatefulSet", "Service", "ServiceMonitor", "PrometheusRule", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"}
+        check(want <= set(kinds), f"statefulset: has {sorted(want)} (has {kinds})")
+        check(found["run"] >= 1, "statefulset: runs `run`")
+        for sts in of_kind(docs, "StatefulSet"):
+            replicas = sts["spec"].get("replicas", 1)
+            env = {
+                e["name"]: e.get("value")
+                for c, _ in reconciler_containers(sts["spec"]["template"]["spec"])
+                for e in c.get("env") or []
+            }
+            check(
+                env.get("SEATFLOW__SHARDING__TOTAL") == str(replicas),
+                f"statefulset: {name(sts)} sharding.total ({env.get('SEATFLOW__SHARDING__TOTAL')}) equals its replicas ({replicas})",
+            )
+            check(
+                env.get("SEATFLOW__SHARDING__INDEX") == "-1",
+                f"statefulset: {name(sts)} takes each pod's shard from its ordinal (sharding.index = -1)",
+            )
+            services = {s_["metadata"]["name"]: s_ for s_ in of_kind(docs, "Service")}
+            governing = services.get(sts["spec"].get("serviceName"))
+            check(
+                governing is not None and governing["spec"].get("clusterIP") == "None",
+                f"statefulset: {name(sts)} has a headless governing Service",
+            )
     elif overlay == "cronjob":
         cjs = of_kind(docs, "CronJob")
         check(len(cjs) == 1 and found["once"] == 1, "cronjob: one CronJob running `once`")
+        jobs = [j for j in of_kind(docs, "Job") if any(subcommand(c) == "migrate" for c, _ in reconciler_containers(j["spec"]["template"]["spec"]))]
+        check(len(jobs) == 1 and found["migrate"] == 1, "cronjob: migrations run once per rollout, by one Job (not in every CronJob pod)")
         for cj in cjs:
             s, js = cj["spec"], cj["spec"]["jobTemplate"]["spec"]
             check(s.get("concurrencyPolicy") == "Forbid", f"cronjob: {name(cj)} concurrencyPolicy Forbid")
@@ -458,9 +492,14 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
             )
 
     # Monitoring objects, wherever present.
+    rules_file = "deploy/prometheus/alerts-cronjob.yaml" if overlay == "cronjob" else "deploy/prometheus/alerts.yaml"
+    dashboard_file = "dashboards/seatflow-reconciler-cronjob.json" if overlay == "cronjob" else "dashboards/seatflow-reconciler.json"
+    check(len(of_kind(docs, "PrometheusRule")) == 1, f"{overlay}: ships one PrometheusRule")
     for pr in of_kind(docs, "PrometheusRule"):
-        source = yaml.safe_load((repo / "deploy/prometheus/alerts.yaml").read_text())
-        check(pr.get("spec") == source, f"{overlay}: {name(pr)} spec equals deploy/prometheus/alerts.yaml")
+        source = yaml.safe_load((repo / rules_file).read_text())
+        check(pr.get("spec") == source, f"{overlay}: {name(pr)} spec equals {rules_file}")
+        alerts = {r.get("alert") for g in (pr.get("spec") or {}).get("groups") or [] for r in g.get("rules") or []}
+        check("SeatflowReconcilerMetricsAbsent" in alerts, f"{overlay}: {name(pr)} alerts when the reconciler's series are absent")
         groups = (pr.get("spec") or {}).get("groups") or []
         rules_ok = bool(groups) and all(
             g.get("name") and g.get("rules") and all((r.get("alert") or r.get("record")) and r.get("expr") for r in g["rules"])
@@ -468,15 +507,15 @@ def check_overlay(overlay: str, docs: list[dict], repo: Path, images: dict) -> N
         )
         check(rules_ok, f"{overlay}: {name(pr)} groups have names and rules with alert/record and expr")
     dashboards = [d for d in of_kind(docs, "ConfigMap") if (d["metadata"].get("labels") or {}).get("grafana_dashboard") == "1"]
-    if overlay in ("daemon", "sidecar"):
-        check(len(dashboards) == 1, f"{overlay}: one Grafana dashboard ConfigMap (label grafana_dashboard: \"1\")")
-    source_json = json.loads((repo / "dashboards/seatflow-reconciler.json").read_text())
+    check(len(dashboards) == 1, f"{overlay}: one Grafana dashboard ConfigMap (label grafana_dashboard: \"1\")")
+    source_json = json.loads((repo / dashboard_file).read_text())
+    uid = Path(dashboard_file).stem
     for cmap in dashboards:
         data = cmap.get("data") or {}
         ok = len(data) == 1
         for text in data.values():
-            ok = ok and json.loads(text) == source_json and source_json.get("uid") == "seatflow-reconciler"
-        check(ok, f"{overlay}: {name(cmap)} holds dashboards/seatflow-reconciler.json (uid seatflow-reconciler)")
+            ok = ok and json.loads(text) == source_json and source_json.get("uid") == uid
+        check(ok, f"{overlay}: {name(cmap)} holds {dashboard_file} (uid {uid})")
 
 
 # --------------------------------------------------------------------------

@@ -4,36 +4,50 @@
 #
 #   bash deploy/test/observability.sh
 #
+# Every file checked here is rendered from the jsonnet mixin in monitoring/
+# (monitoring/render.sh); the `render` step fails when a committed copy is
+# out of date.
+#
 # Steps (each reported PASS/FAIL; the last line is
 # `observability: N passed, N failed`; exit status 1 if any failed):
-#   check-rules      promtool check rules deploy/prometheus/alerts.yaml
-#   test-rules       promtool test rules deploy/prometheus/alerts_test.yaml
+#   render           monitoring/render.sh --check: the committed rule files,
+#                    dashboards and Kustomize copies are what the mixin renders
+#   check-rules      promtool check rules deploy/prometheus/alerts.yaml and
+#                    alerts-cronjob.yaml
+#   mixin-config     the mixin with another _config (several clusters, another
+#                    selector) renders rules promtool accepts
+#   test-rules       promtool test rules alerts_test.yaml, alerts-cronjob_test.yaml
+#                    (absent series, stale pushes, passes, drift age ...)
+#   dashboard-tests  promtool test rules on monitoring/tests/dashboard_test.jsonnet:
+#                    dashboard queries on synthetic series (a job that never
+#                    succeeded is shown, not hidden)
 #   rule-style       monitoring-mixin conventions: SeatflowReconciler* CamelCase
 #                    names, severity critical|warning, summary, description,
 #                    runbook_url to an existing section of runbook.md, `for:`
 #                    on every alert; every alert has a unit test where it fires
 #                    and one where it does not
-#   dashboard        dashboards/seatflow-reconciler.json: uid, UTC, current
+#   dashboard        dashboards/*.json: uid, UTC, current
 #                    schema, ${datasource}/namespace/instance variables, every
 #                    panel a timeseries or stat with a unit, a description and
 #                    the ${datasource} data source
 #   dashboard-promql every dashboard query (Grafana variables substituted)
 #                    passes `promtool check rules` as a recording rule
-#   sync             the copies in deploy/kubernetes/components/monitoring
-#                    are current (deploy/kubernetes/sync-monitoring.sh --check)
 #
 # The queries against a real Prometheus, a real scrape of the binary and the
 # Pushgateway are tested by `cargo test --test observability`.
 #
-# Tools: promtool (Debian package `prometheus`) and python3 with PyYAML
-# (Debian `python3-yaml`); installed with apt-get when missing and possible.
+# Tools: promtool (Debian package `prometheus`), jsonnet (Debian `jsonnet`)
+# and python3 with PyYAML (Debian `python3-yaml`); installed with apt-get when
+# missing and possible.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 alerts=$repo/deploy/prometheus/alerts.yaml
 alerts_test=$repo/deploy/prometheus/alerts_test.yaml
+alerts_cronjob=$repo/deploy/prometheus/alerts-cronjob.yaml
+alerts_cronjob_test=$repo/deploy/prometheus/alerts-cronjob_test.yaml
 runbook=$repo/deploy/prometheus/runbook.md
-dashboard=$repo/dashboards/seatflow-reconciler.json
+dashboards=("$repo/dashboards/seatflow-reconciler.json" "$repo/dashboards/seatflow-reconciler-cronjob.json")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/seatflow-observability.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -92,23 +106,54 @@ ensure_python_yaml() {
   "$python" -c 'import yaml'
 }
 
+ensure_jsonnet() {
+  command -v jsonnet >/dev/null || apt_install jsonnet || { warn "jsonnet is missing: apt-get install jsonnet"; return 1; }
+  echo "    $(jsonnet --version 2>&1 | head -1)"
+}
+
+step_render() {
+  bash "$repo/monitoring/render.sh" --check
+}
+
 step_check_rules() {
-  "$promtool" check rules "$alerts"
+  "$promtool" check rules "$alerts" "$alerts_cronjob"
+}
+
+# The mixin with non-default _config (several clusters, another selector,
+# both modes) still renders valid rules.
+step_mixin_config() {
+  local mode ok=0
+  for mode in daemon cronjob; do
+    jsonnet -J "$repo/monitoring" -S -e "
+      local m = (import 'mixin.libsonnet') + { _config+:: {
+        mode: '$mode', showMultiCluster: true, selector: 'job=\"reconciler\", env=\"prod\"',
+        repairSpikePerMinute: 50, sweepIntervalSeconds: 30 } };
+      (import 'lib/yaml.libsonnet').manifest(m.prometheusAlerts)" >"$tmp/mixin-$mode.yaml" &&
+      "$promtool" check rules "$tmp/mixin-$mode.yaml" >/dev/null &&
+      grep -q 'by (cluster, namespace, job' "$tmp/mixin-$mode.yaml" || { warn "mixin with showMultiCluster ($mode) failed"; ok=1; }
+  done
+  return $ok
 }
 
 step_test_rules() {
   # promtool resolves rule_files relative to the test file.
-  "$promtool" test rules "$alerts_test"
+  "$promtool" test rules "$alerts_test" "$alerts_cronjob_test"
+}
+
+step_dashboard_tests() {
+  jsonnet -J "$repo/monitoring" -S "$repo/monitoring/tests/dashboard_test.jsonnet" >"$tmp/dashboard_test.yaml" &&
+    "$promtool" test rules "$tmp/dashboard_test.yaml"
 }
 
 step_rule_style() {
-  "$python" - "$alerts" "$alerts_test" "$runbook" <<'EOF'
+  "$python" - "$alerts" "$alerts_test" "$runbook" "$alerts_cronjob" "$alerts_cronjob_test" <<'EOF'
 import re, sys, yaml
 
-alerts_path, tests_path, runbook_path = sys.argv[1:]
+alerts_path, tests_path, runbook_path, cron_path, cron_tests_path = sys.argv[1:]
 problems = []
 rules = [r for g in yaml.safe_load(open(alerts_path))["groups"] for r in g["rules"]]
 alert_rules = [r for r in rules if "alert" in r]
+cron_rules = [r for g in yaml.safe_load(open(cron_path))["groups"] for r in g["rules"] if "alert" in r]
 
 # GitHub's anchors of the runbook's headings.
 def anchor(h):
@@ -117,9 +162,16 @@ def anchor(h):
 anchors = {anchor(l.lstrip("#")) for l in open(runbook_path) if l.startswith("#")}
 runbook_base = "https://github.com/seatflow/seatflow-reconciler/blob/main/deploy/prometheus/runbook.md#"
 
-if not any(r["alert"] == "SeatflowReconcilerDown" for r in alert_rules):
-    problems.append("SeatflowReconcilerDown is missing")
-for r in alert_rules:
+for name in ("SeatflowReconcilerDown", "SeatflowReconcilerMetricsAbsent"):
+    if not any(r["alert"] == name for r in alert_rules):
+        problems.append(f"{name} is missing")
+# The CronJob's rules: the absent alert, no `up` (it has no scrape target).
+if not any(r["alert"] == "SeatflowReconcilerMetricsAbsent" for r in cron_rules):
+    problems.append("alerts-cronjob.yaml: SeatflowReconcilerMetricsAbsent is missing")
+for r in alert_rules + cron_rules:
+    if "alert" in r and "absent" in r["expr"] and not r["expr"].lstrip().startswith("absent"):
+        problems.append(f"{r['alert']}: absent() must be the whole expression")
+for r in alert_rules + cron_rules:
     name = r["alert"]
     if not re.fullmatch(r"SeatflowReconciler(?:[A-Z][a-z0-9]+)+", name):
         problems.append(f"{name}: not CamelCase with the prefix SeatflowReconciler")
@@ -132,7 +184,8 @@ for r in alert_rules:
     for key in ("summary", "description", "runbook_url"):
         if not str(ann.get(key, "")).strip():
             problems.append(f"{name}: no {key} annotation")
-    if "{{" not in str(ann.get("description", "")):
+    # An absent() alert has no series labels to template.
+    if "{{" not in str(ann.get("description", "")) and not r["expr"].lstrip().startswith("absent"):
         problems.append(f"{name}: description is not templated")
     url = str(ann.get("runbook_url", ""))
     if not url.startswith(runbook_base) or url[len(runbook_base):] not in anchors:
@@ -145,6 +198,14 @@ fires, quiet = set(), set()
 for t in yaml.safe_load(open(tests_path))["tests"]:
     for c in t.get("alert_rule_test") or []:
         (fires if c.get("exp_alerts") else quiet).add(c["alertname"])
+cfires, cquiet = set(), set()
+for t in yaml.safe_load(open(cron_tests_path))["tests"]:
+    for c in t.get("alert_rule_test") or []:
+        (cfires if c.get("exp_alerts") else cquiet).add(c["alertname"])
+# The CronJob's own signals are tested on pushed series.
+for name in ("SeatflowReconcilerMetricsAbsent", "SeatflowReconcilerJobNotSucceeding"):
+    if name not in cfires or name not in cquiet:
+        problems.append(f"alerts-cronjob_test.yaml: {name} is not shown firing and not firing")
 for name in sorted({r["alert"] for r in alert_rules}):
     if name not in fires:
         problems.append(f"{name}: no unit test where it fires")
@@ -153,19 +214,29 @@ for name in sorted({r["alert"] for r in alert_rules}):
 
 for p in problems:
     print(f"    {p}")
-print(f"    {len(alert_rules)} alert rules ({len({r['alert'] for r in alert_rules})} names), {len(problems)} problems")
+print(f"    {len(alert_rules)} + {len(cron_rules)} (CronJob) alert rules ({len({r['alert'] for r in alert_rules})} names), {len(problems)} problems")
 sys.exit(1 if problems else 0)
 EOF
 }
 
 step_dashboard() {
-  "$python" - "$dashboard" "$tmp/dashboard-rules.yaml" <<'EOF'
+  local d ok=0
+  for d in "${dashboards[@]}"; do
+    echo "    $(basename "$d"):"
+    check_dashboard "$d" "$tmp/$(basename "$d" .json)-rules.yaml" || ok=1
+  done
+  return $ok
+}
+
+check_dashboard() {
+  "$python" - "$1" "$2" <<'EOF'
 import json, re, sys, yaml
 
 path, rules_out = sys.argv[1:]
 problems = []
 d = json.load(open(path))
-want = {"uid": "seatflow-reconciler", "timezone": "utc"}
+want_uid = path.rsplit("/", 1)[-1].removesuffix(".json")
+want = {"uid": want_uid, "timezone": "utc"}
 for k, v in want.items():
     if d.get(k) != v:
         problems.append(f"{k} is {d.get(k)!r}, want {v!r}")
@@ -190,6 +261,12 @@ for v in variables.values():
     m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\)\s*", str(q or ""))
     if v.get("type") == "query" and m:
         exprs.append((f"variable {v['name']}", m.group(1)))
+
+# The mixin's job selector, as the namespace variable uses it.
+m = re.search(r'(job(=~|=)"[^"]*")', str(variables.get("namespace", {}).get("query")))
+selector = m.group(1) if m else None
+if not selector:
+    problems.append("the namespace variable does not use the job selector")
 
 ids = set()
 def walk(panels):
@@ -225,10 +302,11 @@ for p in panels:
         else:
             exprs.append((f"{title} [{t.get('refId')}]", t["expr"]))
         # The binary never sets job or instance (Prometheus adds them): select
-        # on instance only through the variable, never on job.
+        # on instance only through the variable, and on job only through the
+        # mixin's selector, the same in every query.
         for m in re.finditer(r'\b(job|instance)\s*(=~|!~|!=|=)\s*("[^"]*")', t.get("expr", "")):
-            if m.group(0).replace(" ", "") not in ('instance=~"$instance"', 'instance!=""'):
-                problems.append(f"{title}: selects on {m.group(0)!r} (only instance=~\"$instance\")")
+            if m.group(0).replace(" ", "") not in ('instance=~"$instance"', 'instance!=""', selector):
+                problems.append(f"{title}: selects on {m.group(0)!r} (only instance=~\"$instance\" and the selector {selector})")
 
 # Grafana's variables, as Grafana would substitute them for Prometheus.
 subst = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
@@ -250,20 +328,25 @@ EOF
 }
 
 step_dashboard_promql() {
-  [[ -s $tmp/dashboard-rules.yaml ]] || { warn "the dashboard step wrote no queries"; return 1; }
-  "$promtool" check rules "$tmp/dashboard-rules.yaml"
-}
-
-step_sync() {
-  bash "$repo/deploy/kubernetes/sync-monitoring.sh" --check
+  local d f ok=0
+  for d in "${dashboards[@]}"; do
+    f=$tmp/$(basename "$d" .json)-rules.yaml
+    [[ -s $f ]] || { warn "the dashboard step wrote no queries for $(basename "$d")"; ok=1; continue; }
+    "$promtool" check rules "$f" || ok=1
+  done
+  return $ok
 }
 
 start=$SECONDS
 step tools-promtool ensure_promtool
 step tools-python ensure_python_yaml
+step tools-jsonnet ensure_jsonnet
+command -v jsonnet >/dev/null && step render step_render
 if [[ -n $promtool ]]; then
   step check-rules step_check_rules
+  command -v jsonnet >/dev/null && step mixin-config step_mixin_config
   step test-rules step_test_rules
+  command -v jsonnet >/dev/null && step dashboard-tests step_dashboard_tests
 fi
 if [[ -n $python ]]; then
   step rule-style step_rule_style
@@ -272,7 +355,6 @@ fi
 if [[ -n $promtool && -n $python ]]; then
   step dashboard-promql step_dashboard_promql
 fi
-step sync step_sync
 
 echo
 echo "observability checks ($((SECONDS - start))s):"

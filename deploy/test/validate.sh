@@ -36,7 +36,7 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 kdir=$repo/deploy/kubernetes
-overlays=(daemon cronjob sidecar)
+overlays=(daemon statefulset cronjob sidecar)
 k8s_versions=${SEATFLOW_K8S_VERSIONS:-"1.29.0 1.37.0"}
 cache=${SEATFLOW_DEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/seatflow-deploy}
 venv=$cache/venv
@@ -176,8 +176,11 @@ EOF
 # ---------------------------------------------------------------------------
 # Steps
 
+# The PrometheusRules and dashboards in components/ are rendered from the
+# jsonnet mixin (monitoring/render.sh); this fails when they are stale.
 step_sync() {
-  bash "$kdir/sync-monitoring.sh" --check
+  command -v jsonnet >/dev/null || apt_install jsonnet || { warn "jsonnet is missing: apt-get install jsonnet"; return 1; }
+  bash "$repo/monitoring/render.sh" --check
 }
 
 step_render() {

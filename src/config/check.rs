@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::secret::{password_of, with_password};
 use super::{ConfigError, JobSettings, SecretUrl, Settings, SweepSettings, redact_url};
 use crate::model::Kind;
 use crate::schedule;
@@ -16,6 +17,7 @@ impl Settings {
             at_most_a_year(key, d)?;
         }
         check_url("mysql.url", &self.mysql.url, &["mysql", "mariadb"])?;
+        self.merge_passwords()?;
         in_range("mysql.max_connections", self.mysql.max_connections, 1, 256)?;
         positive("mysql.connect_timeout", self.mysql.connect_timeout)?;
 
@@ -171,6 +173,26 @@ fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {
     }
 }
 
+impl Settings {
+    /// Sets `mysql.password` / `redis.password` (or their `_file`) into the
+    /// URLs, percent-encoded. Reads the password files (mounted Secrets).
+    fn merge_passwords(&mut self) -> Result<(), ConfigError> {
+        let m = &mut self.mysql;
+        if let Some(pw) = password_of("mysql", &m.password, &m.password_file)? {
+            m.url = with_password(&m.url, &pw).map_err(|e| ConfigError::new("mysql.url", e))?;
+        }
+        let r = &mut self.redis;
+        if let Some(pw) = password_of("redis", &r.password, &r.password_file)? {
+            r.url = with_password(&r.url, &pw).map_err(|e| ConfigError::new("redis.url", e))?;
+            for url in &mut r.cluster_urls {
+                *url = with_password(url, &pw)
+                    .map_err(|e| ConfigError::new("redis.cluster_urls", e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_url(key: &str, url: &SecretUrl, schemes: &[&str]) -> Result<(), ConfigError> {
     let raw = url.expose();
     let parsed = url::Url::parse(raw)
@@ -233,5 +255,86 @@ mod tests {
             "sharding.index"
         );
         assert_eq!(shard_index(0, 0, None).unwrap_err().key, "sharding.total");
+    }
+
+    fn load(env: &[(&str, &str)]) -> Result<crate::config::Settings, crate::config::ConfigError> {
+        crate::config::Settings::from_sources(
+            None,
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+            Some("test-host"),
+        )
+    }
+
+    #[test]
+    fn passwords_are_set_into_the_urls_percent_encoded() {
+        let pw = "p@ss:w/rd%?#&";
+        let s = load(&[
+            ("SEATFLOW__MYSQL__URL", "mysql://app@db:3306/seatflow"),
+            ("SEATFLOW__MYSQL__PASSWORD", pw),
+            ("SEATFLOW__REDIS__URL", "redis://:@cache:6379"),
+            (
+                "SEATFLOW__REDIS__CLUSTER_URLS",
+                "redis://a:6379,redis://b:6379",
+            ),
+            ("SEATFLOW__REDIS__PASSWORD", pw),
+        ])
+        .unwrap();
+        let url = url::Url::parse(s.mysql.url.expose()).unwrap();
+        assert_eq!(url.username(), "app");
+        let decoded = |u: &url::Url| percent_decode(u.password().unwrap());
+        assert_eq!(decoded(&url), pw);
+        assert_eq!(url.host_str(), Some("db"));
+        assert_eq!(url.path(), "/seatflow");
+        for u in std::iter::once(&s.redis.url).chain(&s.redis.cluster_urls) {
+            assert_eq!(decoded(&url::Url::parse(u.expose()).unwrap()), pw);
+        }
+        // Redacted everywhere: Debug of the settings, the URL's Display.
+        let debug = format!("{s:?}");
+        assert!(
+            !debug.contains("p@ss") && !debug.contains("p%40ss"),
+            "{debug}"
+        );
+        assert!(!s.mysql.url.to_string().contains("p%40ss"));
+    }
+
+    fn percent_decode(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'%' && i + 2 < b.len() {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+                i += 3;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn password_files_are_read_and_conflicts_named() {
+        let file = std::env::temp_dir().join(format!("sf-pw-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&file, "from-a-secret\n").unwrap();
+        let path = file.to_str().unwrap();
+        let s = load(&[("SEATFLOW__MYSQL__PASSWORD_FILE", path)]).unwrap();
+        assert!(
+            s.mysql.url.expose().contains(":from%2Da%2Dsecret@"),
+            "trailing newline dropped"
+        );
+        let both = load(&[
+            ("SEATFLOW__MYSQL__PASSWORD_FILE", path),
+            ("SEATFLOW__MYSQL__PASSWORD", "x"),
+        ]);
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(both.unwrap_err().key, "mysql.password");
+        let missing = load(&[("SEATFLOW__REDIS__PASSWORD_FILE", "/nonexistent/pw")]);
+        assert_eq!(missing.unwrap_err().key, "redis.password_file");
+        let twice = load(&[
+            ("SEATFLOW__MYSQL__URL", "mysql://app:old@db/seatflow"),
+            ("SEATFLOW__MYSQL__PASSWORD", "new"),
+        ]);
+        assert_eq!(twice.unwrap_err().key, "mysql.url");
     }
 }

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::model::{Kind, Shard};
 
+pub use secret::effective_toml;
 pub use secret::{Secret, SecretUrl, redact_url};
 pub use sources::DEFAULT_TOML;
 pub use tls::{MysqlTlsMode, tls_files_changed};
@@ -48,6 +49,10 @@ pub struct MysqlSettings {
     pub tls_ca_file: String,
     pub tls_cert_file: String,
     pub tls_key_file: String,
+    /// Set into `url` (percent-encoded) at load; empty is unset.
+    pub password: Secret,
+    /// A file holding the password (a mounted Secret); empty is unset.
+    pub password_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -61,6 +66,10 @@ pub struct RedisSettings {
     pub tls_ca_file: String,
     pub tls_cert_file: String,
     pub tls_key_file: String,
+    /// Set into `url` and every `cluster_urls` entry at load; empty is unset.
+    pub password: Secret,
+    /// A file holding the password (a mounted Secret); empty is unset.
+    pub password_file: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -76,9 +76,177 @@ pub fn redact_url(raw: &str) -> String {
     }
 }
 
+/// `url` with `password` as its password, percent-encoded (any character
+/// works); an error when the URL has a password already.
+pub fn with_password(url: &SecretUrl, password: &str) -> Result<SecretUrl, String> {
+    let mut u = url::Url::parse(url.expose())
+        .map_err(|e| format!("cannot add a password to an invalid URL: {e}"))?;
+    if u.password().is_some() {
+        return Err("the URL carries a password already: give it in one place".into());
+    }
+    // Url::set_password leaves `%` as it is (it takes pre-encoded input),
+    // so a password like `50%off` would be read back as something else:
+    // encode every byte that is not alphanumeric ourselves.
+    let encoded =
+        percent_encoding::utf8_percent_encode(password, percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
+    u.set_password(Some(&encoded))
+        .map_err(|()| "this URL cannot carry a password".to_string())?;
+    Ok(SecretUrl::new(u.to_string()))
+}
+
+/// The password of `section` (`mysql`, `redis`): `password`, or the content
+/// of `password_file` (one trailing newline dropped), or none. Errors name
+/// the key.
+pub fn password_of(
+    section: &str,
+    password: &Secret,
+    password_file: &str,
+) -> Result<Option<String>, super::ConfigError> {
+    match (password.is_empty(), password_file.is_empty()) {
+        (true, true) => Ok(None),
+        (false, true) => Ok(Some(password.expose().to_string())),
+        (true, false) => {
+            let text = std::fs::read_to_string(password_file).map_err(|e| {
+                super::ConfigError::new(
+                    format!("{section}.password_file"),
+                    format!("cannot read {password_file}: {e}"),
+                )
+            })?;
+            let text = text
+                .strip_suffix('\n')
+                .map(|t| t.strip_suffix('\r').unwrap_or(t))
+                .unwrap_or(&text);
+            Ok(Some(text.to_string()))
+        }
+        (false, false) => Err(super::ConfigError::new(
+            format!("{section}.password"),
+            format!("set {section}.password or {section}.password_file, not both"),
+        )),
+    }
+}
+
+/// Keys whose values are secrets: shown as `***` when set.
+const SECRET_KEYS: &[&str] = &["admin_token", "password"];
+/// Keys holding connection URLs (one or a list): their passwords redacted.
+const URL_KEYS: &[&str] = &["url", "cluster_urls"];
+
+/// The effective configuration (defaults, then `file`, then the
+/// `SEATFLOW__…` variables of `env`) as TOML, every key present, secrets
+/// redacted: what `check-config` prints.
+pub fn effective_toml(
+    file: Option<&std::path::Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<String, super::ConfigError> {
+    let merged = super::sources::merge(file, env)?;
+    let mut table: toml::Table = merged
+        .try_deserialize()
+        .map_err(|e| super::ConfigError::new(super::sources::error_key(&e), e.to_string()))?;
+    // Environment values arrive as strings: shown with their default's type
+    // (the settings parsed them that way, or loading would have failed).
+    if let Ok(defaults) = super::sources::DEFAULT_TOML.parse::<toml::Table>() {
+        typed_like(&mut table, &defaults);
+    }
+    redact_table(&mut table);
+    toml::to_string_pretty(&table).map_err(|e| super::ConfigError::new("", e.to_string()))
+}
+
+fn typed_like(table: &mut toml::Table, defaults: &toml::Table) {
+    for (key, value) in table.iter_mut() {
+        let Some(default) = defaults.get(key) else {
+            continue;
+        };
+        let typed = match (&*value, default) {
+            (toml::Value::Table(_), toml::Value::Table(d)) => {
+                if let toml::Value::Table(t) = value {
+                    typed_like(t, d);
+                }
+                None
+            }
+            (toml::Value::String(s), toml::Value::Integer(_)) => {
+                s.trim().parse().ok().map(toml::Value::Integer)
+            }
+            (toml::Value::String(s), toml::Value::Float(_)) => {
+                s.trim().parse().ok().map(toml::Value::Float)
+            }
+            (toml::Value::String(s), toml::Value::Boolean(_)) => {
+                s.trim().parse().ok().map(toml::Value::Boolean)
+            }
+            _ => None,
+        };
+        if let Some(v) = typed {
+            *value = v;
+        }
+    }
+}
+
+fn redact_table(table: &mut toml::Table) {
+    for (key, value) in table.iter_mut() {
+        match value {
+            toml::Value::Table(t) => redact_table(t),
+            toml::Value::String(s) if SECRET_KEYS.contains(&key.as_str()) && !s.is_empty() => {
+                *s = "***".into();
+            }
+            toml::Value::String(s) if URL_KEYS.contains(&key.as_str()) => *s = redact_url(s),
+            toml::Value::Array(items) if URL_KEYS.contains(&key.as_str()) => {
+                for item in items {
+                    if let toml::Value::String(s) = item {
+                        *s = redact_url(s);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_effective_configuration_is_toml_with_secrets_redacted() {
+        let env = [
+            (
+                "SEATFLOW__MYSQL__URL".to_string(),
+                "mysql://app:hunter2@db:3306/seatflow".to_string(),
+            ),
+            (
+                "SEATFLOW__HTTP__ADMIN_TOKEN".to_string(),
+                "tok-secret".to_string(),
+            ),
+            (
+                "SEATFLOW__REDIS__CLUSTER_URLS".to_string(),
+                "redis://:pw1@a:6379,redis://b:6379".to_string(),
+            ),
+            (
+                "SEATFLOW__JOBS__PAID_SEATS__BATCH_SIZE".to_string(),
+                "7".to_string(),
+            ),
+        ];
+        let text = effective_toml(None, env).unwrap();
+        assert!(
+            !text.contains("hunter2") && !text.contains("tok-secret") && !text.contains("pw1"),
+            "{text}"
+        );
+        let t: toml::Table = text.parse().expect("valid TOML");
+        assert_eq!(
+            t["mysql"]["url"].as_str(),
+            Some("mysql://app:***@db:3306/seatflow")
+        );
+        assert_eq!(t["http"]["admin_token"].as_str(), Some("***"));
+        assert_eq!(t["jobs"]["paid_seats"]["batch_size"].as_integer(), Some(7));
+        assert!(
+            t["jobs"]["sold_orphans"]["batch_size"].is_integer()
+                && t["jobs"]["expired_orders"]["schedule"].is_str()
+                && t["sweep"]["schedule"].is_str(),
+            "every job, by name, and the pass: {text}"
+        );
+        assert!(
+            t["reconcile"]["orphan_grace"].is_str(),
+            "durations as written: {text}"
+        );
+    }
 
     #[test]
     fn urls_are_redacted() {

@@ -21,6 +21,10 @@ use crate::context::Context;
 
 /// Rows per INSERT.
 const BATCH: usize = 500;
+/// Seats named in a showtime's summary line.
+const SUMMARY_SEATS: usize = 5;
+/// Summary lines per job and run; the rest are counted in one more line.
+const SUMMARY_LINES: usize = 50;
 
 pub struct AuditLog<'a> {
     ctx: &'a Context,
@@ -29,6 +33,9 @@ pub struct AuditLog<'a> {
     pending: Vec<FixRecord>,
     in_flight: Option<JoinHandle<Result<()>>>,
     failed_batches: u64,
+    /// Per showtime repaired: repairs and the first seats (or orders), for
+    /// one INFO line each when the job's audit is flushed.
+    repaired: std::collections::BTreeMap<ShowtimeId, (u64, Vec<String>)>,
 }
 
 impl<'a> AuditLog<'a> {
@@ -40,6 +47,7 @@ impl<'a> AuditLog<'a> {
             pending: Vec::new(),
             in_flight: None,
             failed_batches: 0,
+            repaired: std::collections::BTreeMap::new(),
         }
     }
 
@@ -87,8 +95,8 @@ impl<'a> AuditLog<'a> {
     pub async fn push(&mut self, fix: FixRecord) {
         tracing::debug!(
             run_id = self.run_id,
-            job = fix.job.label(),
-            kind = fix.action.label(),
+            kind = fix.job.label(),
+            repair = fix.action.label(),
             showtime_id = fix.showtime_id,
             seat_no = fix.seat_no.as_deref(),
             order_id = fix.order_id,
@@ -96,17 +104,59 @@ impl<'a> AuditLog<'a> {
             after = fix.after.as_deref(),
             "repair applied"
         );
+        if let Some(showtime) = fix.showtime_id {
+            let (n, seats) = self.repaired.entry(showtime).or_default();
+            *n += 1;
+            if seats.len() < SUMMARY_SEATS {
+                seats.push(match (&fix.seat_no, fix.order_id) {
+                    (Some(seat), _) => seat.to_string(),
+                    (None, Some(order)) => format!("order {order}"),
+                    (None, None) => "hash".to_string(),
+                });
+            }
+        }
         self.pending.push(fix);
         if self.pending.len() >= BATCH {
             let _ = self.wait_in_flight().await;
             let rows = std::mem::take(&mut self.pending);
             let batch = write_batch(self.ctx.clone(), self.run_id.to_string(), rows);
-            self.in_flight = Some(tokio::spawn(batch));
+            // The writer's lines keep the run's and the job's span fields.
+            self.in_flight = Some(tokio::spawn(tracing::Instrument::in_current_span(batch)));
+        }
+    }
+
+    /// One INFO line per showtime this job repaired in this run (repairs,
+    /// first seats); at most SUMMARY_LINES, then one line for the rest.
+    fn log_summary(&mut self) {
+        let repaired = std::mem::take(&mut self.repaired);
+        let total = repaired.len();
+        for (showtime, (repairs, seats)) in repaired.iter().take(SUMMARY_LINES) {
+            tracing::info!(
+                kind = self.job.label(),
+                showtime_id = *showtime,
+                repairs = *repairs,
+                first_seats = seats.join(",").as_str(),
+                "showtime repaired"
+            );
+        }
+        if total > SUMMARY_LINES {
+            let rest = &repaired
+                .values()
+                .skip(SUMMARY_LINES)
+                .map(|(n, _)| n)
+                .sum::<u64>();
+            tracing::info!(
+                kind = self.job.label(),
+                showtimes = (total - SUMMARY_LINES) as u64,
+                repairs = *rest,
+                "more showtimes repaired (not listed one by one)"
+            );
         }
     }
 
     /// Waits for the batch in flight, if any, and writes what is buffered.
     pub async fn flush(&mut self) -> Result<()> {
+        self.log_summary();
         let earlier = self.wait_in_flight().await;
         let rows = std::mem::take(&mut self.pending);
         let now = if rows.is_empty() {
@@ -163,8 +213,8 @@ async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Resu
         for fix in &rows {
             tracing::error!(
                 run_id,
-                job = fix.job.label(),
-                kind = fix.action.label(),
+                kind = fix.job.label(),
+                repair = fix.action.label(),
                 showtime_id = fix.showtime_id,
                 seat_no = fix.seat_no.as_deref(),
                 order_id = fix.order_id,

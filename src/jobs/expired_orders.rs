@@ -125,9 +125,13 @@ async fn cancel_chunk(
     report: &mut JobReport,
     leases: &RunLeases,
 ) -> Result<(), Error> {
-    let mut by_showtime: BTreeMap<ShowtimeId, Vec<i64>> = BTreeMap::new();
+    // Order ids with their deadlines (the drift's first moment), by showtime.
+    let mut by_showtime: BTreeMap<ShowtimeId, Vec<(i64, chrono::NaiveDateTime)>> = BTreeMap::new();
     for o in orders {
-        by_showtime.entry(o.showtime_id).or_default().push(o.id);
+        by_showtime
+            .entry(o.showtime_id)
+            .or_default()
+            .push((o.id, o.expires_at));
     }
     let ids: Vec<ShowtimeId> = by_showtime.keys().copied().collect();
     let acquired = leases.acquire(&ids).await?;
@@ -163,13 +167,17 @@ async fn cancel_chunk(
 async fn cancel_locked(
     ctx: &Context,
     taken: &[ShowtimeId],
-    by_showtime: &BTreeMap<ShowtimeId, Vec<i64>>,
+    by_showtime: &BTreeMap<ShowtimeId, Vec<(i64, chrono::NaiveDateTime)>>,
     deadline: chrono::NaiveDateTime,
     audit: &mut AuditLog<'_>,
     report: &mut JobReport,
     leases: &RunLeases,
 ) -> Result<(), Error> {
     let order_ids: Vec<i64> = taken
+        .iter()
+        .flat_map(|s| by_showtime[s].iter().map(|(id, _)| *id))
+        .collect();
+    let expired_at: BTreeMap<i64, chrono::NaiveDateTime> = taken
         .iter()
         .flat_map(|s| by_showtime[s].iter().copied())
         .collect();
@@ -201,6 +209,11 @@ async fn cancel_locked(
     let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
     for order in &cancelled {
         report.fixed += 1;
+        // Drift age: the order held its seats from its deadline until this
+        // cancel (the database's clock on both sides).
+        if let Some(at) = expired_at.get(&order.id) {
+            report.observe_drift_age((since - *at).num_milliseconds().max(0) as u64);
+        }
         let entry = batches.entry(order.showtime_id).or_default();
         for seat in &order.seats {
             entry.repairs.push(SeatRepair {

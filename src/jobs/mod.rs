@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::context::Context;
 use crate::error::Stage;
@@ -60,31 +61,50 @@ pub async fn run_jobs(
     let (expired, seats): (Vec<Kind>, Vec<Kind>) =
         kinds.iter().partition(|k| **k == Kind::ExpiredOrders);
     if !expired.is_empty() {
+        // Every line of the job carries its `kind` (and the run's `run_id`).
+        let span = tracing::info_span!("job", kind = Kind::ExpiredOrders.label());
         let started = Instant::now();
         let mut audit = audit::AuditLog::new(ctx, run_id, Kind::ExpiredOrders);
-        let report = expired_orders::run(ctx, opts, &mut audit).await;
-        out.push(settle(report, audit, started, opts, run_id).await);
+        let report = expired_orders::run(ctx, opts, &mut audit)
+            .instrument(span.clone())
+            .await;
+        out.push(
+            settle(report, audit, started, opts, run_id)
+                .instrument(span)
+                .await,
+        );
     }
     if !seats.is_empty() {
+        // The seat jobs share one sweep: its lines carry `kinds`, and a line
+        // about one job's seat its own `kind`.
+        let labels: Vec<&str> = seats.iter().map(|k| k.label()).collect();
+        let span = tracing::info_span!("sweep", kinds = labels.join(","));
         let started = Instant::now();
         let audits = seats
             .iter()
             .map(|k| audit::AuditLog::new(ctx, run_id, *k))
             .collect();
-        for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits).await {
-            out.push(settle(report, audit, started, opts, run_id).await);
+        for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits)
+            .instrument(span.clone())
+            .await
+        {
+            out.push(
+                settle(report, audit, started, opts, run_id)
+                    .instrument(span.clone())
+                    .await,
+            );
         }
     }
     out
 }
 
-/// Writes what is left of a job's audit, settles its outcome, logs its line.
+/// Writes what is left of a job's audit and settles its outcome.
 async fn settle(
     mut report: JobReport,
     mut audit: audit::AuditLog<'_>,
     started: Instant,
     opts: &RunOptions,
-    run_id: &str,
+    _run_id: &str,
 ) -> JobReport {
     // A failed flush already logged every row as an event; count it below.
     let _ = audit.flush().await;
@@ -92,13 +112,18 @@ async fn settle(
         report.error_at(Stage::Audit);
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
+    report.dry_run = opts.dry_run;
     report.finish();
-    let kind = report.kind;
+    report
+}
+
+/// One line per job with exactly the counts of its final report (logged
+/// once the run has settled everything, audit errors included).
+fn log_job(report: &JobReport) {
     tracing::info!(
-        run_id,
-        kind = kind.label(),
+        kind = report.kind.label(),
         outcome = report.outcome.label(),
-        dry_run = opts.dry_run,
+        dry_run = report.dry_run,
         scanned = report.scanned,
         drift = report.drift,
         fixed = report.fixed,
@@ -110,7 +135,6 @@ async fn settle(
         duration_ms = report.duration_ms,
         "job run finished"
     );
-    report
 }
 
 /// Runs that never finished the last time this instance ran (or anyone's,
@@ -163,6 +187,17 @@ async fn close_earlier_runs(ctx: &Context) {
 /// the run in `reconcile_run` unless dry.
 pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunReport {
     let run_id = uuid::Uuid::new_v4().to_string();
+    // Every line of the run carries its `run_id`.
+    let span = tracing::info_span!("run", run_id = run_id.as_str());
+    run_once_as(ctx, kinds, opts, run_id).instrument(span).await
+}
+
+async fn run_once_as(
+    ctx: &Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    run_id: String,
+) -> RunReport {
     let started = Instant::now();
     let trips_before = ctx.redis.round_trips();
     let instance = &ctx.settings.reconcile.instance;
@@ -194,6 +229,9 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
         started.elapsed().as_millis() as u64,
     );
     report.redis_round_trips = ctx.redis.round_trips() - trips_before;
+    for job in &report.jobs {
+        log_job(job);
+    }
     if !opts.dry_run && audit_ok {
         let summary = serde_json::to_string(&report).unwrap_or_default();
         if let Err(e) = ctx

@@ -59,14 +59,22 @@ pub struct JobReport {
     /// Showtimes whose work kept failing after retries: skipped for this run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<i64>,
-    #[serde(skip)]
+    /// Errors by stage (`mysql`, `redis`, `lock`, `audit`, `invalid_data`),
+    /// as counted in `seatflow_reconcile_errors_total`.
+    #[serde(
+        serialize_with = "serialize_stages",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub errors_by_stage: BTreeMap<Stage, u64>,
-    #[serde(skip)]
+    /// The first drift found (at most MAX_EXAMPLES), as in the text report.
+    #[serde(rename = "drift_examples", skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<String>,
-    #[serde(skip)]
+    /// The first error messages (at most MAX_EXAMPLES; secrets redacted).
+    #[serde(rename = "error_messages", skip_serializing_if = "Vec::is_empty")]
+    pub error_messages: Vec<String>,
     pub duration_ms: u64,
     /// Set when the job could not go on (its last error).
-    #[serde(skip)]
+    #[serde(rename = "stopped_by", skip_serializing_if = "Option::is_none")]
     pub fatal: Option<String>,
     /// Set when every chunk it scanned failed: nothing was checked.
     #[serde(skip)]
@@ -75,10 +83,26 @@ pub struct JobReport {
     /// estate: the rest continues in the next pass.
     #[serde(skip)]
     pub cut_short: bool,
+    /// How long each repaired drift had been seen before its repair, in
+    /// milliseconds (first sighting → repair): the
+    /// `seatflow_reconcile_drift_age_seconds` observations of this run. At
+    /// most one per repair, so bounded by `batch_size`.
+    #[serde(skip)]
+    pub drift_ages_ms: Vec<u64>,
+    /// The run wrote nothing (rule 5): shown by `seatflow_reconciler_dry_run`.
+    #[serde(skip)]
+    pub dry_run: bool,
 }
 
 fn serialize_kind<S: serde::Serializer>(k: &Kind, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(k.label())
+}
+
+fn serialize_stages<S: serde::Serializer>(
+    m: &BTreeMap<Stage, u64>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(m.iter().map(|(stage, n)| (stage.label(), n)))
 }
 
 impl JobReport {
@@ -98,16 +122,37 @@ impl JobReport {
             quarantined: Vec::new(),
             errors_by_stage: BTreeMap::new(),
             examples: Vec::new(),
+            error_messages: Vec::new(),
             duration_ms: 0,
             fatal: None,
             nothing_completed: false,
             cut_short: false,
+            drift_ages_ms: Vec::new(),
+            dry_run: false,
         }
     }
 
-    /// Counts an operational error under its stage.
+    /// Records how long one repaired drift had been seen before this repair
+    /// (first sighting → repair), in milliseconds.
+    pub fn observe_drift_age(&mut self, ms: u64) {
+        self.drift_ages_ms.push(ms);
+    }
+
+    /// Records a repair, applied now, of drift first seen at `first_seen_ms`
+    /// (Unix milliseconds: a suspect record's first sighting, or the scan
+    /// that found it for kinds without one). A clock step backwards counts 0.
+    pub fn observe_drift_since(&mut self, first_seen_ms: i64) {
+        let now = chrono::Utc::now().timestamp_millis();
+        self.observe_drift_age((now - first_seen_ms).max(0) as u64);
+    }
+
+    /// Counts an operational error under its stage and keeps its message
+    /// (the first MAX_EXAMPLES).
     pub fn error(&mut self, e: &Error) {
         self.error_at(e.stage());
+        if self.error_messages.len() < MAX_EXAMPLES {
+            self.error_messages.push(e.to_string());
+        }
     }
 
     pub fn error_at(&mut self, stage: Stage) {
@@ -264,6 +309,22 @@ impl RunReport {
                     j.quarantined
                 );
             }
+            if !j.errors_by_stage.is_empty() {
+                let stages: Vec<String> = j
+                    .errors_by_stage
+                    .iter()
+                    .map(|(stage, n)| format!("{} {n}", stage.label()))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "\n{} errors by stage: {}",
+                    j.kind.cli_name(),
+                    stages.join(", ")
+                );
+            }
+            for m in &j.error_messages {
+                let _ = writeln!(s, "  error: {m}");
+            }
             if let Some(f) = &j.fatal {
                 let _ = writeln!(s, "\n{} stopped: {f}", j.kind.cli_name());
             }
@@ -300,6 +361,61 @@ mod tests {
             assert!(job[key].is_u64(), "{key}");
         }
         assert_eq!(r.exit_code(), 0);
+        assert!(
+            job.get("drift_examples").is_none() && job.get("error_messages").is_none(),
+            "empty lists are left out: {job}"
+        );
+    }
+
+    #[test]
+    fn json_and_text_carry_the_same_errors_and_examples() {
+        let mut j = JobReport::new(Kind::PaidSeats);
+        j.drift = 1;
+        j.example(|| "showtime 7 seat A-2: redis 0, mysql PAID".into());
+        j.invalid();
+        j.fail(&Error::Protocol("redis went away".into()));
+        j.scanned = 1;
+        j.finish();
+        let r = RunReport::new("r2".into(), false, vec![j], 5);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        let job = &v["jobs"][0];
+        assert_eq!(
+            job["drift_examples"][0],
+            "showtime 7 seat A-2: redis 0, mysql PAID"
+        );
+        assert_eq!(job["errors"], 1);
+        assert_eq!(job["errors_by_stage"]["invalid_data"], 1);
+        let message = job["error_messages"][0].as_str().unwrap();
+        assert!(message.contains("redis went away"), "{job}");
+        assert!(
+            job["stopped_by"]
+                .as_str()
+                .unwrap()
+                .contains("redis went away")
+        );
+        let text = r.to_text();
+        for needle in ["showtime 7 seat A-2", "redis went away", "invalid_data 1"] {
+            assert!(
+                text.contains(needle),
+                "{needle} in the text report:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn drift_ages_count_from_the_first_sighting() {
+        let mut j = JobReport::new(Kind::OrphanLocks);
+        let now = chrono::Utc::now().timestamp_millis();
+        j.observe_drift_since(now - 150_000);
+        j.observe_drift_since(now + 60_000); // a clock ahead of ours
+        j.observe_drift_age(7);
+        assert_eq!(j.drift_ages_ms.len(), 3);
+        assert!(
+            (150_000..160_000).contains(&j.drift_ages_ms[0]),
+            "{:?}",
+            j.drift_ages_ms
+        );
+        assert_eq!(j.drift_ages_ms[1..], [0, 7]);
     }
 
     #[test]

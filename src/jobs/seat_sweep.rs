@@ -187,7 +187,8 @@ async fn run_with_reporter<'a>(
         Ok(cursor) => sweep.sweep(cursor).await,
         Err(e) => Err(e),
     } {
-        tracing::error!(kinds = ?kinds, error = %e, "seat sweep stopped");
+        let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
+        tracing::error!(kinds = %labels.join(","), error = %e, "seat sweep stopped");
         sweep.jobs.iter_mut().for_each(|j| j.report.fail(&e));
     }
     sweep.bad_data.summarise();
@@ -416,14 +417,14 @@ impl<'a> Sweep<'a, '_> {
         scan: &mut Scan,
     ) -> Result<Option<(Option<Keyset>, bool)>, Error> {
         let ctx = self.ctx;
-        // Paced, a page holds at most a second of reads, so that the
-        // deadline and the stop are looked at every second at least.
+        // Paced, a page holds at most a quarter of a second of reads, so
+        // that the deadline and the stop are looked at that often.
         let chunk = match &self.opts.pacer {
             Some(p) => ctx
                 .settings
                 .reconcile
                 .scan_chunk
-                .min((p.rate() as usize).max(p.batch())),
+                .min((p.rate() as usize / 4).max(p.batch())),
             None => ctx.settings.reconcile.scan_chunk,
         };
         let mut after = from;
@@ -485,6 +486,8 @@ impl<'a> Sweep<'a, '_> {
                 tokio::join!(self.chunk(fetched), next)
             };
             match done {
+                // An empty page (a segment's end) checked nothing.
+                Ok(()) if page_ids.is_empty() => {}
                 Ok(()) => scan.chunks_ok += 1,
                 Err(e) => {
                     // Quarantine the chunk for this run: counted, reported, skipped.
@@ -761,7 +764,8 @@ impl<'a> Sweep<'a, '_> {
         work.rebuilds.retain(|id| !acquired.busy.contains(id));
         work.seats.retain(|(id, _)| !acquired.busy.contains(id));
         if !work.rebuilds.is_empty() {
-            self.rebuild(std::mem::take(&mut work.rebuilds)).await?;
+            self.rebuild(std::mem::take(&mut work.rebuilds), now_ms)
+                .await?;
         }
         if work.seats.is_empty() {
             return Ok(());
@@ -785,6 +789,9 @@ impl<'a> Sweep<'a, '_> {
             .await?;
         let mut batches: Vec<SeatBatch> = Vec::new();
         let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
+        // When each seat's drift was first seen: its suspect record, else
+        // this scan (drift age, first sighting → repair).
+        let mut first_seen: HashMap<(ShowtimeId, SeatNo), i64> = HashMap::new();
         for (id, planned) in work {
             let mut keep = Vec::new();
             let mut ops = Vec::new();
@@ -816,6 +823,10 @@ impl<'a> Sweep<'a, '_> {
                         .encode(),
                     });
                 } else {
+                    first_seen.insert(
+                        (id, p.repair.seat.clone()),
+                        p.suspect_since_ms.unwrap_or(now_ms),
+                    );
                     keep.push(p.repair);
                 }
             }
@@ -863,6 +874,12 @@ impl<'a> Sweep<'a, '_> {
                         if ok {
                             let job = self.job(r.kind);
                             job.report.fixed += 1;
+                            job.report.observe_drift_since(
+                                first_seen
+                                    .get(&(id, r.seat.clone()))
+                                    .copied()
+                                    .unwrap_or(now_ms),
+                            );
                             job.audit
                                 .seat(id, &r.seat, None, r.observed, r.target)
                                 .await;
@@ -900,7 +917,7 @@ impl<'a> Sweep<'a, '_> {
     }
 
     /// Rebuilds missing hashes from the template and a fresh occupancy read.
-    async fn rebuild(&mut self, ids: Vec<ShowtimeId>) -> Result<(), Error> {
+    async fn rebuild(&mut self, ids: Vec<ShowtimeId>, seen_ms: i64) -> Result<(), Error> {
         let ctx = self.ctx;
         let fresh = ctx
             .retry("read occupancy", || ctx.mysql.occupancy(&ids))
@@ -950,6 +967,7 @@ impl<'a> Sweep<'a, '_> {
             match result {
                 Ok(Fenced::Done(true)) => {
                     job.report.fixed += 1;
+                    job.report.observe_drift_since(seen_ms);
                     job.audit
                         .push(FixRecord {
                             fix_id: uuid::Uuid::new_v4().simple().to_string(),

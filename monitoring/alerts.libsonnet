@@ -1,0 +1,221 @@
+// Alert rules. Conventions (monitoring-mixin): every alert is named
+// SeatflowReconciler*, has `severity` critical or warning, a `summary`, a
+// templated `description` and a `runbook_url` to its section of
+// deploy/prometheus/runbook.md.
+//
+// Labels: the binary exports `kind` (the job, snake_case), `stage`, `outcome`,
+// `shard`; Prometheus adds `job` and `instance`, prometheus-operator
+// `namespace`. Alerts aggregate over replicas `by (<groupLabels>, kind)`:
+// gauges with max (the replica running the pass has the current values, a
+// standby shows 0), counters with sum (each repair is made by exactly one
+// replica). Where a label does not exist (no
+// `namespace` outside Kubernetes) `by` simply ignores it.
+local u = import 'lib/util.libsonnet';
+
+{
+  local c = $._config,
+  local g = std.join(', ', c.groupLabels),
+  local where = u.where(c.groupLabels),
+  local runbook(name) = c.runbookURLPattern % std.asciiLower(name),
+  local alert(name, severity, expr, forDuration, summary, description) = {
+    alert: name,
+    expr: expr,
+    'for': forDuration,
+    labels: { severity: severity },
+    annotations: {
+      summary: summary,
+      description: description,
+      runbook_url: runbook(name),
+    },
+  },
+  local daemon = c.mode == 'daemon',
+
+  local notSucceeding(severity, seconds, forDuration, consequence) = alert(
+    'SeatflowReconcilerJobNotSucceeding',
+    severity,
+    |||
+      (
+        time() - max by (%(g)s, kind) (seatflow_reconcile_last_success_timestamp_seconds{%(sel)s})
+      ) > %(s)d
+      and on (%(g)s, kind)
+      sum by (%(g)s, kind) (seatflow_reconcile_runs_total{%(sel)s}) > 0
+    ||| % { g: g, sel: c.selector, s: seconds },
+    forDuration,
+    'A seatflow-reconciler job has not succeeded for %s.' % u.humanize(seconds + u.seconds(forDuration)),
+    'The {{ $labels.kind }} job (%s) last completed a successful run {{ $value | humanizeDuration }} ago (decades: never since the process started). %s' % [where, consequence],
+  ),
+
+  prometheusAlerts+:: {
+    groups+: [
+      {
+        name: 'seatflow-reconciler',
+        rules: (if daemon then [
+                  alert(
+                    'SeatflowReconcilerDown',
+                    'warning',
+                    'up{%s} == 0' % c.selector,
+                    c.downFor,
+                    'A seatflow-reconciler target is down.',
+                    'Prometheus has failed to scrape seatflow-reconciler at {{ $labels.instance }} (job {{ $labels.job }}) for %s: this replica detects and repairs no seat inventory drift.' % u.humanize(u.seconds(c.downFor)),
+                  ),
+                ] else []) + [
+          // No series at all: every other alert here is silent then.
+          alert(
+            'SeatflowReconcilerMetricsAbsent',
+            'critical',
+            if daemon
+            then 'absent_over_time(seatflow_reconciler_build_info{%s}[%s])' % [c.selector, c.absentWindow]
+            else 'absent_over_time(seatflow_reconcile_last_success_timestamp_seconds{%s}[%s])' % [c.selector, c.absentWindow],
+            c.absentFor,
+            'seatflow-reconciler reports no metrics at all.',
+            if daemon
+            then 'Prometheus has had no seatflow_reconciler_build_info series matching {%s} for %s: no reconciler is running or none is scraped (Deployment deleted or scaled to zero, a ServiceMonitor or PodMonitor that selects nothing). Nothing repairs seat drift and no other seatflow-reconciler alert can fire.' % [c.selector, u.humanize(u.seconds(c.absentWindow) + u.seconds(c.absentFor))]
+            else 'Prometheus has had no pushed seatflow_reconcile_last_success_timestamp_seconds series matching {%s} for %s: the CronJob never pushed, the Pushgateway lost its data, or Prometheus does not scrape the Pushgateway. Nothing shows whether seat drift is repaired.' % [c.selector, u.humanize(u.seconds(c.absentWindow) + u.seconds(c.absentFor))],
+          ),
+
+          // A job has not completed a successful run for too long. Guarded by
+          // "the job has run at all" (runs_total > 0, any outcome), so a job
+          // disabled in the configuration, whose last-success gauge stays 0,
+          // never alerts. A job that has never succeeded (gauge 0) makes the
+          // left side huge: then `for` alone decides. In CronJob mode this is
+          // the staleness of the pushed last-success time: a CronJob that
+          // stopped running leaves its last push in the Pushgateway.
+          notSucceeding('warning', c.jobNotSucceedingWarningSeconds, c.jobNotSucceedingWarningFor, 'Its drift is not being repaired.'),
+          notSucceeding('critical', c.jobNotSucceedingCriticalSeconds, c.jobNotSucceedingCriticalFor, 'Seats held by crashed or abandoned checkouts stay unsellable until it runs again.'),
+
+          // Repairs of one kind, summed over replicas, averaged over 10 minutes.
+          alert(
+            'SeatflowReconcilerRepairSpike',
+            'warning',
+            |||
+              sum by (%(g)s, kind) (rate(seatflow_reconcile_fixes_total{%(sel)s}[10m])) * 60
+              > %(t)s
+            ||| % { g: g, sel: c.selector, t: c.repairSpikePerMinute },
+            '5m',
+            'seatflow-reconciler is repairing unusually many {{ $labels.kind }} items.',
+            'The {{ $labels.kind }} job (%s) has been repairing {{ $value | printf "%%.1f" }} items per minute over the last 10 minutes, above the configured threshold. Something upstream (seatflow, its expiry messages, Redis) is creating drift.' % where,
+          ),
+
+          // Drift the job could act on (found minus suspects still in their
+          // grace period) reported by every scan of the window.
+          alert(
+            'SeatflowReconcilerDriftPersists',
+            'warning',
+            |||
+              max by (%(g)s, kind) (
+                min_over_time(seatflow_reconcile_drift{%(sel)s}[15m])
+                - max_over_time(seatflow_reconcile_deferred{%(sel)s}[15m])
+              ) > 0
+            ||| % { g: g, sel: c.selector },
+            c.driftPersistsFor,
+            'seatflow-reconciler finds the same {{ $labels.kind }} drift run after run.',
+            'Every {{ $labels.kind }} scan (%s) of the last 30 minutes found at least {{ $value }} drifted items beyond those waiting out the grace period: they are not being repaired (dry run, busy mutex, repairs failing, or a backlog).' % where,
+          ),
+
+          // How late drift is repaired: an SLO on first sighting → repair.
+          alert(
+            'SeatflowReconcilerDriftRepairedLate',
+            'warning',
+            |||
+              (
+                1 - (
+                  sum by (%(g)s, kind) (rate(seatflow_reconcile_drift_age_seconds_bucket{%(sel)s, le=~"%(le)s"}[%(w)s]))
+                  /
+                  sum by (%(g)s, kind) (rate(seatflow_reconcile_drift_age_seconds_count{%(sel)s}[%(w)s]))
+                )
+              ) > %(budget)s
+            ||| % {
+              g: g,
+              sel: c.selector,
+              le: u.leRegex(c.driftAgeObjectiveSeconds),
+              w: c.driftAgeWindow,
+              budget: u.round6(1 - c.driftAgeObjectiveRatio),
+            },
+            c.driftAgeFor,
+            'seatflow-reconciler repairs {{ $labels.kind }} drift too late.',
+            "Of the {{ $labels.kind }} repairs (%s) over the last %s, {{ $value | humanizePercentage }} fixed drift first seen more than %s before, above the objective's budget of %s: customers see wrong seats for longer than promised." % [where, c.driftAgeWindow, u.humanize(c.driftAgeObjectiveSeconds), u.percent(1 - c.driftAgeObjectiveRatio)],
+          ),
+
+          alert(
+            'SeatflowReconcilerErrors',
+            'warning',
+            |||
+              sum by (%(g)s, stage) (
+                rate(seatflow_reconcile_errors_total{%(sel)s, stage!="invalid_data"}[5m])
+              ) * 60 > 0
+            ||| % { g: g, sel: c.selector },
+            c.errorsFor,
+            'seatflow-reconciler keeps failing at the {{ $labels.stage }} stage.',
+            'seatflow-reconciler (%s) has been counting {{ $labels.stage }} errors (after retries) for %s, now {{ $value | printf "%%.2f" }} per minute. Runs end partial or failed, and affected showtimes are skipped.' % [where, u.humanize(u.seconds(c.errorsFor))],
+          ),
+
+          alert(
+            'SeatflowReconcilerInvalidData',
+            'warning',
+            |||
+              sum by (%(g)s, kind) (
+                rate(seatflow_reconcile_errors_total{%(sel)s, stage="invalid_data"}[15m])
+              ) > 0
+            ||| % { g: g, sel: c.selector },
+            c.invalidDataFor,
+            'seatflow-reconciler keeps finding invalid {{ $labels.kind }} data it cannot repair.',
+            'The {{ $labels.kind }} job (%s) has been reporting invalid data for %s. It leaves such data alone; the seats concerned may show the wrong state until a person fixes them.' % [where, u.humanize(u.seconds(c.invalidDataFor))],
+          ),
+
+          alert(
+            'SeatflowReconcilerBacklogGrowing',
+            'warning',
+            |||
+              max by (%(g)s, kind) (deriv(seatflow_reconcile_backlog{%(sel)s}[30m])) * 3600 > 0
+              and on (%(g)s, kind)
+              max by (%(g)s, kind) (seatflow_reconcile_backlog{%(sel)s}) > 0
+            ||| % { g: g, sel: c.selector },
+            c.backlogGrowingFor,
+            'The seatflow-reconciler {{ $labels.kind }} backlog keeps growing.',
+            'The {{ $labels.kind }} backlog (%s) has been growing for an hour, by {{ $value | printf "%%.0f" }} items per hour over the last 30 minutes: runs are limited by batch_size or scan_limit, or showtimes are skipped as busy.' % where,
+          ),
+
+          alert(
+            'SeatflowReconcilerStuckLease',
+            'warning',
+            |||
+              max by (%(g)s, kind) (seatflow_reconcile_stuck_leases{%(sel)s}) > 0
+            ||| % { g: g, sel: c.selector },
+            c.stuckLeaseFor,
+            'seatflow-reconciler {{ $labels.kind }} meets showtime mutexes that never expire.',
+            'The {{ $labels.kind }} job (%s) has been skipping {{ $value | printf "%%.0f" }} showtimes for %s because their mutex has no expiry and belongs to someone else. Their drift is not repaired until an operator looks.' % [where, u.humanize(u.seconds(c.stuckLeaseFor))],
+          ),
+        ] + (if daemon then [
+               // The daemon's shared seat pass, per shard: the newest pass by
+               // any process is too old. Guarded by "some process has been up
+               // for that long", so a rollout (every process new, gauges 0)
+               // does not page.
+               alert(
+                 'SeatflowReconcilerPassStalled',
+                 'critical',
+                 |||
+                   (
+                     time() - max by (%(g)s, shard) (seatflow_reconcile_pass_last_completed_timestamp_seconds{%(sel)s})
+                   ) > %(limit)d
+                   and on (%(g)s)
+                   max by (%(g)s) (time() - process_start_time_seconds{%(sel)s}) > %(limit)d
+                 ||| % { g: g, sel: c.selector, limit: c.passStalledIntervals * c.sweepIntervalSeconds },
+                 c.passStalledFor,
+                 'seatflow-reconciler shard {{ $labels.shard }} has no completed seat pass.',
+                 'No process of %s has completed a seat pass of shard {{ $labels.shard }} for {{ $value | humanizeDuration }} (more than %d sweep intervals of %s): seat drift in that shard is not being found or repaired.' % [where, c.passStalledIntervals, u.humanize(c.sweepIntervalSeconds)],
+               ),
+               alert(
+                 'SeatflowReconcilerPassOverrunning',
+                 'warning',
+                 |||
+                   sum by (%(g)s) (increase(seatflow_reconcile_pass_overruns_total{%(sel)s}[%(w)s])) > %(t)s
+                 ||| % { g: g, sel: c.selector, w: c.passOverrunWindow, t: c.passOverrunThreshold },
+                 c.passOverrunFor,
+                 'seatflow-reconciler seat passes do not finish within the sweep interval.',
+                 '{{ $value | printf "%%.0f" }} seat passes of %s did not finish before the next fire over the last %s: each hash is read less often than once per interval, so drift waits longer (pacing too slow, Redis or MySQL slow, or too many showtimes for the interval).' % [where, c.passOverrunWindow],
+               ),
+             ] else []),
+      },
+    ],
+  },
+}

@@ -1,0 +1,78 @@
+// The mixin's knobs. Override any of them from your own jsonnet:
+//
+//   (import 'seatflow-reconciler/mixin.libsonnet') + {
+//     _config+:: { selector: 'job="reconciler", cluster="prod"', repairSpikePerMinute: 50 },
+//   }
+//
+// Every rendered file in this repository (monitoring/render.jsonnet) uses
+// these defaults, with `mode: 'cronjob'` for the CronJob overlay's files.
+{
+  _config+:: {
+    // 'daemon' (`run`, scraped: Deployment or sidecar) or 'cronjob' (`once`,
+    // pushed to a Pushgateway). The CronJob flavour has no `up` to watch and no
+    // seat passes; its only health signal is the age of the pushed
+    // last-success times, and the absence of the pushed series.
+    mode: 'daemon',
+
+    // PromQL matchers (without braces) that select the reconciler's own series
+    // and its `up`. Pushed CronJob series carry job="seatflow-reconciler" (the
+    // Pushgateway grouping key, scraped with honor_labels: true).
+    selector: if self.mode == 'cronjob' then 'job="seatflow-reconciler"' else 'job=~".*seatflow-reconciler.*"',
+
+    // Labels that tell one reconciler deployment from another: alerts
+    // aggregate replicas `by` these (plus `kind`, `stage` or `shard`).
+    // prometheus-operator adds `namespace`; Prometheus adds `job`.
+    groupLabels: (if self.showMultiCluster then [self.clusterLabel] else []) + ['namespace', 'job'],
+    // Several clusters in one Prometheus/Thanos: set showMultiCluster: true and
+    // the dashboard gets a cluster variable and alerts keep the label.
+    clusterLabel: 'cluster',
+    showMultiCluster: false,
+
+    runbookURLPattern: 'https://github.com/seatflow/seatflow-reconciler/blob/main/deploy/prometheus/runbook.md#%s',
+
+    // ---------------------------------------------------------------- thresholds
+    // A scrape target down (daemon only).
+    downFor: '5m',
+    // No reconciler series at all (everything deleted, scaled to zero, a
+    // ServiceMonitor that selects nothing, a Pushgateway that lost its data).
+    absentFor: '10m',
+    absentWindow: '10m',
+    // A job without a successful run for this long (seconds), for `for`.
+    jobNotSucceedingWarningSeconds: 20 * 60,
+    jobNotSucceedingWarningFor: '10m',
+    jobNotSucceedingCriticalSeconds: 45 * 60,
+    jobNotSucceedingCriticalFor: '15m',
+    // Repairs of one kind per minute, averaged over 10 minutes.
+    repairSpikePerMinute: 10,
+    driftPersistsFor: '15m',
+    errorsFor: '15m',
+    invalidDataFor: '30m',
+    backlogGrowingFor: '30m',
+    stuckLeaseFor: '15m',
+    // Drift age SLO: at least driftAgeObjectiveRatio of the repairs of one
+    // kind fix drift younger than driftAgeObjectiveSeconds (first sighting →
+    // repair), over driftAgeWindow. driftAgeObjectiveSeconds must be a bucket
+    // boundary of seatflow_reconcile_drift_age_seconds (see src/metrics.rs).
+    driftAgeObjectiveSeconds: 300,
+    driftAgeObjectiveRatio: 0.99,
+    driftAgeWindow: '1h',
+    driftAgeFor: '15m',
+    // The daemon's seat sweep: one pass per shard every sweepIntervalSeconds
+    // (the seat jobs' schedule). A shard without a completed pass for
+    // passStalledIntervals intervals alerts.
+    sweepIntervalSeconds: 60,
+    passStalledIntervals: 2,
+    passStalledFor: '5m',
+    // Passes that did not finish before the next fire, within passOverrunWindow.
+    passOverrunThreshold: 3,
+    passOverrunWindow: '30m',
+    passOverrunFor: '15m',
+
+    // ---------------------------------------------------------------- dashboard
+    dashboardUid: if self.mode == 'cronjob' then 'seatflow-reconciler-cronjob' else 'seatflow-reconciler',
+    dashboardTitle: if self.mode == 'cronjob' then 'seatflow-reconciler (CronJob)' else 'seatflow-reconciler',
+    dashboardTags: ['seatflow', 'seatflow-reconciler'],
+    dashboardRefresh: '1m',
+    dashboardTimezone: 'utc',
+  },
+}
