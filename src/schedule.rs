@@ -30,15 +30,16 @@ pub fn check(raw: &str) -> Result<(), String> {
 
 /// The next time a schedule fires after now (UTC).
 pub fn next_fire(schedule: &str) -> Option<DateTime<Utc>> {
-    parse(schedule)
-        .ok()?
-        .find_next_occurrence(&Utc::now(), false)
-        .ok()
+    next_fire_after(schedule, Utc::now())
 }
 
-/// The first time a schedule fires strictly after `t`.
+/// The first time a schedule fires strictly after `t`, in whole seconds.
+/// Whole seconds make it the same slot in every process: the search keeps
+/// the start time's fraction of a second, which differs between replicas,
+/// and a pass record for 12:00:00.4 must count as done for 12:00:00.7.
 pub fn next_fire_after(schedule: &str, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    parse(schedule).ok()?.find_next_occurrence(&t, false).ok()
+    let at = parse(schedule).ok()?.find_next_occurrence(&t, false).ok()?;
+    DateTime::from_timestamp(at.timestamp(), 0)
 }
 
 #[cfg(test)]
@@ -58,5 +59,10 @@ mod tests {
             .to_utc();
         let next = next_fire_after("0 * * * * *", t).unwrap();
         assert_eq!(next.to_rfc3339(), "2026-12-03T10:01:00+00:00");
+        // Whatever fraction of a second the search starts from (croner
+        // keeps it: 10:01:00.437 without the truncation, a different slot
+        // in each replica, which let a standby run a pass already run).
+        let later = t + chrono::Duration::milliseconds(437);
+        assert_eq!(next_fire_after("0 * * * * *", later), Some(next));
     }
 }
