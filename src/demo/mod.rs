@@ -199,7 +199,7 @@ impl PrivateServices {
             );
         };
         let dir = TempDir::new("demo")?;
-        let redis = start_redis(dir.path(), redis_bin)?;
+        let redis = servers::start_redis(dir.path(), redis_bin)?;
         let mariadb = start_mariadb(dir.path(), mariadbd, install_db)?;
         Ok(PrivateServices {
             redis,
@@ -228,27 +228,6 @@ impl PrivateServices {
             self.dir.path().display()
         )
     }
-}
-
-fn start_redis(parent: &Path, program: std::path::PathBuf) -> anyhow::Result<PrivateServer> {
-    let mut redis = PrivateServer::new_in(parent, "redis", program)?;
-    let (port, dir) = (redis.port().to_string(), redis.dir().to_owned());
-    redis
-        .args([
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .ready(Ready::RedisPing, Duration::from_secs(20));
-    redis.start()?;
-    Ok(redis)
 }
 
 fn start_mariadb(

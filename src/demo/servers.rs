@@ -312,3 +312,26 @@ impl Drop for PrivateServer {
         self.stop();
     }
 }
+
+/// A started private `redis-server` under `parent`: a free port on
+/// 127.0.0.1, no persistence, its state in its own directory.
+pub fn start_redis(parent: &Path, program: PathBuf) -> anyhow::Result<PrivateServer> {
+    let mut redis = PrivateServer::new_in(parent, "redis", program)?;
+    let (port, dir) = (redis.port().to_string(), redis.dir().to_owned());
+    redis
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .ready(Ready::RedisPing, Duration::from_secs(20));
+    redis.start()?;
+    Ok(redis)
+}

@@ -28,7 +28,7 @@ use chrono::Utc;
 use tokio::signal::unix::{SignalKind, signal};
 
 use seatflow_reconciler::config::{Settings, redact_url};
-use seatflow_reconciler::demo::servers::{PrivateServer, Ready, TempDir, require_binary};
+use seatflow_reconciler::demo::servers::{PrivateServer, TempDir, require_binary};
 
 use crate::args::EstateArgs;
 use crate::bench::Bench;
@@ -336,23 +336,7 @@ async fn soak(
 
 /// A private `redis-server` in the soak's directory, without persistence.
 fn start_redis(rig: &mut Rig, program: PathBuf) -> Result<u16> {
-    let mut redis = PrivateServer::new_in(rig.dir.path(), "redis", program)?;
-    let (port, dir) = (redis.port().to_string(), redis.dir().to_owned());
-    redis
-        .args([
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .ready(Ready::RedisPing, Duration::from_secs(20));
-    redis.start()?;
+    let redis = seatflow_reconciler::demo::servers::start_redis(rig.dir.path(), program)?;
     let port = redis.port();
     rig.redis = Some(redis);
     Ok(port)
