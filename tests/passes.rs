@@ -143,13 +143,13 @@ async fn sigkill_of_the_active_replica_hands_the_pass_over() {
         stands_by(&replicas[0]).await || stands_by(&replicas[1]).await
     })
     .await;
-    let standby = if stands_by(&replicas[0]).await {
-        Some(0)
-    } else {
-        Some(1)
-    };
-    let standby = standby.unwrap();
-    let (active, standby) = (1 - standby, &replicas[standby]);
+    // The active one is who ran the last pass, as recorded in Redis (the
+    // roles may have changed since the stand-by above was seen).
+    let record: String = env
+        .redis(redis::cmd("GET").arg(format!("{}reconcile:pass-done:{{0-of-1}}", env.prefix)))
+        .await;
+    let active = if record.ends_with(" replica-a") { 0 } else { 1 };
+    let standby = &replicas[1 - active];
     let handovers = r#"seatflow_reconcile_pass_handovers_total{shard="0"}"#;
     let completed = r#"seatflow_reconcile_pass_last_completed_timestamp_seconds{shard="0"}"#;
     let before = standby.metrics().await;
