@@ -145,9 +145,14 @@ async fn sigkill_of_the_active_replica_hands_the_pass_over() {
     .await;
     // The active one is who ran the last pass, as recorded in Redis (the
     // roles may have changed since the stand-by above was seen).
-    let record: String = env
-        .redis(redis::cmd("GET").arg(format!("{}reconcile:pass-done:{{0-of-1}}", env.prefix)))
-        .await;
+    let key = format!("{}reconcile:pass-done:{{0-of-1}}", env.prefix);
+    wait_until("a pass is recorded", Duration::from_secs(30), || async {
+        env.redis::<Option<String>>(redis::cmd("GET").arg(&key))
+            .await
+            .is_some()
+    })
+    .await;
+    let record: String = env.redis(redis::cmd("GET").arg(&key)).await;
     let active = if record.ends_with(" replica-a") { 0 } else { 1 };
     let standby = &replicas[1 - active];
     let handovers = r#"seatflow_reconcile_pass_handovers_total{shard="0"}"#;
