@@ -1,6 +1,10 @@
 //! seatflow-reconciler: finds and repairs drift between seatflow's Redis
 //! seat hashes and its MySQL orders. See ARCHITECTURE.md for the map.
 
+// First: the `race_window!` macro it defines is used by the modules below.
+#[macro_use]
+pub mod race_window;
+
 pub mod config;
 pub mod context;
 pub mod daemon;

@@ -191,6 +191,7 @@ async fn cancel_locked(
         run_id: audit.run_id(),
         instance: &ctx.settings.reconcile.instance,
     };
+    race_window!(crate::race_window::EXPIRED_BEFORE_CANCEL);
     let cancelled = ctx
         .retry("cancel expired orders", || {
             ctx.mysql
@@ -243,6 +244,7 @@ async fn cancel_locked(
     if calls.is_empty() {
         return Ok(());
     }
+    race_window!(crate::race_window::EXPIRED_AFTER_CANCEL);
     let token = leases.token().to_string();
     let results = ctx
         .retry("release seats", || ctx.redis.repair_seats(&token, &calls))

@@ -779,6 +779,7 @@ impl<'a> Sweep<'a, '_> {
         now_ms: i64,
     ) -> Result<(), Error> {
         let ctx = self.ctx;
+        race_window!(crate::race_window::SEAT_BEFORE_RECHECK);
         // Safety rule 4: re-read exactly these seats right before writing.
         let seats: Vec<(ShowtimeId, SeatNo)> = work
             .iter()
@@ -861,6 +862,7 @@ impl<'a> Sweep<'a, '_> {
         if batches.is_empty() {
             return Ok(());
         }
+        race_window!(crate::race_window::SEAT_BEFORE_REPAIR);
         let token = self.leases.token().to_string();
         let results = ctx
             .retry("repair seats", || ctx.redis.repair_seats(&token, &batches))

@@ -1,0 +1,40 @@
+//! Race windows: the points between a decision and the write it leads to,
+//! where seatflow (or a second reconciler) can move under a run. Tests pause
+//! a run at one of them, make the application's move there and check that
+//! the guarding safety rule held (tests/races.rs).
+//!
+//! Each window is a failpoint of the `fail` crate, compiled in only with the
+//! `failpoints` feature, which only the test support crate turns on: in a
+//! release build `race_window!` expands to nothing.
+
+/// Seat jobs: the showtimes are scanned, planned and locked; next, the seats
+/// to repair are re-read in MySQL (rule 4's re-check).
+pub const SEAT_BEFORE_RECHECK: &str = "seat-sweep-before-recheck";
+
+/// Seat jobs: the re-check passed and the locks were renewed; next, the
+/// fenced compare-and-set script (rules 1, 2 and 13).
+pub const SEAT_BEFORE_REPAIR: &str = "seat-sweep-before-repair";
+
+/// expired-orders: the showtimes are locked; next, the conditional cancel
+/// in MySQL (rule 3).
+pub const EXPIRED_BEFORE_CANCEL: &str = "expired-orders-before-cancel";
+
+/// expired-orders: the cancel is committed; next, the seats' `"1"` → `"0"`
+/// in Redis, still under the showtimes' locks (rules 1 and 2).
+pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";
+
+/// Every window, for tests that check each one is reached.
+pub const ALL: [&str; 4] = [
+    SEAT_BEFORE_RECHECK,
+    SEAT_BEFORE_REPAIR,
+    EXPIRED_BEFORE_CANCEL,
+    EXPIRED_AFTER_CANCEL,
+];
+
+/// Marks a race window (one of the constants above).
+macro_rules! race_window {
+    ($name:expr) => {
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name);
+    };
+}

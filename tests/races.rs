@@ -1,0 +1,318 @@
+//! The race windows, made deterministic. A run is paused in one of the
+//! product's race windows (`seatflow_reconciler::race_window`, failpoints
+//! compiled in for tests), the application makes its move there (an order
+//! commits, a payment completes, a refund, a hold, a second reconciler runs)
+//! and the run goes on. Each test fails when the rule that guards its window
+//! is removed; the rule is named on each test.
+
+use seatflow_reconciler::error::Stage;
+use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::race_window::{
+    EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
+};
+use seatflow_test_support::races::{BackgroundRun, Races};
+use seatflow_test_support::{TestEnv, seed_expired};
+
+/// Showtime 5 of a 1×2 hall, warmed with `values` (the rest "0").
+async fn showtime_with(env: &TestEnv, values: &[(&str, &str)]) {
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(5, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(5, &seats, values).await.unwrap();
+}
+
+async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
+    env.fx.seat_value(showtime, seat).await.unwrap()
+}
+
+/// A run of `kinds` on its own thread and connections (a second process).
+fn background(env: &TestEnv, kinds: &[Kind]) -> BackgroundRun {
+    BackgroundRun::start((*env.ctx.settings).clone(), kinds)
+}
+
+/// seatflow's hold of one seat: `"0"` → `"1"` in one script, then the
+/// PENDING order. None when the seat was not free (the hold is refused).
+async fn hold(env: &TestEnv, showtime: i64, seat: &str) -> Option<i64> {
+    let held: i64 = env
+        .redis(
+            redis::cmd("EVAL")
+                .arg("if redis.call('HGET', KEYS[1], ARGV[1]) == '0' then redis.call('HSET', KEYS[1], ARGV[1], '1') return 1 end return 0")
+                .arg(1)
+                .arg(env.ctx.redis.keys.seat(showtime))
+                .arg(seat),
+        )
+        .await;
+    if held == 0 {
+        return None;
+    }
+    Some(
+        env.fx
+            .order(showtime, "PENDING", &[seat], 900)
+            .await
+            .unwrap(),
+    )
+}
+
+/// No customer harmed: every seat of a PENDING or PAID order still shows
+/// held or sold. A straight query, not the product's planner.
+async fn assert_every_valid_order_keeps_its_seats(env: &TestEnv) {
+    let rows: Vec<(i64, i64, String, String)> = sqlx::query_as(
+        "SELECT o.id, os.showtime_id, os.seat_no, o.status FROM order_seat os \
+         JOIN ticket_order o ON o.id = os.order_id \
+         WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID')",
+    )
+    .fetch_all(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    for (order, showtime, seat_no, status) in rows {
+        let value = seat(env, showtime, &seat_no).await;
+        let want = if status == "PAID" { "2" } else { "1" };
+        assert_eq!(
+            value.as_deref(),
+            Some(want),
+            "order {order} ({status}) lost seat {seat_no} of showtime {showtime}"
+        );
+    }
+}
+
+/// Rule 4's re-check. An orphan lock is scanned (no order; zero grace), and
+/// the customer's order commits before the write: the seat stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    showtime_with(&env, &[("A-1", "1")]).await;
+    let mut window = races.pause_once(SEAT_BEFORE_RECHECK);
+    let run = background(&env, &[Kind::OrphanLocks]);
+    window.reached().await;
+    env.fx.order(5, "PENDING", &["A-1"], 900).await.unwrap();
+    window.resume();
+    let report = run.finish().await;
+
+    let job = &report.jobs[0];
+    assert_eq!((job.drift, job.fixed), (1, 0), "{job:?}");
+    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("1"));
+    assert!(env.audit().await.is_empty());
+    assert_every_valid_order_keeps_its_seats(&env).await;
+}
+
+/// Rule 4's re-check, for the paid-seats job: a PAID order's seat shown free
+/// is scanned; the order is refunded before the write. The seat stays free
+/// rather than showing sold with no paid order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seat_refunded_after_the_scan_is_not_marked_sold() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    showtime_with(&env, &[]).await;
+    let order = env.fx.order(5, "PAID", &["A-1"], 900).await.unwrap();
+    let mut window = races.pause_once(SEAT_BEFORE_RECHECK);
+    let run = background(&env, &[Kind::PaidSeats]);
+    window.reached().await;
+    // seatflow's refund: PAID → REFUNDED and the occupancy ends, in one transaction.
+    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
+    sqlx::query("UPDATE ticket_order SET status = 'REFUNDED' WHERE id = ? AND status = 'PAID'")
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    window.resume();
+    let report = run.finish().await;
+
+    let job = &report.jobs[0];
+    assert_eq!((job.drift, job.fixed), (1, 0), "{job:?}");
+    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("0"));
+    assert!(env.audit().await.is_empty());
+}
+
+/// Rule 1: compare-and-set. The re-check passed; then the customer's order
+/// commits and is paid, and seatflow marks the seat sold, before the
+/// script runs. The script sees "2", not the "1" it was told, and leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_between_recheck_and_write_keeps_the_seat_sold() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    showtime_with(&env, &[("A-1", "1")]).await;
+    let mut window = races.pause_once(SEAT_BEFORE_REPAIR);
+    let run = background(&env, &[Kind::OrphanLocks]);
+    window.reached().await;
+    env.fx.order(5, "PAID", &["A-1"], 900).await.unwrap();
+    env.fx.warm(5, &[("A-1", "2")]).await.unwrap();
+    window.resume();
+    let report = run.finish().await;
+
+    let job = &report.jobs[0];
+    assert_eq!((job.drift, job.fixed, job.errors), (1, 0, 0), "{job:?}");
+    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("2"));
+    assert!(env.audit().await.is_empty());
+    assert_every_valid_order_keeps_its_seats(&env).await;
+}
+
+/// Rule 2: fencing. Between the re-check and the script the run's lock
+/// passes to another reconciler (it expired while the run was stalled, and
+/// the other one took it). The script checks the token and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_lock_passed_to_another_reconciler_writes_nothing() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    showtime_with(&env, &[("A-1", "1")]).await;
+    let mut window = races.pause_once(SEAT_BEFORE_REPAIR);
+    let run = background(&env, &[Kind::OrphanLocks]);
+    window.reached().await;
+    let lock = env.ctx.redis.keys.lease(5);
+    let _: () = env
+        .redis(
+            redis::cmd("SET")
+                .arg(&lock)
+                .arg("another-reconciler")
+                .arg("PX")
+                .arg(60_000),
+        )
+        .await;
+    window.resume();
+    let report = run.finish().await;
+
+    let job = &report.jobs[0];
+    assert_eq!(job.fixed, 0, "{job:?}");
+    assert_eq!(job.errors_by_stage.get(&Stage::Lock), Some(&1), "{job:?}");
+    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("1"));
+    assert!(env.audit().await.is_empty());
+    let holder: Option<String> = env.redis(redis::cmd("GET").arg(&lock)).await;
+    assert_eq!(
+        holder.as_deref(),
+        Some("another-reconciler"),
+        "the other reconciler's lock is left alone"
+    );
+}
+
+/// Rule 2: the per-showtime mutex. Run A holds the locks of three showtimes
+/// and is paused before its re-check; run B (another process's connections)
+/// runs from start to end inside that pause, on the same showtimes. B sees
+/// the same drift, skips every showtime as busy and writes nothing; A then
+/// repairs every seat, each audited once, all by A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reconcilers_overlap_on_the_same_showtimes_and_only_the_lock_holder_repairs() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 2, 5).await.unwrap();
+    let all_locked: Vec<(&str, &str)> = seats.iter().map(|s| (s.as_str(), "1")).collect();
+    for id in 1..=3 {
+        env.fx.showtime(id, 1, 10 * id, "ON_SALE").await.unwrap();
+        env.fx.warm(id, &all_locked).await.unwrap();
+    }
+    let mut window = races.pause_once(SEAT_BEFORE_RECHECK);
+    let a = background(&env, &[Kind::OrphanLocks]);
+    window.reached().await;
+    let locked: Vec<Option<String>> = env
+        .redis(
+            redis::cmd("MGET").arg(
+                (1..=3)
+                    .map(|id| env.ctx.redis.keys.lease(id))
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .await;
+    assert!(
+        locked.iter().all(Option::is_some),
+        "A holds all three showtimes' locks in its window: {locked:?}"
+    );
+
+    let b = env.job(Kind::OrphanLocks).await;
+    assert_eq!(
+        (b.drift, b.fixed, b.skipped_busy, b.backlog),
+        (30, 0, 3, 30),
+        "B saw the drift, skipped every showtime as busy, wrote nothing: {b:?}"
+    );
+    for id in 1..=3 {
+        for s in &seats {
+            assert_eq!(seat(&env, id, s).await.as_deref(), Some("1"));
+        }
+    }
+    assert!(env.audit().await.is_empty());
+
+    window.resume();
+    let a = a.finish().await;
+    assert_eq!((a.jobs[0].fixed, a.jobs[0].skipped_busy), (30, 0));
+    let per_seat: Vec<(i64, String, i64, String)> = sqlx::query_as(
+        "SELECT showtime_id, seat_no, COUNT(*), MIN(run_id) FROM reconcile_fix GROUP BY showtime_id, seat_no",
+    )
+    .fetch_all(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(per_seat.len(), 30);
+    assert!(
+        per_seat.iter().all(|r| r.2 == 1 && r.3 == a.run_id),
+        "each seat audited once, by A: {per_seat:?}"
+    );
+}
+
+/// Rule 3: the cancel is conditional. The expired order is scanned and its
+/// showtime locked; the customer pays before the cancel. The order stays
+/// PAID and its seat sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_before_the_cancel_keeps_the_order_paid() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let mut window = races.pause_once(EXPIRED_BEFORE_CANCEL);
+    let run = background(&env, &[Kind::ExpiredOrders]);
+    window.reached().await;
+    assert!(env.fx.pay(order).await.unwrap(), "seatflow's payment wins");
+    env.fx.warm(1, &[("A-1", "2")]).await.unwrap();
+    window.resume();
+    let report = run.finish().await;
+
+    let job = &report.jobs[0];
+    assert_eq!((job.drift, job.fixed, job.errors), (1, 0, 0), "{job:?}");
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "PAID");
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("2"));
+    assert!(env.audit().await.is_empty());
+    assert_every_valid_order_keeps_its_seats(&env).await;
+}
+
+/// Rule 2 across the cancel chain: the expired order is cancelled
+/// (committed), its seat still "1" in Redis. In that window a second
+/// reconciler runs the seat jobs (zero grace: the seat is an orphan lock now)
+/// and a new customer tries to hold the seat. The second reconciler skips the
+/// locked showtime, so the seat cannot be released and held by someone whose
+/// hold the cancel's own release would then wipe out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_releases_its_seats_before_anyone_else_touches_them() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let mut window = races.pause_once(EXPIRED_AFTER_CANCEL);
+    let run = background(&env, &[Kind::ExpiredOrders]);
+    window.reached().await;
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+
+    let other = env.once(&Kind::SEAT_JOBS).await;
+    let busy: u64 = other.jobs.iter().map(|j| j.skipped_busy).sum();
+    let fixed: u64 = other.jobs.iter().map(|j| j.fixed).sum();
+    assert_eq!((fixed, busy > 0), (0, true), "{other:?}");
+    let newcomer = hold(&env, 1, "A-1").await;
+    assert_eq!(
+        newcomer, None,
+        "the seat stays held until the cancel's release"
+    );
+    window.resume();
+    let report = run.finish().await;
+
+    assert_eq!(report.jobs[0].fixed, 1, "{report:?}");
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("0"));
+    assert_every_valid_order_keeps_its_seats(&env).await;
+    let releases: Vec<(String, Option<i64>)> =
+        sqlx::query_as("SELECT job, order_id FROM reconcile_fix WHERE seat_no = 'A-1'")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        releases,
+        vec![("expired_orders".to_string(), Some(order))],
+        "released once, by the cancel chain"
+    );
+}

@@ -1,0 +1,131 @@
+//! Pausing a run in one of the product's race windows
+//! (`seatflow_reconciler::race_window`) to make the application's move there.
+//!
+//! The run under test goes on a thread of its own, with its own runtime and
+//! connections: a paused window blocks that thread (the failpoint's callback
+//! is synchronous) while the test, on its own runtime, changes the stores and
+//! then lets the run go on. Nothing depends on timing: the run stops exactly
+//! in the window and waits there as long as the move takes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, mpsc};
+use std::time::Duration;
+
+use seatflow_reconciler::config::Settings;
+use seatflow_reconciler::context::Context;
+use seatflow_reconciler::jobs::report::RunReport;
+use seatflow_reconciler::jobs::{self, RunOptions};
+use seatflow_reconciler::model::Kind;
+
+/// Only a guard against a test that hangs; no test waits this long when it passes.
+const HANG_GUARD: Duration = Duration::from_secs(120);
+
+/// The failpoints of one test. Failpoints are global to the process, so
+/// `Races` also serialises the tests that use them (`fail::FailScenario`);
+/// dropping it removes every window it armed.
+pub struct Races {
+    _scenario: fail::FailScenario<'static>,
+}
+
+impl Races {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Races {
+        Races {
+            _scenario: fail::FailScenario::setup(),
+        }
+    }
+
+    /// Pauses the first run that reaches `window`; later arrivals pass
+    /// through (so a second reconciler that wrongly gets there too is not
+    /// stuck, and the test sees what it did instead).
+    pub fn pause_once(&self, window: &'static str) -> Window {
+        let (reached_tx, reached_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (resume_tx, resume_rx) = mpsc::channel::<()>();
+        let resume_rx = Mutex::new(resume_rx);
+        let armed = AtomicBool::new(true);
+        fail::cfg_callback(window, move || {
+            if armed.swap(false, Ordering::SeqCst) {
+                let _ = reached_tx.send(());
+                // Blocks the run's own thread until the test says go (or
+                // drops the window).
+                let _ = resume_rx.lock().unwrap().recv_timeout(HANG_GUARD);
+            }
+        })
+        .expect("failpoint");
+        Window {
+            name: window,
+            reached: reached_rx,
+            resume: Some(resume_tx),
+        }
+    }
+}
+
+/// One armed window.
+pub struct Window {
+    name: &'static str,
+    reached: tokio::sync::mpsc::UnboundedReceiver<()>,
+    resume: Option<mpsc::Sender<()>>,
+}
+
+impl Window {
+    /// Waits until a run is paused in the window.
+    pub async fn reached(&mut self) {
+        tokio::time::timeout(HANG_GUARD, self.reached.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no run reached the window {}", self.name))
+            .expect("window sender alive");
+    }
+
+    /// True if a run has reached the window by now (without waiting).
+    pub fn was_reached(&mut self) -> bool {
+        self.reached.try_recv().is_ok()
+    }
+
+    /// Lets the paused run go on.
+    pub fn resume(&mut self) {
+        if let Some(tx) = self.resume.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        self.resume();
+        fail::remove(self.name);
+    }
+}
+
+/// A run on a thread of its own: its own runtime and connections (as a
+/// second reconciler process has), so a window that blocks it blocks
+/// nothing of the test's.
+pub struct BackgroundRun {
+    report: tokio::sync::oneshot::Receiver<RunReport>,
+}
+
+impl BackgroundRun {
+    pub fn start(settings: Settings, kinds: &[Kind]) -> BackgroundRun {
+        let kinds = kinds.to_vec();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let ctx = Context::connect(settings).await.expect("connect");
+                let report = jobs::run_once(&ctx, &kinds, &RunOptions::default()).await;
+                let _ = tx.send(report);
+            });
+        });
+        BackgroundRun { report: rx }
+    }
+
+    /// The run's report, once it has finished.
+    pub async fn finish(self) -> RunReport {
+        tokio::time::timeout(HANG_GUARD, self.report)
+            .await
+            .expect("the background run finished")
+            .expect("the background run did not panic")
+    }
+}
