@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Mutation testing of the safety-critical code with cargo-mutants
+# (`cargo install --locked cargo-mutants`). Not part of CI: each mutant is a
+# rebuild and a test run, about a minute on 2 cores, so a full run takes
+# hours. Needs the same Redis and MariaDB as `cargo test`.
+#
+#   bash scripts/mutants.sh [GROUP...]     # groups: planner guards pass (default: all)
+#
+# Results land in mutants.out/<group>/ (caught.txt, missed.txt, timeout.txt,
+# unviable.txt and a log per mutant). Tests run with --no-fail-fast, so each
+# log names every test that caught its mutant.
+#
+# What is mutated, and by which tests:
+# - planner: all of src/plan.rs (the pure decisions), by the unit and
+#   property tests and the integration tests that run the planner end to end.
+# - guards: the repair path (the sweep's lock → re-check → script, the
+#   expired-orders cancel chain), the per-showtime lease, and the store
+#   functions that call the Lua scripts or make the conditional MySQL writes.
+# - pass: the daemon's pass lease (src/pass.rs and its Redis calls), by the
+#   real-daemon tests in tests/passes.rs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+run() { # group, then cargo-mutants filters, then -- and the cargo test targets
+  local group=$1; shift
+  echo "== mutants: $group =="
+  cargo mutants --in-place --baseline skip --profile mutants --no-shuffle \
+    --timeout 150 --build-timeout 600 --output "mutants.out/$group" "$@" \
+    --no-fail-fast || true # cargo-mutants exits non-zero when a mutant is missed
+  for outcome in caught missed timeout unviable; do
+    printf '%-9s %s\n' "$outcome" "$(wc -l < "mutants.out/$group/mutants.out/$outcome.txt")"
+  done
+}
+
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(planner guards pass)
+for group in "${groups[@]}"; do
+  case $group in
+    planner)
+      run planner --file src/plan.rs \
+        -- --lib --test planner_props --test safety --test races ;;
+    guards)
+      run guards \
+        --file src/store/redis.rs --file src/store/mysql.rs --file src/lease.rs \
+        --file src/jobs/seat_sweep.rs --file src/jobs/expired_orders.rs \
+        --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
+        --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history)\b' \
+        --re "Sweep<'a, '_>::(apply|repair_seats|rebuild)\b" \
+        --re '\b(cancel_chunk|cancel_locked)\b' \
+        --re 'RunLeases::(acquire|renew_due|release)\b' \
+        -- --lib --test races --test safety --test own_keys ;;
+    pass)
+      run pass --file src/pass.rs --file src/store/redis.rs \
+        --re 'src/pass\.rs' \
+        --re 'RedisStore::(claim_pass|renew_pass|release_pass|finish_pass)\b' \
+        -- --lib --test passes ;;
+    *) echo "unknown group $group (planner, guards, pass)" >&2; exit 2 ;;
+  esac
+done
