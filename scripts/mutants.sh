@@ -24,6 +24,7 @@ cd "$(dirname "$0")/.."
 run() { # group, then cargo-mutants filters, then -- and the cargo test targets
   local group=$1; shift
   echo "== mutants: $group =="
+  mkdir -p "mutants.out/$group"
   cargo mutants --in-place --baseline skip --profile mutants --no-shuffle \
     --timeout 150 --build-timeout 600 --output "mutants.out/$group" "$@" \
     --no-fail-fast || true # cargo-mutants exits non-zero when a mutant is missed
