@@ -10,7 +10,7 @@ use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
     EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
 };
-use seatflow_test_support::races::{BackgroundRun, Races};
+use seatflow_test_support::races::Races;
 use seatflow_test_support::{TestEnv, seed_expired};
 
 /// Showtime 5 of a 1×2 hall, warmed with `values` (the rest "0").
@@ -22,11 +22,6 @@ async fn showtime_with(env: &TestEnv, values: &[(&str, &str)]) {
 
 async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
     env.fx.seat_value(showtime, seat).await.unwrap()
-}
-
-/// A run of `kinds` on its own thread and connections (a second process).
-fn background(env: &TestEnv, kinds: &[Kind]) -> BackgroundRun {
-    BackgroundRun::start((*env.ctx.settings).clone(), kinds)
 }
 
 /// seatflow's hold of one seat: `"0"` → `"1"` in one script, then the
@@ -81,12 +76,16 @@ async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
     let races = Races::new();
     let env = TestEnv::new().await;
     showtime_with(&env, &[("A-1", "1")]).await;
-    let mut window = races.pause_once(SEAT_BEFORE_RECHECK);
-    let run = background(&env, &[Kind::OrphanLocks]);
-    window.reached().await;
-    env.fx.order(5, "PENDING", &["A-1"], 900).await.unwrap();
-    window.resume();
-    let report = run.finish().await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_RECHECK,
+            &[Kind::OrphanLocks],
+            async || {
+                env.fx.order(5, "PENDING", &["A-1"], 900).await.unwrap();
+            },
+        )
+        .await;
 
     let job = &report.jobs[0];
     assert_eq!((job.drift, job.fixed), (1, 0), "{job:?}");
@@ -104,24 +103,30 @@ async fn a_seat_refunded_after_the_scan_is_not_marked_sold() {
     let env = TestEnv::new().await;
     showtime_with(&env, &[]).await;
     let order = env.fx.order(5, "PAID", &["A-1"], 900).await.unwrap();
-    let mut window = races.pause_once(SEAT_BEFORE_RECHECK);
-    let run = background(&env, &[Kind::PaidSeats]);
-    window.reached().await;
-    // seatflow's refund: PAID → REFUNDED and the occupancy ends, in one transaction.
-    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
-    sqlx::query("UPDATE ticket_order SET status = 'REFUNDED' WHERE id = ? AND status = 'PAID'")
-        .bind(order)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
-        .bind(order)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    window.resume();
-    let report = run.finish().await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_RECHECK,
+            &[Kind::PaidSeats],
+            async || {
+                // seatflow's refund: PAID → REFUNDED and the occupancy ends, in one transaction.
+                let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
+                sqlx::query(
+                    "UPDATE ticket_order SET status = 'REFUNDED' WHERE id = ? AND status = 'PAID'",
+                )
+                .bind(order)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+                sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
+                    .bind(order)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+            },
+        )
+        .await;
 
     let job = &report.jobs[0];
     assert_eq!((job.drift, job.fixed), (1, 0), "{job:?}");
@@ -137,13 +142,17 @@ async fn a_payment_between_recheck_and_write_keeps_the_seat_sold() {
     let races = Races::new();
     let env = TestEnv::new().await;
     showtime_with(&env, &[("A-1", "1")]).await;
-    let mut window = races.pause_once(SEAT_BEFORE_REPAIR);
-    let run = background(&env, &[Kind::OrphanLocks]);
-    window.reached().await;
-    env.fx.order(5, "PAID", &["A-1"], 900).await.unwrap();
-    env.fx.warm(5, &[("A-1", "2")]).await.unwrap();
-    window.resume();
-    let report = run.finish().await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_REPAIR,
+            &[Kind::OrphanLocks],
+            async || {
+                env.fx.order(5, "PAID", &["A-1"], 900).await.unwrap();
+                env.fx.warm(5, &[("A-1", "2")]).await.unwrap();
+            },
+        )
+        .await;
 
     let job = &report.jobs[0];
     assert_eq!((job.drift, job.fixed, job.errors), (1, 0, 0), "{job:?}");
@@ -160,21 +169,25 @@ async fn a_run_whose_lock_passed_to_another_reconciler_writes_nothing() {
     let races = Races::new();
     let env = TestEnv::new().await;
     showtime_with(&env, &[("A-1", "1")]).await;
-    let mut window = races.pause_once(SEAT_BEFORE_REPAIR);
-    let run = background(&env, &[Kind::OrphanLocks]);
-    window.reached().await;
     let lock = env.ctx.redis.keys.lease(5);
-    let _: () = env
-        .redis(
-            redis::cmd("SET")
-                .arg(&lock)
-                .arg("another-reconciler")
-                .arg("PX")
-                .arg(60_000),
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_REPAIR,
+            &[Kind::OrphanLocks],
+            async || {
+                let _: () = env
+                    .redis(
+                        redis::cmd("SET")
+                            .arg(&lock)
+                            .arg("another-reconciler")
+                            .arg("PX")
+                            .arg(60_000),
+                    )
+                    .await;
+            },
         )
         .await;
-    window.resume();
-    let report = run.finish().await;
 
     let job = &report.jobs[0];
     assert_eq!(job.fixed, 0, "{job:?}");
@@ -204,38 +217,41 @@ async fn two_reconcilers_overlap_on_the_same_showtimes_and_only_the_lock_holder_
         env.fx.showtime(id, 1, 10 * id, "ON_SALE").await.unwrap();
         env.fx.warm(id, &all_locked).await.unwrap();
     }
-    let mut window = races.pause_once(SEAT_BEFORE_RECHECK);
-    let a = background(&env, &[Kind::OrphanLocks]);
-    window.reached().await;
-    let locked: Vec<Option<String>> = env
-        .redis(
-            redis::cmd("MGET").arg(
-                (1..=3)
-                    .map(|id| env.ctx.redis.keys.lease(id))
-                    .collect::<Vec<_>>(),
-            ),
+    let a = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_RECHECK,
+            &[Kind::OrphanLocks],
+            async || {
+                let locked: Vec<Option<String>> = env
+                    .redis(
+                        redis::cmd("MGET").arg(
+                            (1..=3)
+                                .map(|id| env.ctx.redis.keys.lease(id))
+                                .collect::<Vec<_>>(),
+                        ),
+                    )
+                    .await;
+                assert!(
+                    locked.iter().all(Option::is_some),
+                    "A holds all three showtimes' locks in its window: {locked:?}"
+                );
+
+                let b = env.job(Kind::OrphanLocks).await;
+                assert_eq!(
+                    (b.drift, b.fixed, b.skipped_busy, b.backlog),
+                    (30, 0, 3, 30),
+                    "B saw the drift, skipped every showtime as busy, wrote nothing: {b:?}"
+                );
+                for id in 1..=3 {
+                    for s in &seats {
+                        assert_eq!(seat(&env, id, s).await.as_deref(), Some("1"));
+                    }
+                }
+                assert!(env.audit().await.is_empty());
+            },
         )
         .await;
-    assert!(
-        locked.iter().all(Option::is_some),
-        "A holds all three showtimes' locks in its window: {locked:?}"
-    );
-
-    let b = env.job(Kind::OrphanLocks).await;
-    assert_eq!(
-        (b.drift, b.fixed, b.skipped_busy, b.backlog),
-        (30, 0, 3, 30),
-        "B saw the drift, skipped every showtime as busy, wrote nothing: {b:?}"
-    );
-    for id in 1..=3 {
-        for s in &seats {
-            assert_eq!(seat(&env, id, s).await.as_deref(), Some("1"));
-        }
-    }
-    assert!(env.audit().await.is_empty());
-
-    window.resume();
-    let a = a.finish().await;
     assert_eq!((a.jobs[0].fixed, a.jobs[0].skipped_busy), (30, 0));
     let per_seat: Vec<(i64, String, i64, String)> = sqlx::query_as(
         "SELECT showtime_id, seat_no, COUNT(*), MIN(run_id) FROM reconcile_fix GROUP BY showtime_id, seat_no",
@@ -258,13 +274,17 @@ async fn a_payment_before_the_cancel_keeps_the_order_paid() {
     let races = Races::new();
     let env = TestEnv::new().await;
     let order = seed_expired(&env).await;
-    let mut window = races.pause_once(EXPIRED_BEFORE_CANCEL);
-    let run = background(&env, &[Kind::ExpiredOrders]);
-    window.reached().await;
-    assert!(env.fx.pay(order).await.unwrap(), "seatflow's payment wins");
-    env.fx.warm(1, &[("A-1", "2")]).await.unwrap();
-    window.resume();
-    let report = run.finish().await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_BEFORE_CANCEL,
+            &[Kind::ExpiredOrders],
+            async || {
+                assert!(env.fx.pay(order).await.unwrap(), "seatflow's payment wins");
+                env.fx.warm(1, &[("A-1", "2")]).await.unwrap();
+            },
+        )
+        .await;
 
     let job = &report.jobs[0];
     assert_eq!((job.drift, job.fixed, job.errors), (1, 0, 0), "{job:?}");
@@ -285,22 +305,26 @@ async fn a_cancel_releases_its_seats_before_anyone_else_touches_them() {
     let races = Races::new();
     let env = TestEnv::new().await;
     let order = seed_expired(&env).await;
-    let mut window = races.pause_once(EXPIRED_AFTER_CANCEL);
-    let run = background(&env, &[Kind::ExpiredOrders]);
-    window.reached().await;
-    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_AFTER_CANCEL,
+            &[Kind::ExpiredOrders],
+            async || {
+                assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
 
-    let other = env.once(&Kind::SEAT_JOBS).await;
-    let busy: u64 = other.jobs.iter().map(|j| j.skipped_busy).sum();
-    let fixed: u64 = other.jobs.iter().map(|j| j.fixed).sum();
-    assert_eq!((fixed, busy > 0), (0, true), "{other:?}");
-    let newcomer = hold(&env, 1, "A-1").await;
-    assert_eq!(
-        newcomer, None,
-        "the seat stays held until the cancel's release"
-    );
-    window.resume();
-    let report = run.finish().await;
+                let other = env.once(&Kind::SEAT_JOBS).await;
+                let busy: u64 = other.jobs.iter().map(|j| j.skipped_busy).sum();
+                let fixed: u64 = other.jobs.iter().map(|j| j.fixed).sum();
+                assert_eq!((fixed, busy > 0), (0, true), "{other:?}");
+                let newcomer = hold(&env, 1, "A-1").await;
+                assert_eq!(
+                    newcomer, None,
+                    "the seat stays held until the cancel's release"
+                );
+            },
+        )
+        .await;
 
     assert_eq!(report.jobs[0].fixed, 1, "{report:?}");
     assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("0"));

@@ -35,6 +35,24 @@ impl Races {
         }
     }
 
+    /// Runs `kinds` in the background (`BackgroundRun`), pauses the run in
+    /// `window`, makes `the_move` there, lets the run go on and returns its
+    /// report.
+    pub async fn run_with_move(
+        &self,
+        settings: &Settings,
+        window: &'static str,
+        kinds: &[Kind],
+        the_move: impl AsyncFnOnce(),
+    ) -> RunReport {
+        let mut paused = self.pause_once(window);
+        let run = BackgroundRun::start(settings.clone(), kinds);
+        paused.reached().await;
+        the_move().await;
+        paused.resume();
+        run.finish().await
+    }
+
     /// Pauses the first run that reaches `window`; later arrivals pass
     /// through (so a second reconciler that wrongly gets there too is not
     /// stuck, and the test sees what it did instead).
