@@ -6,6 +6,7 @@
 //! is removed; the rule is named on each test.
 
 use seatflow_reconciler::error::Stage;
+use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
     EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
@@ -22,6 +23,21 @@ async fn showtime_with(env: &TestEnv, values: &[(&str, &str)]) {
 
 async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
     env.fx.seat_value(showtime, seat).await.unwrap()
+}
+
+/// The run saw the one drifted item and left it alone: no repair, no error,
+/// `seat` of `showtime` still shows `value`, no audit row.
+async fn assert_left_alone(
+    env: &TestEnv,
+    report: &RunReport,
+    showtime: i64,
+    seat_no: &str,
+    value: &str,
+) {
+    let job = &report.jobs[0];
+    assert_eq!((job.drift, job.fixed, job.errors), (1, 0, 0), "{job:?}");
+    assert_eq!(seat(env, showtime, seat_no).await.as_deref(), Some(value));
+    assert!(env.audit().await.is_empty());
 }
 
 /// seatflow's hold of one seat: `"0"` → `"1"` in one script, then the
@@ -87,10 +103,7 @@ async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
         )
         .await;
 
-    let job = &report.jobs[0];
-    assert_eq!((job.drift, job.fixed), (1, 0), "{job:?}");
-    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("1"));
-    assert!(env.audit().await.is_empty());
+    assert_left_alone(&env, &report, 5, "A-1", "1").await;
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
@@ -128,10 +141,7 @@ async fn a_seat_refunded_after_the_scan_is_not_marked_sold() {
         )
         .await;
 
-    let job = &report.jobs[0];
-    assert_eq!((job.drift, job.fixed), (1, 0), "{job:?}");
-    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("0"));
-    assert!(env.audit().await.is_empty());
+    assert_left_alone(&env, &report, 5, "A-1", "0").await;
 }
 
 /// Rule 1: compare-and-set. The re-check passed; then the customer's order
@@ -154,10 +164,7 @@ async fn a_payment_between_recheck_and_write_keeps_the_seat_sold() {
         )
         .await;
 
-    let job = &report.jobs[0];
-    assert_eq!((job.drift, job.fixed, job.errors), (1, 0, 0), "{job:?}");
-    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("2"));
-    assert!(env.audit().await.is_empty());
+    assert_left_alone(&env, &report, 5, "A-1", "2").await;
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
@@ -286,11 +293,8 @@ async fn a_payment_before_the_cancel_keeps_the_order_paid() {
         )
         .await;
 
-    let job = &report.jobs[0];
-    assert_eq!((job.drift, job.fixed, job.errors), (1, 0, 0), "{job:?}");
+    assert_left_alone(&env, &report, 1, "A-1", "2").await;
     assert_eq!(env.fx.order_status(order).await.unwrap(), "PAID");
-    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("2"));
-    assert!(env.audit().await.is_empty());
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
