@@ -4,7 +4,7 @@
 # rebuild and a test run, about a minute on 2 cores, so a full run takes
 # hours. Needs the same Redis and MariaDB as `cargo test`.
 #
-#   bash scripts/mutants.sh [GROUP...]     # groups: planner guards pass (default: all)
+#   bash scripts/mutants.sh [GROUP...]   # planner repair-path store-scripts pass (default: all)
 #
 # Results land in mutants.out/<group>/ (caught.txt, missed.txt, timeout.txt,
 # unviable.txt and a log per mutant). Tests run with --no-fail-fast, so each
@@ -13,9 +13,10 @@
 # What is mutated, and by which tests:
 # - planner: all of src/plan.rs (the pure decisions), by the unit and
 #   property tests and the integration tests that run the planner end to end.
-# - guards: the repair path (the sweep's lock → re-check → script, the
-#   expired-orders cancel chain), the per-showtime lease, and the store
-#   functions that call the Lua scripts or make the conditional MySQL writes.
+# - repair-path: the sweep's lock → re-check → script, the expired-orders
+#   cancel chain, the per-showtime lease, the conditional MySQL writes.
+# - store-scripts: the store functions that call the Lua scripts (repairs,
+#   rebuilds, suspects, leases) and decode their replies.
 # - pass: the daemon's pass lease (src/pass.rs and its Redis calls), by the
 #   real-daemon tests in tests/passes.rs.
 set -euo pipefail
@@ -34,27 +35,30 @@ run() { # group, then cargo-mutants filters, then -- and the cargo test targets
 }
 
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(planner guards pass)
+[ ${#groups[@]} -gt 0 ] || groups=(planner repair-path store-scripts pass)
 for group in "${groups[@]}"; do
   case $group in
     planner)
       run planner --file src/plan.rs \
         -- --lib --test planner_props --test safety --test races ;;
-    guards)
-      run guards \
-        --file src/store/redis.rs --file src/store/mysql.rs --file src/lease.rs \
+    repair-path)
+      run repair-path \
         --file src/jobs/seat_sweep.rs --file src/jobs/expired_orders.rs \
-        --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
-        --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history)\b' \
+        --file src/lease.rs --file src/store/mysql.rs \
         --re "Sweep<'a, '_>::(apply|repair_seats|rebuild)\b" \
         --re '\b(cancel_chunk|cancel_locked)\b' \
         --re 'RunLeases::(acquire|renew_due|release)\b' \
-        -- --lib --test races --test safety --test own_keys ;;
+        --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history)\b' \
+        -- --test races --test safety --test own_keys ;;
+    store-scripts)
+      run store-scripts --file src/store/redis.rs \
+        --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
+        -- --test races --test safety --test own_keys ;;
     pass)
       run pass --file src/pass.rs --file src/store/redis.rs \
         --re 'src/pass\.rs' \
         --re 'RedisStore::(claim_pass|renew_pass|release_pass|finish_pass)\b' \
         -- --lib --test passes ;;
-    *) echo "unknown group $group (planner, guards, pass)" >&2; exit 2 ;;
+    *) echo "unknown group $group (planner, repair-path, store-scripts, pass)" >&2; exit 2 ;;
   esac
 done
