@@ -22,13 +22,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-run() { # group, then cargo-mutants filters, then -- and the cargo test targets
+run() { # group, then cargo-mutants filters and --cargo-arg=<test target>s
   local group=$1; shift
   echo "== mutants: $group =="
   mkdir -p "mutants.out/$group"
+  # Test targets go in --cargo-arg, so each mutant builds only those.
   cargo mutants --in-place --baseline skip --profile mutants --no-shuffle \
     --timeout 150 --build-timeout 600 --output "mutants.out/$group" "$@" \
-    --no-fail-fast || true # cargo-mutants exits non-zero when a mutant is missed
+    --cargo-test-arg=--no-fail-fast || true # non-zero when a mutant is missed
   for outcome in caught missed timeout unviable; do
     printf '%-9s %s\n' "$outcome" "$(wc -l < "mutants.out/$group/mutants.out/$outcome.txt")"
   done
@@ -40,7 +41,7 @@ for group in "${groups[@]}"; do
   case $group in
     planner)
       run planner --file src/plan.rs \
-        -- --lib --test planner_props --test safety --test races ;;
+        --cargo-arg=--lib --cargo-arg=--test=planner_props --cargo-arg=--test=safety --cargo-arg=--test=races ;;
     repair-path)
       run repair-path \
         --file src/jobs/seat_sweep.rs --file src/jobs/expired_orders.rs \
@@ -49,16 +50,16 @@ for group in "${groups[@]}"; do
         --re '\b(cancel_chunk|cancel_locked)\b' \
         --re 'RunLeases::(acquire|renew_due|release)\b' \
         --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history)\b' \
-        -- --test races --test safety --test own_keys ;;
+        --cargo-arg=--test=races --cargo-arg=--test=safety --cargo-arg=--test=own_keys ;;
     store-scripts)
       run store-scripts --file src/store/redis.rs \
         --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
-        -- --test races --test safety --test own_keys ;;
+        --cargo-arg=--test=races --cargo-arg=--test=safety --cargo-arg=--test=own_keys ;;
     pass)
       run pass --file src/pass.rs --file src/store/redis.rs \
         --re 'src/pass\.rs' \
         --re 'RedisStore::(claim_pass|renew_pass|release_pass|finish_pass)\b' \
-        -- --lib --test passes ;;
+        --cargo-arg=--lib --cargo-arg=--test=passes ;;
     *) echo "unknown group $group (planner, repair-path, store-scripts, pass)" >&2; exit 2 ;;
   esac
 done
