@@ -423,6 +423,36 @@ mod tests {
         pairs.iter().copied().collect()
     }
 
+    /// Log lines name the seat and quote the value, and cut store data to
+    /// 40 characters plus its size: a 1 MB junk value costs a few dozen bytes.
+    #[test]
+    fn anomaly_lines_name_the_seat_and_cut_long_store_data() {
+        let short = Anomaly::InvalidValue {
+            seat: "A-1".into(),
+            raw: "9".into(),
+        };
+        assert_eq!(short.describe(), r#"seat A-1 has invalid value "9""#);
+        let exactly_40 = "x".repeat(40);
+        let long = Anomaly::InvalidValue {
+            seat: exactly_40.clone(),
+            raw: "y".repeat(1000),
+        };
+        assert_eq!(
+            long.describe(),
+            format!(
+                "seat {exactly_40} has invalid value {:?}… (1000 bytes)",
+                "y".repeat(40)
+            )
+        );
+        let long_seat = Anomaly::UnknownField {
+            seat: "z".repeat(41),
+        };
+        assert_eq!(
+            long_seat.describe(),
+            format!("field {}… (41 bytes) is not a template seat", "z".repeat(40))
+        );
+    }
+
     fn hash(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
             .iter()
