@@ -46,8 +46,15 @@ impl Races {
         the_move: impl AsyncFnOnce(),
     ) -> RunReport {
         let mut paused = self.pause_once(window);
-        let run = BackgroundRun::start(settings.clone(), kinds);
-        paused.reached().await;
+        let mut run = BackgroundRun::start(settings.clone(), kinds);
+        tokio::select! {
+            () = paused.reached() => {}
+            // A run that never gets to the window fails the test at once,
+            // with its report, rather than at the hang guard.
+            report = &mut run.report => panic!(
+                "the run ended without reaching the window {window}: {report:?}"
+            ),
+        }
         the_move().await;
         paused.resume();
         run.finish().await
