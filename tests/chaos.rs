@@ -9,7 +9,8 @@
 //! their own seats in Redis's order of events; see `simulator.rs`). After
 //! it, the stores converge to the contract's expected state, judged by an
 //! oracle written here from the contract alone; the audit accounts for
-//! every repair exactly; and both kinds of connection were really killed.
+//! every repair exactly, although MariaDB refused it for a while; and both
+//! kinds of connection were really killed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::BufRead;
@@ -216,6 +217,9 @@ struct Live {
     /// reconcilers' `seatflow_reconcile_deferred`).
     deferred: BTreeMap<&'static str, f64>,
     observations: u64,
+    /// Audit writes that failed so far (both reconcilers'
+    /// `seatflow_reconcile_errors_total{stage="audit"}`), live or not.
+    audit_errors: f64,
 }
 
 const ORPHAN_KINDS: [&str; 2] = ["orphan_locks", "sold_orphans"];
@@ -228,8 +232,9 @@ impl Live {
         )
         .fetch_all(env.ctx.mysql.pool())
         .await
-        .unwrap();
+        .unwrap_or_default(); // none while the audit table is away
         let mut deferred = BTreeMap::new();
+        let mut audit_errors = 0.0;
         for d in daemons {
             // A daemon whose connections are being killed still answers
             // HTTP; a refused scrape is simply not an observation.
@@ -240,7 +245,14 @@ impl Live {
                 *deferred.entry(k).or_insert(0.0) +=
                     sample(&m, &format!(r#"seatflow_reconcile_deferred{{kind="{k}"}}"#));
             }
+            for k in KINDS {
+                audit_errors += sample(
+                    &m,
+                    &format!(r#"seatflow_reconcile_errors_total{{kind="{k}",stage="audit"}}"#),
+                );
+            }
         }
+        self.audit_errors = audit_errors;
         if sim.holds_in_flight() == 0 {
             return;
         }
@@ -262,6 +274,18 @@ impl Live {
                 && self.deferred.get(k).copied().unwrap_or(0.0) > 0.0
         })
     }
+}
+
+/// MariaDB refusing the audit for a while: `reconcile_fix` renamed away and
+/// back. Repairs go on; their rows are kept in Redis and written later (or,
+/// for a cancel, the cancel waits, its row being in its transaction).
+async fn move_audit_table(env: &TestEnv, from: &str, to: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "SET SESSION lock_wait_timeout = 30; RENAME TABLE `{from}` TO `{to}`"
+    )))
+    .execute(env.ctx.mysql.pool())
+    .await
+    .unwrap();
 }
 
 /// The contract's expected state, computed here from the contract's tables
@@ -429,13 +453,16 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     let started = Instant::now();
     let mut live = Live::default();
     let mut hash_lost = false;
+    // The audit table goes away a quarter into the traffic and comes back
+    // once audit writes have been seen failing (an event, not a duration).
+    let (mut audit_away, mut audit_back) = (false, false);
     // Enough of everything for the run to mean something: judged by what
     // happened, however long a slow machine takes for it.
     let enough = |live: &Live| {
         let (flows, crashes) = sim.flows_so_far();
         live.complete() && flows > 200 && crashes > 20 && kills.of_each_store()
     };
-    while started.elapsed() < TRAFFIC || !enough(&live) {
+    while started.elapsed() < TRAFFIC || !enough(&live) || !audit_back {
         if started.elapsed() > HANG_GUARD {
             break; // judged below, with what was seen
         }
@@ -444,7 +471,18 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
             sim.lose_hash(LOST_SHOWTIME).await.unwrap();
             hash_lost = true;
         }
+        if !audit_away && started.elapsed() >= TRAFFIC / 4 {
+            move_audit_table(&env, "reconcile_fix", "reconcile_fix_away").await;
+            audit_away = true;
+        }
         live.observe(&env, &daemons, &sim).await;
+        if audit_away && !audit_back && live.audit_errors > 0.0 {
+            move_audit_table(&env, "reconcile_fix_away", "reconcile_fix").await;
+            audit_back = true;
+        }
+    }
+    if audit_away && !audit_back {
+        move_audit_table(&env, "reconcile_fix_away", "reconcile_fix").await;
     }
     stop.cancel();
     let log = traffic.await.unwrap();
@@ -680,6 +718,10 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     assert!(
         live.complete(),
         "orphans released and suspects deferred while customers held seats: {report}"
+    );
+    assert!(
+        !failed.is_empty(),
+        "no audit write failed while the audit table was away: {report}"
     );
     for k in KINDS {
         assert!(
