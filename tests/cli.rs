@@ -1,6 +1,7 @@
 //! The real binary: exit codes, JSON output, config errors, secrets (the demo: tests/demo.rs).
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use seatflow_test_support::TestEnv;
 
@@ -168,20 +169,51 @@ async fn migrate_creates_the_tables() {
     seatflow_test_support::cleanup(db, url, "sf-none:".into());
 }
 
-/// Runs `once --job expired-orders` while a row lock makes it take ~1.5 s,
-/// through `wrap` (e.g. a pseudo-terminal); returns stdout and stderr.
+/// Runs `once --job expired-orders` while a row lock makes it slow, through
+/// `wrap` (e.g. a pseudo-terminal); returns stdout and stderr.
+///
+/// "Slow" is an event, not a sleep: the lock is held until the run's cancel
+/// has waited on it for a second or more by the server's account (its
+/// statement's age). The job started before that statement did, so once the
+/// cancel gets the lock the job has run longer than the half second after
+/// which it shows progress, however slow the machine. (Progress is drawn
+/// after a chunk is done, so the lock has to go before the line can appear;
+/// the run's whole output is read when it ends.)
 async fn slow_expired_run(env: &TestEnv, wrap: fn(Command) -> Command) -> (String, String) {
     let order = seatflow_test_support::seed_expired(env).await;
     let tx = seatflow_test_support::hold_order_lock(env, order).await;
     let mut cmd = against(env);
     cmd.args(["once", "--job", "expired-orders"]);
     let child = tokio::task::spawn_blocking(move || run(&mut wrap(cmd)));
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // A hang guard only: the run waits on our lock until we let it go.
+    seatflow_test_support::servers::wait_until(
+        "the run's cancel has waited on the order's row lock for a second",
+        Duration::from_secs(120),
+        || lock_waited(env),
+    )
+    .await;
     tx.rollback().await.unwrap();
-    let (code, out, err) = child.await.unwrap();
+    let (code, out, err) = tokio::time::timeout(Duration::from_secs(120), child)
+        .await
+        .expect("the run ends once the lock is released")
+        .unwrap();
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
     (out, err)
+}
+
+/// A session of the test's database is waiting on a row lock in a statement
+/// that has run for a second or more (`TIME`: whole seconds, no time zone).
+async fn lock_waited(env: &TestEnv) -> bool {
+    sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM information_schema.innodb_trx t \
+         JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+         WHERE p.db = DATABASE() AND t.trx_state = 'LOCK WAIT' AND p.time >= 1",
+    )
+    .fetch_one(env.ctx.mysql.pool())
+    .await
+    .unwrap()
+        > 0
 }
 
 #[tokio::test]

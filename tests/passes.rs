@@ -39,12 +39,16 @@ async fn start(env: &TestEnv, name: &str) -> Daemon {
 
 /// Passes this daemon ran (every outcome; stand-bys are not runs).
 async fn passes(d: &Daemon) -> f64 {
-    let m = d.metrics().await;
+    passes_in(&d.metrics().await)
+}
+
+/// Passes counted in one exposition.
+fn passes_in(m: &str) -> f64 {
     ["success", "partial", "failure"]
         .iter()
         .map(|o| {
             sample(
-                &m,
+                m,
                 &format!(r#"seatflow_reconcile_runs_total{{kind="paid_seats",outcome="{o}"}}"#),
             )
         })
@@ -52,10 +56,11 @@ async fn passes(d: &Daemon) -> f64 {
 }
 
 async fn scanned(d: &Daemon) -> f64 {
-    sample(
-        &d.metrics().await,
-        r#"seatflow_reconcile_scanned_total{kind="paid_seats"}"#,
-    )
+    scanned_in(&d.metrics().await)
+}
+
+fn scanned_in(m: &str) -> f64 {
+    sample(m, r#"seatflow_reconcile_scanned_total{kind="paid_seats"}"#)
 }
 
 async fn last_fire(d: &Daemon) -> String {
@@ -88,21 +93,27 @@ async fn replicas_share_each_pass_and_read_each_hash_once_per_pass() {
         c.env("SEATFLOW__REDIS__URL", &url);
         (c, port)
     };
+    // Every pass counted below happens between `started` (before either
+    // replica starts) and `elapsed` (after the last count is read), so the
+    // fires in that window bound them however slow the machine is.
+    let started = Instant::now();
     let (c, port) = on_private("replica-a");
     let a = Daemon::start(c, port).await;
     let (c, port) = on_private("replica-b");
     let b = Daemon::start(c, port).await;
-    let started = Instant::now();
     wait_until("six passes", Duration::from_secs(60), || async {
         passes(&a).await + passes(&b).await >= 6.0
     })
     .await;
-    let elapsed = started.elapsed();
     let done_before = passes(&a).await + passes(&b).await;
     let reads = hgetalls(&env).await;
-    let (pa, pb) = (passes(&a).await, passes(&b).await);
-    let scanned = scanned(&a).await + scanned(&b).await;
-    // Fires (one every 2 s) since both started, plus the one in progress.
+    // Passes and hashes scanned from one exposition per replica, so that a
+    // pass ending in between is counted in both or in neither.
+    let (ma, mb) = (a.metrics().await, b.metrics().await);
+    let elapsed = started.elapsed();
+    let (pa, pb) = (passes_in(&ma), passes_in(&mb));
+    let scanned = scanned_in(&ma) + scanned_in(&mb);
+    // Fires (one every 2 s) in the window, counting one at each end.
     let fires = (elapsed.as_secs_f64() / 2.0).ceil() + 1.0;
     assert!(
         pa + pb <= fires,
@@ -260,47 +271,56 @@ async fn a_replica_paused_past_its_lease_writes_nothing_when_it_wakes() {
 }
 
 /// Restarting the replicas one after the other (SIGTERM, start again)
-/// never leaves a fire without a completed pass for long: the pass records
-/// in Redis show every slot served, give or take one.
+/// never leaves the passes unrun: while one replica is down the other takes
+/// them over, and once it is back passes go on. Judged by the pass record in
+/// Redis (the slot each pass served and who ran it), one event after the
+/// other with hang guards only; how soon a take-over happens is a timing
+/// goal, measured by the soak, not asserted here.
 #[tokio::test]
 async fn a_rolling_restart_never_leaves_a_pass_unrun() {
     let env = TestEnv::new().await;
     estate(&env, SHOWTIMES).await;
-    let mut replicas = [
-        start(&env, "replica-a").await,
-        start(&env, "replica-b").await,
-    ];
+    let names = ["replica-a", "replica-b"];
+    let mut replicas = [start(&env, names[0]).await, start(&env, names[1]).await];
     let record_key = format!("{}reconcile:pass-done:{{0-of-1}}", env.prefix);
-    let mut slots = std::collections::BTreeSet::new();
-    let watch = async |slots: &mut std::collections::BTreeSet<i64>, for_: Duration| {
-        let until = Instant::now() + for_;
-        while Instant::now() < until {
-            let rec: Option<String> = env.redis(redis::cmd("GET").arg(&record_key)).await;
-            if let Some(slot) = rec.and_then(|r| r.split(' ').next()?.parse().ok()) {
-                slots.insert(slot);
+    // The last recorded pass: (slot, instance), from "slot finished instance".
+    let record = async || -> Option<(i64, String)> {
+        let rec: Option<String> = env.redis(redis::cmd("GET").arg(&record_key)).await;
+        let rec = rec?;
+        let mut parts = rec.splitn(3, ' ');
+        let slot = parts.next()?.parse().ok()?;
+        let instance = parts.nth(1)?.to_string();
+        Some((slot, instance))
+    };
+    // The first pass recorded for a slot later than `after`.
+    let next_pass = async |after: i64, what: &str| -> (i64, String) {
+        let guard = Instant::now();
+        loop {
+            if let Some((slot, by)) = record().await
+                && slot > after
+            {
+                return (slot, by);
             }
+            assert!(
+                guard.elapsed() < Duration::from_secs(60),
+                "{what}: no pass recorded after slot {after}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    watch(&mut slots, Duration::from_secs(5)).await;
-    for (i, name) in ["replica-a", "replica-b"].into_iter().enumerate() {
+    let (mut last, _) = next_pass(0, "a first pass").await;
+    for (i, name) in names.into_iter().enumerate() {
+        let other = names[1 - i];
         replicas[i].signal("TERM");
         let status = replicas[i].wait_exit(Duration::from_secs(30)).await;
         assert!(status.is_some_and(|s| s.success()), "{name} stops cleanly");
+        // `name` may have recorded a pass on its way out; any later one is
+        // the other replica's.
+        last = record().await.map_or(last, |(slot, _)| slot.max(last));
+        let (slot, by) = next_pass(last, &format!("{other} takes over from {name}")).await;
+        assert_eq!(by, other, "slot {slot} served while {name} was down");
         replicas[i] = start(&env, name).await;
-        watch(&mut slots, Duration::from_secs(5)).await;
-    }
-    let slots: Vec<i64> = slots.into_iter().collect();
-    assert!(slots.len() >= 5, "{slots:?}");
-    for w in slots.windows(2) {
-        // Fires are 2 s apart: a gap of more than two intervals means a
-        // slot went without a pass (one may be missed by the 100 ms poll).
-        assert!(
-            w[1] - w[0] <= 4_000,
-            "no pass between {} and {}: {slots:?}",
-            w[0],
-            w[1]
-        );
+        (last, _) = next_pass(slot, &format!("passes go on once {name} is back")).await;
     }
 }
 

@@ -12,10 +12,13 @@ use seatflow_test_support::servers::{self, wait_until};
 
 /// A hold in flight (Redis "1", order not committed yet) survives runs
 /// inside the grace period, and is released after it only if its order
-/// never commits.
+/// never commits. The grace is long (120 s) so that no run can reach its end
+/// by itself, however slow the machine; its end is reached by aging the
+/// suspect records (their first-seen times, kept in Redis), not by sleeping.
 #[tokio::test]
 async fn an_in_flight_hold_survives_the_grace_period_unless_it_never_commits() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_millis(1500)).await;
+    let grace = Duration::from_secs(120);
+    let env = TestEnv::with(|s| s.reconcile.orphan_grace = grace).await;
     let seats = env.fx.hall(1, 1, 3).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     // Two customers hold A-1 and A-2; only the first one's order commits.
@@ -26,18 +29,43 @@ async fn an_in_flight_hold_survives_the_grace_period_unless_it_never_commits() {
     for _ in 0..3 {
         let r = env.job(Kind::OrphanLocks).await;
         assert_eq!(
-            (r.fixed, r.deferred),
-            (0, 2),
+            (r.drift, r.fixed, r.deferred),
+            (2, 0, 2),
             "inside the grace period: {r:?}"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    let suspects: HashMap<String, String> = env
+        .redis(redis::cmd("HGETALL").arg(env.ctx.redis.keys.suspect(1)))
+        .await;
+    let mut suspected: Vec<&String> = suspects.keys().collect();
+    suspected.sort();
+    assert_eq!(suspected, ["A-1", "A-2"], "both holds are suspects");
+    // The first customer's order commits while its hold is still a suspect;
+    // then both records are as old as the grace period: A-1 would be due now
+    // if the commit were not seen.
     env.fx.order(1, "PENDING", &["A-1"], 900).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    for seat in ["A-1", "A-2"] {
+        age_suspect(&env, 1, seat, grace + Duration::from_secs(1)).await;
+    }
     let r = env.job(Kind::OrphanLocks).await;
-    assert_eq!((r.drift, r.fixed), (1, 1), "{r:?}");
+    assert_eq!((r.drift, r.fixed, r.deferred), (1, 1, 0), "{r:?}");
     let h = env.fx.hash(1).await.unwrap();
     assert_eq!((h["A-1"].as_str(), h["A-2"].as_str()), ("1", "0"));
+}
+
+/// Backdates a seat's suspect record (a locked seat, `"1@<first seen>"`,
+/// Redis server time) by `age`, as if it had been seen orphaned that long.
+async fn age_suspect(env: &TestEnv, showtime: i64, seat: &str, age: Duration) {
+    let now = env.ctx.redis.server_time_ms().await.unwrap();
+    let value = format!("1@{}", now - age.as_millis() as i64);
+    let _: () = env
+        .redis(
+            redis::cmd("HSET")
+                .arg(env.ctx.redis.keys.suspect(showtime))
+                .arg(seat)
+                .arg(value),
+        )
+        .await;
 }
 
 #[tokio::test]
@@ -72,7 +100,7 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
             &format!(r#"seatflow_reconcile_runs_total{{kind="{k}",outcome="success"}}"#),
         )
     };
-    wait_until("a successful run", Duration::from_secs(15), || async {
+    wait_until("a successful run", Duration::from_secs(60), || async {
         ok(&d.metrics().await, "paid_seats") >= 1.0
     })
     .await;
@@ -82,7 +110,7 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
     assert!(env.fx.pay(order).await.unwrap());
     wait_until(
         "runs fail while Redis is down",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || async {
             let m = d.metrics().await;
             KINDS.iter().any(|k| {
@@ -104,7 +132,7 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
     let before = ok(&d.metrics().await, "paid_seats");
     wait_until(
         "the paid seat is repaired after the restart",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || async {
             let client = redis::Client::open(redis_url.as_str()).unwrap();
             let Ok(mut c) = client.get_multiplexed_async_connection().await else {
@@ -120,7 +148,7 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
         },
     )
     .await;
-    wait_until("runs succeed again", Duration::from_secs(15), || async {
+    wait_until("runs succeed again", Duration::from_secs(60), || async {
         ok(&d.metrics().await, "paid_seats") > before
     })
     .await;

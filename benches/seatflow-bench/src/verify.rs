@@ -26,13 +26,14 @@ pub struct Verification {
 }
 
 impl Verification {
-    pub fn check(&mut self, showtime: i64, seat: &str, redis: Option<&str>, expected: &str) {
+    /// One seat: field `seat` of the hash `key` (showtime `showtime`).
+    pub fn check(&mut self, key: &str, seat: &str, redis: Option<&str>, expected: &str) {
         self.seats_checked += 1;
         if redis != Some(expected) {
             self.wrong += 1;
             if self.examples.len() < 5 {
                 self.examples.push(format!(
-                    "showtime {showtime} seat {seat}: redis {redis:?}, expected {expected:?}"
+                    "{key} field {seat}: redis {redis:?}, expected {expected:?}"
                 ));
             }
         }
@@ -65,6 +66,7 @@ impl Bench {
             let mut conn = self.redis.clone();
             let hashes: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
             for (id, hash) in ids.zip(&hashes) {
+                let key = self.keys.seat(id);
                 for seat in &template {
                     let occupant = occupancy.get(&id).and_then(|seats| seats.get(seat));
                     let expected = match occupant.map(String::as_str) {
@@ -72,7 +74,7 @@ impl Bench {
                         Some(_) => "1",
                         None => "0",
                     };
-                    v.check(id, seat, hash.get(seat).map(String::as_str), expected);
+                    v.check(&key, seat, hash.get(seat).map(String::as_str), expected);
                 }
             }
         }

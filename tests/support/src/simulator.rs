@@ -1,13 +1,24 @@
 //! A seatflow traffic simulator: the contract's application flows performed
 //! for real against Redis and MySQL — hold, create order, pay, cancel,
 //! refund, abandon — concurrently, with "crashes" in every window between
-//! the two stores. The chaos test runs it against live reconcilers and
-//! checks its log against the audit trail. These are the application's
-//! writes (its own Lua hold, its own conditional updates), not ours.
+//! the two stores. The chaos test runs it against live reconcilers. These
+//! are the application's writes (its own Lua hold, its own conditional
+//! updates), not ours.
+//!
+//! Harm is seen by the customers themselves, in Redis's own order of
+//! events, with no clock: the hold script also records, in a key of the
+//! simulator's own under the showtime's tag, which flow holds each seat;
+//! every later step of the flow checks, in the same atomic script as its
+//! move, that its seats still hold what the contract lets them hold at that
+//! step and that no one else took them meanwhile. A seat changed under a
+//! customer whose order was (or was about to be) committed is harm. A Redis
+//! loss ([`Simulator::lose_hash`]) bumps a counter the steps compare, so
+//! seats lost with the hash are told apart from seats taken.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rand::Rng;
 use rand::seq::IndexedRandom;
@@ -20,22 +31,49 @@ use seatflow_reconciler::model::{SeatNo, ShowtimeId};
 use seatflow_reconciler::store::redis::Keys;
 
 /// seatflow's hold: every requested seat must be "0"; then all become "1".
+/// Instrumented: KEYS[2] (the simulator's) records the holding flow
+/// (ARGV[1]) per seat; the reply is the Redis-loss generation of KEYS[3],
+/// or -1 when a seat was not free.
 const HOLD_LUA: &str = r#"
-for i = 1, #ARGV do
-  if redis.call('HGET', KEYS[1], ARGV[i]) ~= '0' then return 0 end
+for i = 2, #ARGV do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= '0' then return -1 end
 end
-for i = 1, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], '1') end
-return 1
+for i = 2, #ARGV do
+  redis.call('HSET', KEYS[1], ARGV[i], '1')
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[1])
+end
+return tonumber(redis.call('GET', KEYS[3]) or '0')
 "#;
 
-/// seatflow's seat transitions after a commit: "from" → "to" where still "from".
-const MOVE_LUA: &str = r#"
-for i = 2, #ARGV do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[1]:sub(1, 1) then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[1]:sub(2, 2))
+/// seatflow's seat transitions after a commit: "from" → "to" where still
+/// "from" (ARGV[3], e.g. "12"; empty: a look only). Instrumented: for each
+/// seat, what the flow (ARGV[1], holding since generation ARGV[2]) finds
+/// before the move: "lost" when the hash was lost since, else the value
+/// ("" when absent) and whether the flow still holds it ("value|own" or
+/// "value|other").
+const STEP_LUA: &str = r#"
+local lost = tostring(tonumber(redis.call('GET', KEYS[3]) or '0')) ~= ARGV[2]
+local out = {}
+for i = 4, #ARGV do
+  local v = redis.call('HGET', KEYS[1], ARGV[i])
+  if lost then
+    out[#out + 1] = 'lost'
+  else
+    local own = redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[1]
+    out[#out + 1] = (v or '') .. (own and '|own' or '|other')
+  end
+  if ARGV[3] ~= '' and v == ARGV[3]:sub(1, 1) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[3]:sub(2, 2))
   end
 end
-return 1
+return out
+"#;
+
+/// A Redis loss of one showtime: its hash gone, the loss counter bumped, in
+/// one step.
+const LOSE_LUA: &str = r#"
+redis.call('DEL', KEYS[1])
+return redis.call('INCR', KEYS[2])
 "#;
 
 /// The flows, with where each one stops.
@@ -82,21 +120,30 @@ impl Flow {
     }
 }
 
-/// What one flow did to its seats, with wall-clock times in ms.
+/// What one flow did to its seats.
 #[derive(Debug, Clone)]
 pub struct HoldRecord {
     pub flow: Flow,
     pub showtime: ShowtimeId,
     pub seats: Vec<SeatNo>,
-    /// Taken just before the hold script ran.
-    pub held_at: i64,
     pub order_id: Option<i64>,
-    /// Taken just after the order's INSERT committed.
-    pub committed_at: Option<i64>,
-    /// Taken just after the pay commit.
-    pub paid_at: Option<i64>,
-    /// Taken just after the cancel or refund commit (occupancy ended).
-    pub ended_at: Option<i64>,
+    /// The order's INSERT was refused because a seat was occupied in MySQL
+    /// although Redis had let this customer hold it.
+    pub refused_occupied: bool,
+    /// The showtime's hash was lost (and rebuilt) while the flow held seats.
+    pub lost: bool,
+    /// Seats found changed by someone else at a step where the contract
+    /// protects them (the customer's order committed, or about to be):
+    /// "<step>: <seat> was <value>, <own|other>".
+    pub disturbed: Vec<String>,
+}
+
+impl HoldRecord {
+    /// The seats of an order that was, or was being, committed were changed
+    /// under the customer (not by a Redis loss).
+    pub fn harmed(&self) -> bool {
+        !self.lost && !self.disturbed.is_empty()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -133,15 +180,23 @@ pub struct Simulator {
     pub redis: RedisConn,
     pub keys: Keys,
     hold: Arc<Script>,
-    moves: Arc<Script>,
+    step: Arc<Script>,
+    /// Flows between their hold and their last step, right now.
+    in_flight: Arc<AtomicI64>,
+    /// Flows that held their seats and finished so far, and crashes among them.
+    finished: Arc<AtomicI64>,
+    crashed: Arc<AtomicI64>,
 }
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
-}
+/// What the contract lets a flow's seats hold at a step: while its order is
+/// being written or PENDING, "1".
+const PENDING: &[&str] = &["1"];
+/// A paid seat is "1" until seatflow (or the paid-seats repair) makes it "2".
+const PAID: &[&str] = &["1", "2"];
+/// Paid and moved to "2".
+const SOLD: &[&str] = &["2"];
+/// After the flow's own end commit the seats are not its any more.
+const ANY: &[&str] = &[];
 
 impl Simulator {
     pub fn new(pool: MySqlPool, redis: RedisConn, keys: Keys) -> Simulator {
@@ -150,8 +205,46 @@ impl Simulator {
             redis,
             keys,
             hold: Arc::new(Script::new(HOLD_LUA)),
-            moves: Arc::new(Script::new(MOVE_LUA)),
+            step: Arc::new(Script::new(STEP_LUA)),
+            in_flight: Arc::new(AtomicI64::new(0)),
+            finished: Arc::new(AtomicI64::new(0)),
+            crashed: Arc::new(AtomicI64::new(0)),
         }
+    }
+
+    /// Flows that held their seats and finished so far, and the crashes
+    /// among them, while the traffic runs (the log comes at its end).
+    pub fn flows_so_far(&self) -> (i64, i64) {
+        (
+            self.finished.load(Ordering::SeqCst),
+            self.crashed.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Flows that hold seats and have not taken their last step yet.
+    pub fn holds_in_flight(&self) -> i64 {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The simulator's record of who holds each seat of a showtime.
+    fn owner_key(&self, showtime: ShowtimeId) -> String {
+        format!("{}sim:owner:{{{showtime}}}", self.keys.prefix())
+    }
+
+    /// How many times the showtime's hash was lost.
+    fn loss_key(&self, showtime: ShowtimeId) -> String {
+        format!("{}sim:loss:{{{showtime}}}", self.keys.prefix())
+    }
+
+    /// Redis loses the showtime's hash (eviction, flush, failover).
+    pub async fn lose_hash(&self, showtime: ShowtimeId) -> anyhow::Result<()> {
+        let mut c = self.redis.clone();
+        Script::new(LOSE_LUA)
+            .key(self.keys.seat(showtime))
+            .key(self.loss_key(showtime))
+            .invoke_async::<i64>(&mut c)
+            .await?;
+        Ok(())
     }
 
     /// Runs `cfg.workers` concurrent customers until `stop` is cancelled.
@@ -166,21 +259,27 @@ impl Simulator {
                         .choose_weighted(&mut rand::rng(), |(_, w)| *w)
                         .expect("weights")
                         .0;
-                    let outcome = sim.flow(flow, &cfg).await;
+                    let (record, failed) = sim.flow(flow, &cfg).await;
                     let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-                    match outcome {
-                        Ok(Some(record)) => {
+                    if let Some(e) = failed {
+                        log.errors += 1;
+                        tracing::debug!(error = %e, ?flow, "simulated flow failed");
+                    }
+                    if let Some(record) = &record {
+                        sim.finished.fetch_add(1, Ordering::SeqCst);
+                        if record.flow.is_crash() {
+                            sim.crashed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    match record {
+                        Some(record) => {
                             *log.flows.entry(format!("{flow:?}")).or_default() += 1;
-                            if record.order_id.is_none() && flow != Flow::CrashAfterHold {
+                            if record.refused_occupied {
                                 log.order_conflicts += 1;
                             }
                             log.holds.push(record);
                         }
-                        Ok(None) => log.sold_out += 1,
-                        Err(e) => {
-                            log.errors += 1;
-                            tracing::debug!(error = %e, ?flow, "simulated flow failed");
-                        }
+                        None => log.sold_out += 1,
                     }
                 }
             }));
@@ -199,24 +298,14 @@ impl Simulator {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 
-    async fn move_seats(
+    /// One customer journey: its record (`None` when the seats were not
+    /// free), and the error that cut it short, if any. What the flow saw
+    /// before an error is kept.
+    pub async fn flow(
         &self,
-        showtime: ShowtimeId,
-        seats: &[SeatNo],
-        from_to: &str,
-    ) -> anyhow::Result<()> {
-        let mut c = self.redis.clone();
-        let mut inv = self.moves.key(self.keys.seat(showtime));
-        inv.arg(from_to);
-        for s in seats {
-            inv.arg(s);
-        }
-        inv.invoke_async::<i64>(&mut c).await?;
-        Ok(())
-    }
-
-    /// One customer journey. `None` when the seats were not free.
-    pub async fn flow(&self, flow: Flow, cfg: &SimConfig) -> anyhow::Result<Option<HoldRecord>> {
+        flow: Flow,
+        cfg: &SimConfig,
+    ) -> (Option<HoldRecord>, Option<anyhow::Error>) {
         let (showtime, seats) = {
             let mut rng = rand::rng();
             let (id, template) = cfg.showtimes.choose(&mut rng).expect("showtimes");
@@ -224,86 +313,47 @@ impl Simulator {
             let seats: Vec<SeatNo> = template.choose_multiple(&mut rng, n).cloned().collect();
             (*id, seats)
         };
-        let mut record = HoldRecord {
-            flow,
-            showtime,
-            seats: seats.clone(),
-            held_at: now_ms(),
-            order_id: None,
-            committed_at: None,
-            paid_at: None,
-            ended_at: None,
-        };
+        let token = uuid::Uuid::new_v4().simple().to_string();
         let mut c = self.redis.clone();
         let mut hold = self.hold.key(self.keys.seat(showtime));
+        hold.key(self.owner_key(showtime))
+            .key(self.loss_key(showtime))
+            .arg(&token);
         for s in &seats {
             hold.arg(s);
         }
-        if hold.invoke_async::<i64>(&mut c).await? != 1 {
-            return Ok(None);
-        }
-        if flow == Flow::CrashAfterHold {
-            return Ok(Some(record));
-        }
-        self.pause(cfg).await;
-
-        let expiry = if flow == Flow::Abandon {
-            cfg.abandon_expiry
-        } else {
-            Duration::from_secs(900)
+        let generation = match hold.invoke_async::<i64>(&mut c).await {
+            Ok(-1) => return (None, None),
+            Ok(g) => g,
+            Err(e) => return (None, Some(e.into())),
         };
-        let order = match self.insert_order(showtime, &seats, expiry).await {
-            Ok(id) => id,
-            Err(e) => {
-                // uq_occupancy refused the seat: seatflow compensates its hold.
-                self.move_seats(showtime, &seats, "10").await?;
-                tracing::debug!(error = %e, "order insert refused; hold compensated");
-                return Ok(Some(record));
-            }
+        let mut held = Held {
+            sim: self,
+            token,
+            generation,
+            record: HoldRecord {
+                flow,
+                showtime,
+                seats,
+                order_id: None,
+                refused_occupied: false,
+                lost: false,
+                disturbed: Vec::new(),
+            },
         };
-        record.order_id = Some(order);
-        record.committed_at = Some(now_ms());
-        if flow == Flow::Abandon {
-            return Ok(Some(record));
-        }
-        self.pause(cfg).await;
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let outcome = held.steps(cfg).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        (Some(held.record), outcome.err())
+    }
 
-        if flow == Flow::Cancel || flow == Flow::CrashAfterCancel {
-            if self.end_order(order, "PENDING", "CANCELLED").await? {
-                record.ended_at = Some(now_ms());
-                if flow == Flow::Cancel {
-                    self.move_seats(showtime, &seats, "10").await?;
-                }
-            }
-            return Ok(Some(record));
-        }
-        let paid = sqlx::query(
-            "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'PENDING'",
-        )
-        .bind(order)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1;
-        if !paid {
-            return Ok(Some(record));
-        }
-        record.paid_at = Some(now_ms());
-        if flow == Flow::CrashAfterPay {
-            return Ok(Some(record));
-        }
-        self.move_seats(showtime, &seats, "12").await?;
-        if flow == Flow::Purchase {
-            return Ok(Some(record));
-        }
-        self.pause(cfg).await;
-        if self.end_order(order, "PAID", "REFUNDED").await? {
-            record.ended_at = Some(now_ms());
-            if flow == Flow::Refund {
-                self.move_seats(showtime, &seats, "20").await?;
-            }
-        }
-        Ok(Some(record))
+    /// Whether the order has exactly this status now.
+    async fn order_is(&self, order: i64, status: &str) -> anyhow::Result<bool> {
+        let now: String = sqlx::query_scalar("SELECT status FROM ticket_order WHERE id = ?")
+            .bind(order)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(now == status)
     }
 
     async fn insert_order(
@@ -360,5 +410,128 @@ impl Simulator {
             .await?;
         tx.commit().await?;
         Ok(true)
+    }
+}
+
+/// A flow that holds its seats: its steps after the hold.
+struct Held<'a> {
+    sim: &'a Simulator,
+    token: String,
+    generation: i64,
+    record: HoldRecord,
+}
+
+impl Held<'_> {
+    /// The flow after its hold. Each step that the contract protects looks
+    /// at the seats (`PENDING`, `PAID`, `SOLD`): right before each of the
+    /// flow's commits and after its pay commit, so every window in which
+    /// its order was being written, valid or paid is covered up to its end.
+    async fn steps(&mut self, cfg: &SimConfig) -> anyhow::Result<()> {
+        let flow = self.record.flow;
+        if flow == Flow::CrashAfterHold {
+            return Ok(());
+        }
+        let sim = self.sim;
+        sim.pause(cfg).await;
+
+        let expiry = if flow == Flow::Abandon {
+            cfg.abandon_expiry
+        } else {
+            Duration::from_secs(900)
+        };
+        let order = match sim
+            .insert_order(self.record.showtime, &self.record.seats, expiry)
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                // uq_occupancy refused the seat: seatflow compensates its hold.
+                self.record.refused_occupied = e.to_string().contains("Duplicate entry");
+                self.step("10", ANY, "compensation").await?;
+                tracing::debug!(error = %e, "order insert refused; hold compensated");
+                return Ok(());
+            }
+        };
+        self.record.order_id = Some(order);
+        sim.pause(cfg).await;
+        if flow == Flow::Abandon {
+            // The customer is gone; the order stays PENDING until it expires
+            // and is cancelled by the reconciler, which may have happened
+            // by now on a slow machine: then the seats are not protected.
+            self.step("", PENDING, "abandoned, order pending").await?;
+            if !self.record.disturbed.is_empty() && !sim.order_is(order, "PENDING").await? {
+                self.record.disturbed.clear();
+            }
+            return Ok(());
+        }
+
+        if flow == Flow::Cancel || flow == Flow::CrashAfterCancel {
+            self.step("", PENDING, "before cancel").await?;
+            if sim.end_order(order, "PENDING", "CANCELLED").await? && flow == Flow::Cancel {
+                self.step("10", ANY, "cancel").await?;
+            }
+            return Ok(());
+        }
+        self.step("", PENDING, "before pay").await?;
+        let paid = sqlx::query(
+            "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'PENDING'",
+        )
+        .bind(order)
+        .execute(&sim.pool)
+        .await?
+        .rows_affected()
+            == 1;
+        if !paid {
+            return Ok(());
+        }
+        if flow == Flow::CrashAfterPay {
+            // Crashed before "2": only a look, no move.
+            self.step("", PAID, "paid, crashed before \"2\"").await?;
+            return Ok(());
+        }
+        self.step("12", PAID, "pay").await?;
+        if flow == Flow::Purchase {
+            return Ok(());
+        }
+        sim.pause(cfg).await;
+        self.step("", SOLD, "before refund").await?;
+        if sim.end_order(order, "PAID", "REFUNDED").await? && flow == Flow::Refund {
+            self.step("20", ANY, "refund").await?;
+        }
+        Ok(())
+    }
+
+    /// seatflow's move `from_to` ("" for none) of the flow's seats, and what
+    /// it found: a seat whose value is not in `allowed` or that someone else
+    /// holds is recorded as disturbed (`ANY`: not judged).
+    async fn step(&mut self, from_to: &str, allowed: &[&str], what: &str) -> anyhow::Result<()> {
+        let (sim, showtime) = (self.sim, self.record.showtime);
+        let mut c = sim.redis.clone();
+        let mut inv = sim.step.key(sim.keys.seat(showtime));
+        inv.key(sim.owner_key(showtime))
+            .key(sim.loss_key(showtime))
+            .arg(&self.token)
+            .arg(self.generation)
+            .arg(from_to);
+        for s in &self.record.seats {
+            inv.arg(s);
+        }
+        let found: Vec<String> = inv.invoke_async(&mut c).await?;
+        for (seat, found) in self.record.seats.iter().zip(found) {
+            if found == "lost" {
+                self.record.lost = true;
+                continue;
+            }
+            if allowed.is_empty() {
+                continue;
+            }
+            let (value, holder) = found.split_once('|').unwrap_or((&found, "other"));
+            if holder != "own" || !allowed.contains(&value) {
+                self.record
+                    .disturbed
+                    .push(format!("{what}: {seat} was {value:?}, {holder}"));
+            }
+        }
+        Ok(())
     }
 }

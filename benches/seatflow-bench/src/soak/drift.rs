@@ -235,6 +235,8 @@ pub struct DriftAges {
     pub not_repaired: usize,
     /// Of those not repaired, injected within the soak's last `recent_s` seconds.
     pub not_repaired_recent: usize,
+    /// A few of the others (injected earlier, never repaired): their key.
+    pub unrepaired_examples: Vec<String>,
     pub recent_s: f64,
     pub p50_s: Option<f64>,
     pub p90_s: Option<f64>,
@@ -250,13 +252,33 @@ pub struct KindAges {
     pub max_s: Option<f64>,
 }
 
+impl DriftAges {
+    /// Why the soak must exit non-zero: drift injected earlier than the last
+    /// `recent_s` seconds (time enough for a pass and the grace period) that
+    /// no repair ever matched. `None` when there is none.
+    pub fn verification_failure(&self) -> Option<String> {
+        let old = self.not_repaired - self.not_repaired_recent;
+        (old > 0).then(|| {
+            format!(
+                "verification failed: {old} injected drifts older than {:.0} s were never repaired, e.g. {}",
+                self.recent_s,
+                self.unrepaired_examples
+                    .first()
+                    .map_or("(no example kept)", String::as_str)
+            )
+        })
+    }
+}
+
 /// Matches each injection with the first fix of the same seat (of the same
 /// showtime's hash, for a deletion: `hash_rebuilt`) at or after it.
+/// `seat_key` names a showtime's seat hash (for the examples).
 pub fn ages(
     injected: &[Injected],
     fixes: &[FixRow],
     end: DateTime<Utc>,
     recent_s: f64,
+    seat_key: impl Fn(i64) -> String,
 ) -> DriftAges {
     let mut by_seat: HashMap<(i64, Option<&str>), Vec<NaiveDateTime>> = HashMap::new();
     for f in fixes {
@@ -299,6 +321,12 @@ pub fn ages(
                 out.not_repaired += 1;
                 if (end - inj.injected_at).num_milliseconds() as f64 / 1000.0 <= recent_s {
                     out.not_repaired_recent += 1;
+                } else if out.unrepaired_examples.len() < 5 {
+                    let key = seat_key(inj.showtime);
+                    out.unrepaired_examples.push(match &inj.seat {
+                        Some(seat) => format!("{key} field {seat} ({:?})", inj.kind),
+                        None => format!("{key} ({:?})", inj.kind),
+                    });
                 }
             }
         }
@@ -368,11 +396,23 @@ mod tests {
             fix(1, Some("A-1"), "seat_released", "2026-01-01T00:03:30Z"),
             fix(2, None, "hash_rebuilt", "2026-01-01T00:00:40Z"),
         ];
-        let a = ages(&injected, &fixes, at("2026-01-01T00:10:00Z"), 180.0);
+        let key = |s: i64| format!("soak:seat:{{{s}}}");
+        let a = ages(&injected, &fixes, at("2026-01-01T00:10:00Z"), 180.0, key);
         assert_eq!((a.injected, a.repaired, a.not_repaired), (3, 2, 1));
         assert_eq!(a.not_repaired_recent, 1);
+        assert_eq!(a.verification_failure(), None, "only recent drift is left");
         assert_eq!(a.max_s, Some(150.0));
         assert_eq!(a.p50_s, Some(40.0));
         assert_eq!(a.by_kind[&InjectedKind::DeletedHash].repaired, 1);
+
+        // The same audit, judged later: the sold orphan is old now.
+        let later = ages(&injected, &fixes, at("2026-01-01T00:20:00Z"), 180.0, key);
+        assert_eq!(
+            later.verification_failure().as_deref(),
+            Some(
+                "verification failed: 1 injected drifts older than 180 s were never repaired, \
+                 e.g. soak:seat:{3} field A-2 (SoldOrphan)"
+            )
+        );
     }
 }

@@ -181,7 +181,11 @@ pub async fn run(args: SoakArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    Ok(())
+    // Printed and written first, so that a failed soak can be looked at.
+    match report.drift.verification_failure() {
+        Some(failure) => anyhow::bail!(failure),
+        None => Ok(()),
+    }
 }
 
 async fn soak(
@@ -272,7 +276,8 @@ async fn soak(
     let latencies = rig.holds.as_mut().expect("started").finish()?;
     rig.holds = None;
     let fixes = drift::fixes_since(&bench.pool, started_at).await?;
-    let ages = drift::ages(&injector.log, &fixes, ended_at, RECENT_S);
+    let keys = bench.keys.clone();
+    let ages = drift::ages(&injector.log, &fixes, ended_at, RECENT_S, |s| keys.seat(s));
     let daemons: Vec<DaemonReport> = rig
         .daemons
         .iter()
