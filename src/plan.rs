@@ -449,7 +449,10 @@ mod tests {
         };
         assert_eq!(
             long_seat.describe(),
-            format!("field {}… (41 bytes) is not a template seat", "z".repeat(40))
+            format!(
+                "field {}… (41 bytes) is not a template seat",
+                "z".repeat(40)
+            )
         );
     }
 
