@@ -496,6 +496,26 @@ mod tests {
         assert!(plan.repairs.iter().all(|r| r.kind == Kind::SoldOrphans));
     }
 
+    /// The hash a rebuild writes: every template seat at its occupancy's
+    /// state, and no field at all for a seat of unknown state (rule 12).
+    #[test]
+    fn expected_hash_overlays_occupancy_and_leaves_unknown_seats_out() {
+        let template = seats(&["A-1", "A-2", "A-3", "A-4"]);
+        let occ = held(&[
+            ("A-1", OrderStatus::Pending),
+            ("A-2", OrderStatus::Paid),
+            ("A-4", OrderStatus::Unknown { order_id: 9 }),
+        ]);
+        assert_eq!(
+            expected_hash(&template, occ.of(1)),
+            vec![
+                ("A-1".to_string(), Locked),
+                ("A-2".to_string(), Sold),
+                ("A-3".to_string(), Free),
+            ]
+        );
+    }
+
     #[test]
     fn missing_hash_is_rebuilt_with_occupancy_overlay() {
         let template = seats(&["A-1", "A-2", "A-3"]);
