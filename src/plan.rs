@@ -664,6 +664,23 @@ mod tests {
         assert!(!still_valid(&orphan("A-1"), Some(OrderStatus::Paid)));
     }
 
+    /// The fresh state must still call for the repair's own target: a paid
+    /// seat shown free whose order was refunded, the seat then taken by
+    /// another customer's PENDING order, is still paid-seats drift ("0"
+    /// should be "1"), but marking it sold would be wrong.
+    #[test]
+    fn recheck_wants_the_planned_target_not_just_the_same_kind_of_drift() {
+        let mark_sold = SeatRepair {
+            kind: Kind::PaidSeats,
+            seat: "A-1".into(),
+            observed: Some(Free),
+            target: Sold,
+        };
+        assert!(still_valid(&mark_sold, Some(OrderStatus::Paid)));
+        assert!(!still_valid(&mark_sold, Some(OrderStatus::Pending)));
+        assert!(!still_valid(&mark_sold, None));
+    }
+
     #[test]
     fn order_activity_after_first_seen_breaks_continuity() {
         assert!(orphaned_throughout(100_000, None));
