@@ -5,13 +5,16 @@
 //! and the run goes on. Each test fails when the rule that guards its window
 //! is removed; the rule is named on each test.
 
+use std::time::Duration;
+
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
     EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
 };
-use seatflow_test_support::races::Races;
+use seatflow_test_support::races::{BackgroundRun, Races};
+use seatflow_test_support::servers::wait_until;
 use seatflow_test_support::{TestEnv, seed_expired};
 
 /// Showtime 5 of a 1×2 hall, warmed with `values` (the rest "0").
@@ -343,4 +346,41 @@ async fn a_cancel_releases_its_seats_before_anyone_else_touches_them() {
         vec![("expired_orders".to_string(), Some(order))],
         "released once, by the cancel chain"
     );
+}
+
+/// Rule 2: a lease is renewed before the write once a third of its TTL is
+/// used, so a slow batch keeps its showtimes. The run stalls before its
+/// re-check until a third of the lock's TTL is gone (read in Redis); at its
+/// next window, just before the script, the lock has its full TTL again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_stalls_renews_its_locks_before_writing() {
+    const TTL_MS: i64 = 3_000;
+    let races = Races::new();
+    let env = TestEnv::with(|s| s.reconcile.lock_ttl = Duration::from_millis(TTL_MS as u64)).await;
+    showtime_with(&env, &[("A-1", "1")]).await;
+    let lock = env.ctx.redis.keys.lease(5);
+    let pttl = async || -> i64 { env.redis(redis::cmd("PTTL").arg(&lock)).await };
+    let mut before_recheck = races.pause_once(SEAT_BEFORE_RECHECK);
+    let mut before_repair = races.pause_once(SEAT_BEFORE_REPAIR);
+    let run = BackgroundRun::start((*env.ctx.settings).clone(), &[Kind::OrphanLocks]);
+
+    before_recheck.reached().await;
+    wait_until(
+        "a third of the lock's TTL used",
+        Duration::from_secs(60),
+        || async { pttl().await < TTL_MS * 2 / 3 - 200 },
+    )
+    .await;
+    before_recheck.resume();
+    before_repair.reached().await;
+    let left = pttl().await;
+    assert!(
+        left > TTL_MS * 2 / 3,
+        "renewed to its full TTL: {left} ms left"
+    );
+    before_repair.resume();
+    let report = run.finish().await;
+
+    assert_eq!(report.jobs[0].fixed, 1, "{report:?}");
+    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("0"));
 }
