@@ -384,3 +384,41 @@ async fn a_run_that_stalls_renews_its_locks_before_writing() {
     assert_eq!(report.jobs[0].fixed, 1, "{report:?}");
     assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("0"));
 }
+
+/// Rule 2 for expired-orders: run A has locked the showtime and is about
+/// to cancel; run B, from start to end inside that pause, finds the same
+/// expired order, skips its busy showtime and leaves the order to A (counted
+/// as backlog). The order is cancelled once, by A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reconcilers_cancel_an_expired_order_once() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let a = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_BEFORE_CANCEL,
+            &[Kind::ExpiredOrders],
+            async || {
+                let b = env.job(Kind::ExpiredOrders).await;
+                assert_eq!(
+                    (b.drift, b.fixed, b.skipped_busy, b.backlog),
+                    (1, 0, 1, 1),
+                    "B saw the order, skipped the busy showtime: {b:?}"
+                );
+                assert_eq!(env.fx.order_status(order).await.unwrap(), "PENDING");
+            },
+        )
+        .await;
+
+    assert_eq!(a.jobs[0].fixed, 1, "{a:?}");
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("0"));
+    let runs: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT run_id FROM reconcile_fix WHERE order_id = ?")
+            .bind(order)
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    assert_eq!(runs, vec![a.run_id.clone()], "audited by A only");
+}
