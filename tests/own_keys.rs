@@ -338,12 +338,18 @@ async fn a_lease_without_expiry_is_reported_as_stuck_and_left_alone() {
     let initial = serde_json::to_value(&runner.status()[&Kind::OrphanLocks]).unwrap();
     assert_eq!(initial["stuck_leases"], 0, "{initial}");
     runner.start(Kind::OrphanLocks, false).unwrap();
+    // Waits for the run to finish; the limit only stops a run that never does.
+    let started = std::time::Instant::now();
     let status = loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let s = runner.status()[&Kind::OrphanLocks].clone();
         if !s.running && s.last_run.is_some() {
             break s;
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the run never finished"
+        );
     };
     let r = &status.last_run.as_ref().unwrap().report;
     assert_eq!(
