@@ -5,6 +5,7 @@
 # hours. Needs the same Redis and MariaDB as `cargo test`.
 #
 #   bash scripts/mutants.sh [GROUP...]   # planner repair-path store-scripts pass (default: all)
+#   ITERATE=1 bash scripts/mutants.sh ...  # again, skipping what the last run caught
 #
 # Results land in mutants.out/<group>/ (caught.txt, missed.txt, timeout.txt,
 # unviable.txt and a log per mutant). Tests run with --no-fail-fast, so each
@@ -27,7 +28,7 @@ run() { # group, then cargo-mutants filters and --cargo-arg=<test target>s
   echo "== mutants: $group =="
   mkdir -p "mutants.out/$group"
   # Test targets go in --cargo-arg, so each mutant builds only those.
-  cargo mutants --in-place --baseline skip --profile mutants --no-shuffle \
+  cargo mutants --in-place --baseline skip --profile mutants --no-shuffle ${ITERATE:+--iterate} \
     --timeout 150 --build-timeout 600 --output "mutants.out/$group" "$@" \
     --cargo-test-arg=--no-fail-fast || true # non-zero when a mutant is missed
   for outcome in caught missed timeout unviable; do
