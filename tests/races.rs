@@ -362,9 +362,9 @@ async fn a_run_that_stalls_renews_its_locks_before_writing() {
     let pttl = async || -> i64 { env.redis(redis::cmd("PTTL").arg(&lock)).await };
     let mut before_recheck = races.pause_once(SEAT_BEFORE_RECHECK);
     let mut before_repair = races.pause_once(SEAT_BEFORE_REPAIR);
-    let run = BackgroundRun::start((*env.ctx.settings).clone(), &[Kind::OrphanLocks]);
+    let mut run = BackgroundRun::start((*env.ctx.settings).clone(), &[Kind::OrphanLocks]);
 
-    before_recheck.reached().await;
+    run.paused_in(&mut before_recheck).await;
     wait_until(
         "a third of the lock's TTL used",
         Duration::from_secs(60),
@@ -372,7 +372,7 @@ async fn a_run_that_stalls_renews_its_locks_before_writing() {
     )
     .await;
     before_recheck.resume();
-    before_repair.reached().await;
+    run.paused_in(&mut before_repair).await;
     let left = pttl().await;
     assert!(
         left > TTL_MS * 2 / 3,

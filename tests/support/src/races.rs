@@ -47,14 +47,7 @@ impl Races {
     ) -> RunReport {
         let mut paused = self.pause_once(window);
         let mut run = BackgroundRun::start(settings.clone(), kinds);
-        tokio::select! {
-            () = paused.reached() => {}
-            // A run that never gets to the window fails the test at once,
-            // with its report, rather than at the hang guard.
-            report = &mut run.report => panic!(
-                "the run ended without reaching the window {window}: {report:?}"
-            ),
-        }
+        run.paused_in(&mut paused).await;
         the_move().await;
         paused.resume();
         run.finish().await
@@ -94,16 +87,11 @@ pub struct Window {
 
 impl Window {
     /// Waits until a run is paused in the window.
-    pub async fn reached(&mut self) {
+    async fn reached(&mut self) {
         tokio::time::timeout(HANG_GUARD, self.reached.recv())
             .await
             .unwrap_or_else(|_| panic!("no run reached the window {}", self.name))
             .expect("window sender alive");
-    }
-
-    /// True if a run has reached the window by now (without waiting).
-    pub fn was_reached(&mut self) -> bool {
-        self.reached.try_recv().is_ok()
     }
 
     /// Lets the paused run go on.
@@ -144,6 +132,19 @@ impl BackgroundRun {
             });
         });
         BackgroundRun { report: rx }
+    }
+
+    /// Waits until this run is paused in `window`. A run that ends without
+    /// getting there fails the test at once, with its report (not at the
+    /// hang guard).
+    pub async fn paused_in(&mut self, window: &mut Window) {
+        tokio::select! {
+            () = window.reached() => {}
+            report = &mut self.report => panic!(
+                "the run ended without reaching the window {}: {report:?}",
+                window.name
+            ),
+        }
     }
 
     /// The run's report, once it has finished.
