@@ -23,6 +23,12 @@ pub const EXPIRED_BEFORE_CANCEL: &str = "expired-orders-before-cancel";
 /// in Redis, still under the showtimes' locks (rules 1 and 2).
 pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";
 
+/// A fault, not a pause: the conditional cancel has committed, and tests
+/// make its reply get lost here (a transient error), as a dropped
+/// connection would. The retry must recognise the commit as its own (rules
+/// 9 and 10: cancelled and audited once).
+pub const CANCEL_REPLY_LOST: &str = "mysql-cancel-reply-lost";
+
 /// Every window, for tests that check each one is reached.
 pub const ALL: [&str; 4] = [
     SEAT_BEFORE_RECHECK,

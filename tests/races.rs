@@ -11,7 +11,8 @@ use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
-    EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
+    CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_RECHECK,
+    SEAT_BEFORE_REPAIR,
 };
 use seatflow_test_support::races::{BackgroundRun, Races};
 use seatflow_test_support::servers::wait_until;
@@ -421,4 +422,45 @@ async fn two_reconcilers_cancel_an_expired_order_once() {
             .await
             .unwrap();
     assert_eq!(runs, vec![a.run_id.clone()], "audited by A only");
+}
+
+/// Rules 9 and 10: the cancel of an expired order with two seats commits,
+/// and its reply is lost (a transient error). The retry recognises the
+/// commit as its own: one order cancelled, its two seats released, each
+/// audited once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_whose_reply_was_lost_counts_and_audits_once() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let order = env
+        .fx
+        .order(1, "PENDING", &["A-1", "A-2"], -600)
+        .await
+        .unwrap();
+    env.fx
+        .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "1")])
+        .await
+        .unwrap();
+    races.fail_once(CANCEL_REPLY_LOST);
+    let report = env.job(Kind::ExpiredOrders).await;
+
+    assert_eq!((report.fixed, report.errors), (1, 0), "{report:?}");
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    for s in ["A-1", "A-2"] {
+        assert_eq!(seat(&env, 1, s).await.as_deref(), Some("0"));
+    }
+    let audit: Vec<(Option<String>, i64)> = sqlx::query_as(
+        "SELECT seat_no, COUNT(*) FROM reconcile_fix WHERE order_id = ? GROUP BY seat_no ORDER BY seat_no",
+    )
+    .bind(order)
+    .fetch_all(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        audit,
+        vec![(None, 1), (Some("A-1".into()), 1), (Some("A-2".into()), 1)],
+        "the cancel and each seat's release, once"
+    );
 }

@@ -505,6 +505,15 @@ impl MysqlStore {
         });
         q.build().execute(&mut *tx).await?;
         tx.commit().await?;
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!(crate::race_window::CANCEL_REPLY_LOST, |_| {
+            Err(crate::error::Error::Mysql(sqlx::Error::Io(
+                std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the commit's reply was lost (failpoint)",
+                ),
+            )))
+        });
 
         earlier.extend(won.into_iter().map(|(id, showtime_id)| CancelledOrder {
             id,

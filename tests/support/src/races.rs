@@ -53,6 +53,12 @@ impl Races {
         run.finish().await
     }
 
+    /// Makes the next pass through the fault point `window` fail (its
+    /// `fail_point!` returns its error), once.
+    pub fn fail_once(&self, window: &'static str) {
+        fail::cfg(window, "1*return").expect("failpoint");
+    }
+
     /// Pauses the first run that reaches `window`; later arrivals pass
     /// through (so a second reconciler that wrongly gets there too is not
     /// stuck, and the test sees what it did instead).
