@@ -143,6 +143,7 @@ async fn scripts_check_every_key_type_before_their_first_write() {
         .await
         .unwrap();
     assert_eq!(rebuilt.reply, Fenced::SeatKeyWrongType);
+    assert!(rebuilt.replaced.is_empty(), "no key of ours was replaced");
     assert_eq!(key_type(&env, &redis.keys.seat(2)).await, "string");
 
     // A rebuild with a done key of the wrong type: replaced, hash created.
