@@ -45,27 +45,13 @@ async fn an_in_flight_hold_survives_the_grace_period_unless_it_never_commits() {
     // if the commit were not seen.
     env.fx.order(1, "PENDING", &["A-1"], 900).await.unwrap();
     for seat in ["A-1", "A-2"] {
-        age_suspect(&env, 1, seat, grace + Duration::from_secs(1)).await;
+        env.age_suspect(1, seat, "1", grace + Duration::from_secs(1))
+            .await;
     }
     let r = env.job(Kind::OrphanLocks).await;
     assert_eq!((r.drift, r.fixed, r.deferred), (1, 1, 0), "{r:?}");
     let h = env.fx.hash(1).await.unwrap();
     assert_eq!((h["A-1"].as_str(), h["A-2"].as_str()), ("1", "0"));
-}
-
-/// Backdates a seat's suspect record (a locked seat, `"1@<first seen>"`,
-/// Redis server time) by `age`, as if it had been seen orphaned that long.
-async fn age_suspect(env: &TestEnv, showtime: i64, seat: &str, age: Duration) {
-    let now = env.ctx.redis.server_time_ms().await.unwrap();
-    let value = format!("1@{}", now - age.as_millis() as i64);
-    let _: () = env
-        .redis(
-            redis::cmd("HSET")
-                .arg(env.ctx.redis.keys.suspect(showtime))
-                .arg(seat)
-                .arg(value),
-        )
-        .await;
 }
 
 #[tokio::test]

@@ -311,19 +311,6 @@ async fn bad_data_is_reported_and_the_run_goes_on() {
     );
 }
 
-async fn age_suspect(env: &TestEnv, showtime: i64, seat: &str, state: &str, age: Duration) {
-    let now = env.ctx.redis.server_time_ms().await.unwrap();
-    let value = format!("{state}@{}", now - age.as_millis() as i64);
-    let _: () = env
-        .redis(
-            redis::cmd("HSET")
-                .arg(env.ctx.redis.keys.suspect(showtime))
-                .arg(seat)
-                .arg(value),
-        )
-        .await;
-}
-
 /// Rule 4: orphans are suspects first; an in-flight hold whose order
 /// commits within the grace period is never released.
 #[tokio::test]
@@ -349,8 +336,10 @@ async fn orphans_wait_out_the_grace_period_and_in_flight_holds_survive() {
 
     // The customer's order commits; then the grace period passes for both.
     env.fx.order(9, "PENDING", &["A-2"], 900).await.unwrap();
-    age_suspect(&env, 9, "A-1", "1", Duration::from_secs(121)).await;
-    age_suspect(&env, 9, "A-2", "1", Duration::from_secs(121)).await;
+    env.age_suspect(9, "A-1", "1", Duration::from_secs(121))
+        .await;
+    env.age_suspect(9, "A-2", "1", Duration::from_secs(121))
+        .await;
 
     let r = env.job(Kind::OrphanLocks).await;
     assert_eq!((r.drift, r.deferred, r.fixed), (1, 0, 1), "{r:?}");
@@ -378,7 +367,8 @@ async fn a_suspect_seen_non_orphan_starts_over() {
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(6, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(6, &seats, &[("A-1", "2")]).await.unwrap();
-    age_suspect(&env, 6, "A-1", "1", Duration::from_secs(600)).await; // an old orphan-lock record
+    env.age_suspect(6, "A-1", "1", Duration::from_secs(600))
+        .await; // an old orphan-lock record
     let r = env.job(Kind::SoldOrphans).await;
     assert_eq!(
         (r.deferred, r.fixed),
@@ -447,7 +437,8 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(4, &seats, &[("A-1", "1")]).await.unwrap();
-    age_suspect(&env, 4, "A-1", "1", Duration::from_secs(600)).await;
+    env.age_suspect(4, "A-1", "1", Duration::from_secs(600))
+        .await;
     // Customer A's order for A-1 committed and was cancelled meanwhile; the
     // "1" now belongs to customer B, whose order is still being written.
     env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();

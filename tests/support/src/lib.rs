@@ -149,6 +149,22 @@ impl TestEnv {
         cmd.query_async(&mut c).await.unwrap()
     }
 
+    /// Backdates a seat's suspect record to `"<state>@<now - age>"` (Redis
+    /// server time), as if it had been seen orphaned for `age`: tests step
+    /// over the grace period instead of sleeping through it.
+    pub async fn age_suspect(&self, showtime: i64, seat: &str, state: &str, age: Duration) {
+        let now = self.ctx.redis.server_time_ms().await.unwrap();
+        let value = format!("{state}@{}", now - age.as_millis() as i64);
+        let _: () = self
+            .redis(
+                redis::cmd("HSET")
+                    .arg(self.ctx.redis.keys.suspect(showtime))
+                    .arg(seat)
+                    .arg(value),
+            )
+            .await;
+    }
+
     /// Every key under the prefix with a dump of its value (for checksums).
     pub async fn redis_snapshot(&self) -> BTreeMap<String, Vec<u8>> {
         let keys: Vec<String> = self
