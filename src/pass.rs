@@ -226,3 +226,25 @@ impl Drop for HeldPass {
         self.renewer.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fence holds only while both are true: not found lost, and
+    /// renewed within two thirds of the TTL (no waiting: the claim time is
+    /// set in the past).
+    #[test]
+    fn the_fence_holds_only_when_renewed_recently_and_not_lost() {
+        let ttl = Duration::from_secs(15);
+        let fresh = PassFence::new(ttl, Instant::now());
+        assert!(fresh.holds());
+        fresh.lose();
+        assert!(!fresh.holds(), "a lease found lost stops writes at once");
+
+        let stale = PassFence::new(ttl, Instant::now() - ttl * 2 / 3);
+        assert!(!stale.holds(), "two thirds of the TTL without a renewal");
+        stale.renewed(Instant::now());
+        assert!(stale.holds(), "a renewal sent restores it");
+    }
+}
