@@ -5,9 +5,12 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use seatflow_reconciler::model::Shard;
+use seatflow_reconciler::pass;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
 use seatflow_test_support::servers::wait_until;
+use tokio_util::sync::CancellationToken;
 
 /// Showtimes each test sweeps.
 const SHOWTIMES: i64 = 20;
@@ -355,4 +358,59 @@ async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted()
         status["pass"]["shards"]["0"]["overruns"].as_u64() >= Some(1),
         "{status}"
     );
+}
+
+/// The pass lease in one process (no daemon): a lease someone set without
+/// an expiry is reported as stuck (rule 13), a live one is not.
+#[tokio::test]
+async fn a_pass_lease_without_expiry_is_reported_as_stuck() {
+    let env = TestEnv::new().await;
+    let key = env.ctx.redis.keys.pass_lease(Shard::ALL);
+    let stop = CancellationToken::new();
+    for (ttl_ms, stuck) in [(None, true), (Some(60_000), false)] {
+        let mut set = redis::cmd("SET");
+        set.arg(&key).arg("someone other-instance");
+        if let Some(ms) = ttl_ms {
+            set.arg("PX").arg(ms);
+        }
+        let _: () = env.redis(&set).await;
+        match pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
+            .await
+            .unwrap()
+        {
+            pass::Claimed::Held { stuck: s, .. } => assert_eq!(s, stuck, "ttl {ttl_ms:?}"),
+            _ => panic!("the lease is someone else's"),
+        }
+    }
+}
+
+/// A held pass whose lease is taken over stops: its renewal finds the lease
+/// gone, the fence drops and the pass's stop token is cancelled, so the
+/// pass ends instead of reading on without the right to write.
+#[tokio::test]
+async fn a_pass_whose_lease_is_taken_over_stops() {
+    let env = TestEnv::with(|s| s.sweep.lease_ttl = Duration::from_millis(600)).await;
+    let stop = CancellationToken::new();
+    let pass::Claimed::Ours { pass: held, .. } = pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
+        .await
+        .unwrap()
+    else {
+        panic!("a free pass lease is ours to claim");
+    };
+    assert!(held.fence().holds());
+    let _: () = env
+        .redis(
+            redis::cmd("SET")
+                .arg(env.ctx.redis.keys.pass_lease(Shard::ALL))
+                .arg("someone other-instance")
+                .arg("PX")
+                .arg(60_000),
+        )
+        .await;
+    // Hang guard only: the renewal runs every 200 ms.
+    tokio::time::timeout(Duration::from_secs(30), held.stop_token().cancelled())
+        .await
+        .expect("the pass stops once its renewal finds the lease gone");
+    assert!(!held.fence().holds());
+    assert!(!stop.is_cancelled(), "the caller's own token is left alone");
 }
