@@ -414,3 +414,32 @@ async fn a_pass_whose_lease_is_taken_over_stops() {
     assert!(!held.fence().holds());
     assert!(!stop.is_cancelled(), "the caller's own token is left alone");
 }
+
+/// A pass given back without a record (it failed or was cut) frees its
+/// lease at once, so another replica need not wait out the TTL; no slot
+/// is recorded as done.
+#[tokio::test]
+async fn a_released_pass_frees_its_lease_at_once() {
+    let env = TestEnv::new().await;
+    let stop = CancellationToken::new();
+    let pass::Claimed::Ours { pass: held, .. } = pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
+        .await
+        .unwrap()
+    else {
+        panic!("a free pass lease is ours to claim");
+    };
+    let keys = &env.ctx.redis.keys;
+    let lease: Option<String> = env
+        .redis(redis::cmd("GET").arg(keys.pass_lease(Shard::ALL)))
+        .await;
+    assert!(lease.is_some());
+    held.release().await;
+    let lease: Option<String> = env
+        .redis(redis::cmd("GET").arg(keys.pass_lease(Shard::ALL)))
+        .await;
+    assert_eq!(lease, None);
+    let record: Option<String> = env
+        .redis(redis::cmd("GET").arg(keys.pass_record(Shard::ALL)))
+        .await;
+    assert_eq!(record, None, "no slot recorded as done");
+}
