@@ -443,3 +443,30 @@ async fn a_released_pass_frees_its_lease_at_once() {
         .await;
     assert_eq!(record, None, "no slot recorded as done");
 }
+
+/// A held pass dropped without `finish` or `release` (an early return, a
+/// panic) stops renewing: its lease runs out with its TTL instead of being
+/// kept alive by an orphaned renewal task, so a standby can take over.
+#[tokio::test]
+async fn a_dropped_pass_stops_renewing_its_lease() {
+    let env = TestEnv::with(|s| s.sweep.lease_ttl = Duration::from_millis(600)).await;
+    let stop = CancellationToken::new();
+    let pass::Claimed::Ours { pass: held, .. } = pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
+        .await
+        .unwrap()
+    else {
+        panic!("a free pass lease is ours to claim");
+    };
+    drop(held);
+    let key = env.ctx.redis.keys.pass_lease(Shard::ALL);
+    // Renewed every 200 ms while the task lives; gone after 600 ms without it.
+    wait_until(
+        "the dropped pass's lease to expire",
+        Duration::from_secs(30),
+        || async {
+            let lease: Option<String> = env.redis(redis::cmd("GET").arg(&key)).await;
+            lease.is_none()
+        },
+    )
+    .await;
+}
