@@ -360,6 +360,17 @@ async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted()
     );
 }
 
+/// Claims the (free) pass of the whole estate in this process.
+async fn claim_free_pass(env: &TestEnv, stop: &CancellationToken) -> pass::HeldPass {
+    match pass::claim(&env.ctx, Shard::ALL, 1_000, stop)
+        .await
+        .unwrap()
+    {
+        pass::Claimed::Ours { pass, .. } => pass,
+        _ => panic!("a free pass lease is ours to claim"),
+    }
+}
+
 /// The pass lease in one process (no daemon): a lease someone set without
 /// an expiry is reported as stuck (rule 13), a live one is not.
 #[tokio::test]
@@ -391,12 +402,7 @@ async fn a_pass_lease_without_expiry_is_reported_as_stuck() {
 async fn a_pass_whose_lease_is_taken_over_stops() {
     let env = TestEnv::with(|s| s.sweep.lease_ttl = Duration::from_millis(600)).await;
     let stop = CancellationToken::new();
-    let pass::Claimed::Ours { pass: held, .. } = pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
-        .await
-        .unwrap()
-    else {
-        panic!("a free pass lease is ours to claim");
-    };
+    let held = claim_free_pass(&env, &stop).await;
     assert!(held.fence().holds());
     let _: () = env
         .redis(
@@ -422,12 +428,7 @@ async fn a_pass_whose_lease_is_taken_over_stops() {
 async fn a_released_pass_frees_its_lease_at_once() {
     let env = TestEnv::new().await;
     let stop = CancellationToken::new();
-    let pass::Claimed::Ours { pass: held, .. } = pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
-        .await
-        .unwrap()
-    else {
-        panic!("a free pass lease is ours to claim");
-    };
+    let held = claim_free_pass(&env, &stop).await;
     let keys = &env.ctx.redis.keys;
     let lease: Option<String> = env
         .redis(redis::cmd("GET").arg(keys.pass_lease(Shard::ALL)))
@@ -451,12 +452,7 @@ async fn a_released_pass_frees_its_lease_at_once() {
 async fn a_dropped_pass_stops_renewing_its_lease() {
     let env = TestEnv::with(|s| s.sweep.lease_ttl = Duration::from_millis(600)).await;
     let stop = CancellationToken::new();
-    let pass::Claimed::Ours { pass: held, .. } = pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
-        .await
-        .unwrap()
-    else {
-        panic!("a free pass lease is ours to claim");
-    };
+    let held = claim_free_pass(&env, &stop).await;
     drop(held);
     let key = env.ctx.redis.keys.pass_lease(Shard::ALL);
     // Renewed every 200 ms while the task lives; gone after 600 ms without it.
