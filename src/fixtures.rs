@@ -205,6 +205,11 @@ impl Fixtures {
 }
 
 /// `A`…`Z`, then `AA`, `AB`, …
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "ASCII letters built here"
+)]
 pub fn row_label(mut r: usize) -> String {
     let mut s = Vec::new();
     loop {

@@ -26,6 +26,7 @@ use crate::runner::{NotStarted, Runner};
 /// connection that sends no complete request head within `header_timeout`
 /// (a silent client, or an idle keep-alive) is closed. On `stop`, open
 /// connections finish their request in hand and close.
+#[allow(clippy::expect_used, reason = "the semaphore is never closed")]
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -108,6 +109,7 @@ async fn readyz(State(r): State<Arc<Runner>>) -> Response {
     }
 }
 
+#[allow(clippy::expect_used, reason = "our own status serializes")]
 async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
     let s = &r.ctx.settings;
     let jobs: serde_json::Map<String, serde_json::Value> = r

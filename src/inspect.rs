@@ -9,9 +9,13 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::error::Result;
-use crate::model::{Kind, Occupancy, OrderStatus, SeatFields, SeatState, ShowtimeId, Template};
+use std::sync::Arc;
+
+use crate::contract::{SeatRow, UnknownRow};
+use crate::jobs::strict;
+use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatFields, ShowtimeId, Template};
 use crate::plan::{self, Anomaly, HashObservation, ShowtimeInput, Suspect};
-use crate::store::mysql::{AuditEntry, ShowtimeInfo};
+use crate::store::mysql::{AuditEntry, OccupancyRead, ShowtimeInfo, ShowtimeRow};
 use crate::store::redis::HashRead;
 
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +30,9 @@ pub struct SeatMap {
     pub seats: Vec<SeatView>,
     /// Problems not tied to a template seat (unknown fields, wrong type, …).
     pub other_problems: Vec<String>,
+    /// Rows of this showtime the contract does not explain (table, id, why):
+    /// their seats are never lowered.
+    pub unknown_rows: Vec<String>,
     pub drift: usize,
 }
 
@@ -37,8 +44,8 @@ pub struct SeatView {
     pub enabled: bool,
     /// The raw Redis value; None when the field (or hash) is absent.
     pub redis: Option<String>,
-    /// What MySQL implies: `"0"`, `"1"` or `"2"`; `"?"` when the occupying
-    /// order's status is outside the contract.
+    /// What MySQL implies: `"0"`, `"1"` or `"2"`; `"?"` when a row outside
+    /// the contract may hold the seat (then it is never lowered).
     pub expected: &'static str,
     pub order: Option<OrderView>,
     /// The job that would repair this seat, if it differs.
@@ -54,7 +61,7 @@ pub struct OrderView {
     pub id: i64,
     pub order_no: String,
     pub status: &'static str,
-    pub expires_at: chrono::NaiveDateTime,
+    pub expires_at: Option<chrono::NaiveDateTime>,
 }
 
 /// Reads everything about one showtime. None when it does not exist.
@@ -72,17 +79,64 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         .await?
         .is_some();
 
-    let template = Template::new(
+    let template = Arc::new(Template::new(
         layout
             .iter()
             .filter(|s| s.enabled)
             .map(|s| s.seat_no.clone())
             .collect(),
-    );
-    let occupancy: Occupancy = occupants
-        .iter()
-        .map(|o| (id, o.seat_no.as_str(), o.status))
-        .collect();
+    ));
+    // The sweep's strict reading: rows outside the contract, named by the
+    // template seat MySQL's comparison takes them for.
+    let mut unknown: Vec<UnknownRow> = Vec::new();
+    if showtime.starts_at.is_none() {
+        unknown.push(UnknownRow::new(
+            "showtime",
+            id.to_string(),
+            format!("starts_at {} does not decode", showtime.starts_at_raw),
+        ));
+    }
+    if !crate::contract::SHOWTIME_STATUSES.contains(&showtime.status.as_str()) {
+        unknown.push(UnknownRow::new(
+            "showtime",
+            id.to_string(),
+            format!(
+                "status {:?} is not spelled as the contract spells it",
+                showtime.status
+            ),
+        ));
+    }
+    let mut rows = OccupancyBuilder::default();
+    for o in &occupants {
+        if let SeatRow::Unknown(why) = &o.reading {
+            unknown.push(UnknownRow::new(
+                "order_seat",
+                crate::contract::seat_row_id(o.order_id, &o.seat_no),
+                why.clone(),
+            ));
+        }
+        if let Some(holding) = o.reading.holding(o.order_id) {
+            rows.push_row(id, &o.seat_no, holding, o.order_id);
+        }
+    }
+    let page = [ShowtimeRow {
+        id,
+        hall_id: showtime.hall_id,
+        starts_at: showtime.starts_at.unwrap_or_default(),
+    }];
+    let templates = HashMap::from([(showtime.hall_id, template.clone())]);
+    let named = strict::name_seats(
+        ctx,
+        &page,
+        &templates,
+        OccupancyRead {
+            occupancy: rows.finish(),
+            unknown,
+        },
+    )
+    .await?;
+    let occupancy = named.occupancy;
+    let unknown_rows: Vec<String> = named.unknown.iter().map(|u| u.to_string()).collect();
     let empty = SeatFields::default();
     let (hash_word, fields) = match &read.hash {
         HashRead::Missing => ("missing", &empty),
@@ -107,18 +161,20 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
     let mut other_problems = Vec::new();
     for a in &plan.anomalies {
         match a {
-            Anomaly::InvalidValue { seat, .. } | Anomaly::MissingField { seat } => {
+            Anomaly::InvalidValue { seat, .. } => {
                 problems.insert(seat.clone(), a.describe());
             }
             _ => other_problems.push(a.describe()),
         }
     }
-    let on_sale = showtime.status == "ON_SALE";
+    let on_sale = showtime.status == "ON_SALE" && showtime.starts_at.is_some();
     let seats = layout
         .into_iter()
         .map(|s| {
-            let occupant = occupants.iter().find(|o| o.seat_no == s.seat_no);
-            let expected = SeatState::expected(occupant.map(|o| o.status));
+            let truth = occupancy.of(id).get(&s.seat_no);
+            let occupant = occupants
+                .iter()
+                .find(|o| o.seat_no == s.seat_no && matches!(o.reading, SeatRow::Occupies(_)));
             let drift = if !s.enabled || !on_sale {
                 None
             } else if plan.rebuild.is_some() {
@@ -128,19 +184,26 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
             };
             SeatView {
                 redis: fields.get(&s.seat_no),
-                expected: expected.map_or("?", SeatState::as_redis),
+                expected: if truth.unknown {
+                    "?"
+                } else {
+                    truth.expected().as_redis()
+                },
                 order: occupant.map(|o| OrderView {
                     id: o.order_id,
                     order_no: o.order_no.clone(),
-                    status: match o.status {
-                        OrderStatus::Paid => "PAID",
-                        OrderStatus::Pending => "PENDING",
-                        OrderStatus::Unknown { .. } => "not in the contract",
+                    status: match o.reading {
+                        SeatRow::Occupies(OrderStatus::Paid) => "PAID",
+                        _ => "PENDING",
                     },
                     expires_at: o.expires_at,
                 }),
                 drift,
-                problem: problems.remove(&s.seat_no),
+                problem: problems.remove(&s.seat_no).or_else(|| {
+                    truth
+                        .unknown
+                        .then(|| "a row outside the contract may hold it: never lowered".into())
+                }),
                 suspect_since_ms: read
                     .suspects
                     .get(&s.seat_no)
@@ -161,6 +224,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         lease_held,
         seats,
         other_problems,
+        unknown_rows,
         drift,
     }))
 }
@@ -171,6 +235,11 @@ const DIM: &str = "\x1b[2m";
 const RESET: &str = "\x1b[0m";
 
 impl SeatMap {
+    #[allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "plain data of ours serializes"
+    )]
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("seat map serializes")
     }
@@ -185,7 +254,9 @@ impl SeatMap {
             s.id,
             s.hall_id,
             s.status,
-            s.starts_at.format("%Y-%m-%d %H:%M")
+            s.starts_at
+                .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+                .unwrap_or_else(|| format!("{} (does not decode)", s.starts_at_raw))
         );
         let fields = self
             .seats
@@ -248,6 +319,15 @@ impl SeatMap {
             // For a missing hash, free seats say nothing the line above did not.
             .filter(|v| self.hash != "missing" || v.expected != "0")
             .collect();
+        if !self.unknown_rows.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nrows outside the contract (their seats are never lowered):"
+            );
+            for u in &self.unknown_rows {
+                let _ = writeln!(out, "  {u}");
+            }
+        }
         if drifted.is_empty() && self.other_problems.is_empty() {
             // Never "no drift" when there is no hash to agree.
             let verdict = match self.hash {
@@ -328,7 +408,9 @@ impl SeatMap {
                     o.id,
                     o.order_no,
                     o.status,
-                    o.expires_at.format("%Y-%m-%d %H:%M:%S")
+                    o.expires_at
+                        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+                        .unwrap_or_else(|| "(does not decode)".into())
                 );
             }
             None => {
@@ -429,14 +511,18 @@ pub async fn differences(ctx: &Context) -> Result<Vec<Difference>> {
         });
         let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
         let halls: Vec<i64> = page.iter().map(|s| s.hall_id).collect();
-        let templates: HashMap<i64, Template> = ctx
+        let templates: HashMap<i64, Arc<Template>> = ctx
             .mysql
             .templates(&halls)
             .await?
+            .0
             .into_iter()
-            .map(|(h, seats)| (h, Template::new(seats)))
+            .map(|(h, seats)| (h, Arc::new(Template::new(seats))))
             .collect();
-        let occupancy = ctx.mysql.occupancy(&ids).await?;
+        let read = ctx.mysql.occupancy(&ids).await?;
+        let occupancy = strict::name_seats(ctx, &page, &templates, read)
+            .await?
+            .occupancy;
         let (_, reads) = ctx.redis.read_showtimes(&ids, false).await?;
         for (s, read) in page.iter().zip(&reads) {
             let fields = match &read.hash {

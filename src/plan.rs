@@ -7,7 +7,8 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::model::{
-    Kind, OrderStatus, SeatFields, SeatNo, SeatRepair, SeatState, ShowtimeOccupancy, Template,
+    Holding, Kind, SeatFields, SeatNo, SeatRepair, SeatState, SeatTruth, ShowtimeOccupancy,
+    Template,
 };
 
 /// What the scan found at `{prefix}seat:{S}`.
@@ -26,7 +27,8 @@ pub enum HashObservation<'a> {
 pub struct ShowtimeInput<'a> {
     /// Enabled seats of the hall template.
     pub template: &'a Template,
-    /// Seats occupied by a valid order (`active = 1`, PENDING or PAID).
+    /// The rows that may hold its seats: valid occupancies, and rows the
+    /// contract does not explain under the template seat they name.
     pub occupancy: ShowtimeOccupancy<'a>,
     pub hash: HashObservation<'a>,
 }
@@ -43,14 +45,8 @@ pub enum Anomaly {
     InvalidValue { seat: SeatNo, raw: String },
     /// A field that is not an enabled template seat.
     UnknownField { seat: SeatNo },
-    /// A free template seat absent from an existing hash: unsellable, but
-    /// nothing in the contract says who removed it, so an operator decides.
-    MissingField { seat: SeatNo },
     /// A valid occupancy of a seat that is not an enabled template seat.
     OccupancyOutsideTemplate { seat: SeatNo },
-    /// A seat held (`active = 1`) by an order whose status the contract does
-    /// not spell: its expected state is unknown, so it is left alone.
-    UnknownOrderStatus { seat: SeatNo, order_id: i64 },
 }
 
 impl Anomaly {
@@ -66,19 +62,12 @@ impl Anomaly {
             Anomaly::UnknownField { seat } => {
                 format!("field {} is not a template seat", shown(seat))
             }
-            Anomaly::MissingField { seat } => {
-                format!("template seat {} is absent from the hash", shown(seat))
-            }
             Anomaly::OccupancyOutsideTemplate { seat } => {
                 format!(
                     "seat {} is occupied but not an enabled template seat",
                     shown(seat)
                 )
             }
-            Anomaly::UnknownOrderStatus { seat, order_id } => format!(
-                "seat {} is held by order {order_id} whose status is not in the contract; left alone",
-                shown(seat)
-            ),
         }
     }
 }
@@ -87,7 +76,7 @@ impl Anomaly {
 const SHOWN_CHARS: usize = 40;
 
 /// A name from a store (a seat number), cut to `SHOWN_CHARS`.
-fn shown(raw: &str) -> String {
+pub fn shown(raw: &str) -> String {
     let (head, cut) = cut_short(raw);
     if cut {
         format!("{head}… ({} bytes)", raw.len())
@@ -129,78 +118,68 @@ impl ShowtimePlan {
 }
 
 /// Which job owns the disagreement between what Redis shows and what MySQL
-/// implies, and so which repair fixes it. `None` when they agree, or when the
-/// disagreement is bad data (a free seat missing from its hash).
+/// implies, and so which repair fixes it. `None` when they agree.
 ///
 /// The occupancy direction (Redis shows less than an order holds) belongs to
-/// `paid-seats`; the Redis direction (Redis shows more than any order holds)
-/// to `orphan-locks` (`"1"`) and `sold-orphans` (`"2"`).
+/// `paid-seats`, and so does every absent field of a present hash (the
+/// contract gives every enabled template seat a field); the Redis direction
+/// (Redis shows more than any order holds) to `orphan-locks` (`"1"`) and
+/// `sold-orphans` (`"2"`).
 pub fn classify(observed: Option<SeatState>, expected: SeatState) -> Option<Kind> {
     use SeatState::*;
     match (observed, expected) {
         (Some(o), e) if o == e => None,
-        (_, Sold) => Some(Kind::PaidSeats),
+        (None, _) | (_, Sold) => Some(Kind::PaidSeats),
         (Some(Sold), _) => Some(Kind::SoldOrphans),
         (Some(Locked), Free) => Some(Kind::OrphanLocks),
-        (Some(Free) | None, Locked) => Some(Kind::PaidSeats),
-        (None, Free) => None,
+        (Some(Free), Locked) => Some(Kind::PaidSeats),
         (Some(Free), Free) | (Some(Locked), Locked) => unreachable!("equal states return early"),
     }
 }
 
 /// The expected hash of a showtime: every template seat at the state its
-/// occupancy implies. Seats whose state is unknown (an order status outside
-/// the contract) are left out: nothing is written for them.
+/// occupancy implies. A seat that a row outside the contract may hold is
+/// left out unless a valid occupancy raises it (rule 15: writing `"0"`
+/// where nothing was would lower it).
 pub fn expected_hash(
     template: &Template,
     occupancy: ShowtimeOccupancy<'_>,
 ) -> Vec<(SeatNo, SeatState)> {
-    let (expected, _) = expected_states(template, occupancy);
-    known_seats(template, expected)
+    let (truths, _) = seat_truths(template, occupancy);
+    rebuilt_fields(template, &truths)
 }
 
-fn known_seats(template: &Template, expected: Vec<Option<SeatState>>) -> Vec<(SeatNo, SeatState)> {
+fn rebuilt_fields(template: &Template, truths: &[SeatTruth]) -> Vec<(SeatNo, SeatState)> {
     template
         .seats()
         .iter()
-        .zip(expected)
-        .filter_map(|(seat, state)| Some((seat.clone(), state?)))
+        .zip(truths)
+        .filter(|(_, t)| t.allows(None, t.expected()))
+        .map(|(seat, t)| (seat.clone(), t.expected()))
         .collect()
 }
 
-/// The expected state of each template seat, by position (`None`: unknown),
-/// and the held seats that are not enabled template seats (sorted, each once).
-fn expected_states<'o>(
+/// What MySQL says of each template seat, by position, and the valid
+/// occupancies of seats that are not enabled template seats (sorted, each
+/// once). Rows outside the contract name template seats already (the
+/// reader resolved them with MySQL's own comparison); one that names none
+/// blocks nothing here.
+fn seat_truths<'o>(
     template: &Template,
     occupancy: ShowtimeOccupancy<'o>,
-) -> (Vec<Option<SeatState>>, Vec<&'o str>) {
-    let mut expected = vec![Some(SeatState::Free); template.len()];
+) -> (Vec<SeatTruth>, Vec<&'o str>) {
+    let mut truths = vec![SeatTruth::default(); template.len()];
     let mut outside = Vec::new();
-    for (seat, status) in occupancy.iter() {
-        match template.find(seat.as_bytes()) {
-            Some(i) => expected[i] = SeatState::expected(Some(status)),
-            None => outside.push(seat),
+    for (seat, holding) in occupancy.iter() {
+        match (template.find(seat.as_bytes()), holding) {
+            (Some(i), _) => truths[i].add(holding),
+            (None, Holding::Valid(_)) => outside.push(seat),
+            (None, Holding::Unknown { .. }) => {}
         }
     }
     outside.sort_unstable();
     outside.dedup();
-    (expected, outside)
-}
-
-/// Seats held by orders whose status is outside the contract, in seat order.
-fn unknown_occupancy(occupancy: ShowtimeOccupancy<'_>) -> Vec<Anomaly> {
-    let mut out: Vec<Anomaly> = occupancy
-        .iter()
-        .filter_map(|(seat, status)| match status {
-            OrderStatus::Unknown { order_id } => Some(Anomaly::UnknownOrderStatus {
-                seat: seat.into(),
-                order_id,
-            }),
-            _ => None,
-        })
-        .collect();
-    out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
-    out
+    (truths, outside)
 }
 
 /// Plans one showtime. Pure and total: any input yields a plan.
@@ -214,13 +193,12 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
         plan.anomalies.push(Anomaly::EmptyTemplate);
         return plan;
     }
-    let (expected, outside) = expected_states(template, input.occupancy);
+    let (truths, outside) = seat_truths(template, input.occupancy);
     plan.anomalies.extend(
         outside
             .into_iter()
             .map(|seat| Anomaly::OccupancyOutsideTemplate { seat: seat.into() }),
     );
-    plan.anomalies.extend(unknown_occupancy(input.occupancy));
 
     let fields = match input.hash {
         HashObservation::WrongType => {
@@ -228,7 +206,7 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             return plan;
         }
         HashObservation::Missing => {
-            plan.rebuild = Some(known_seats(template, expected));
+            plan.rebuild = Some(rebuilt_fields(template, &truths));
             return plan;
         }
         HashObservation::Present(fields) => fields,
@@ -242,7 +220,7 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             None => unknown.push(field),
         }
     }
-    for ((seat, raw), expected) in template.seats().iter().zip(observed).zip(expected) {
+    for ((seat, raw), truth) in template.seats().iter().zip(observed).zip(truths) {
         let observed = match raw {
             None => None,
             Some(raw) => match SeatState::from_bytes(raw) {
@@ -256,21 +234,18 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
                 }
             },
         };
-        let Some(expected) = expected else {
-            // Held by an order of unknown status: hands off (reported above).
-            continue;
-        };
-        match classify(observed, expected) {
-            Some(kind) => plan.repairs.push(SeatRepair {
+        let expected = truth.expected();
+        // A lowering write over a seat that a row outside the contract may
+        // hold is never planned (rule 15); that row is reported by the reader.
+        if let Some(kind) = classify(observed, expected)
+            && truth.allows(observed, expected)
+        {
+            plan.repairs.push(SeatRepair {
                 kind,
                 seat: seat.clone(),
                 observed,
                 target: expected,
-            }),
-            None if observed.is_none() => plan
-                .anomalies
-                .push(Anomaly::MissingField { seat: seat.clone() }),
-            None => {}
+            });
         }
     }
     unknown.sort_unstable();
@@ -281,13 +256,14 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
     plan
 }
 
-/// True when a repair planned from the scan is still right given a fresh read
-/// of the seat's occupancy (safety rule 4's re-check right before repairing).
-pub fn still_valid(repair: &SeatRepair, fresh_occupant: Option<OrderStatus>) -> bool {
-    let Some(expected) = SeatState::expected(fresh_occupant) else {
-        return false;
-    };
-    expected == repair.target && classify(repair.observed, expected) == Some(repair.kind)
+/// True when a repair planned from the scan is still right given a fresh
+/// read of exactly its seat, asked in MySQL's own terms (rules 4 and 15,
+/// right before the write): the fresh truth wants the planned target, the
+/// same job owns the drift, and a lowering write finds no row of any kind
+/// that may hold the seat.
+pub fn still_valid(repair: &SeatRepair, fresh: &SeatTruth) -> bool {
+    fresh.allows(repair.observed, repair.target)
+        && classify(repair.observed, fresh.expected()) == Some(repair.kind)
 }
 
 /// How far apart the Redis clock (suspect times) and the application's clock
@@ -408,7 +384,7 @@ pub fn apply_grace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Occupancy;
+    use crate::model::{Occupancy, OrderStatus};
     use SeatState::*;
 
     fn seats(names: &[&str]) -> Template {
@@ -471,7 +447,7 @@ mod tests {
         assert_eq!(classify(Some(Sold), Free), Some(Kind::SoldOrphans));
         assert_eq!(classify(Some(Sold), Locked), Some(Kind::SoldOrphans));
         assert_eq!(classify(Some(Free), Locked), Some(Kind::PaidSeats));
-        assert_eq!(classify(None, Free), None);
+        assert_eq!(classify(None, Free), Some(Kind::PaidSeats));
         for s in SeatState::ALL {
             assert_eq!(classify(Some(s), s), None);
         }
@@ -497,23 +473,85 @@ mod tests {
     }
 
     /// The hash a rebuild writes: every template seat at its occupancy's
-    /// state, and no field at all for a seat of unknown state (rule 12).
+    /// state, and no field at all for a free seat that a row outside the
+    /// contract may hold (rule 15), unless a valid occupancy raises it.
     #[test]
     fn expected_hash_overlays_occupancy_and_leaves_unknown_seats_out() {
-        let template = seats(&["A-1", "A-2", "A-3", "A-4"]);
-        let occ = held(&[
-            ("A-1", OrderStatus::Pending),
-            ("A-2", OrderStatus::Paid),
-            ("A-4", OrderStatus::Unknown { order_id: 9 }),
-        ]);
+        let template = seats(&["A-1", "A-2", "A-3", "A-4", "A-5"]);
+        let occ: Occupancy = [
+            (1, "A-1", Holding::Valid(OrderStatus::Pending)),
+            (1, "A-2", Holding::Valid(OrderStatus::Paid)),
+            (1, "A-4", Holding::Unknown { order_id: 9 }),
+            (1, "A-5", Holding::Unknown { order_id: 8 }),
+            (1, "A-5", Holding::Valid(OrderStatus::Pending)),
+        ]
+        .into_iter()
+        .collect();
         assert_eq!(
             expected_hash(&template, occ.of(1)),
             vec![
                 ("A-1".to_string(), Locked),
                 ("A-2".to_string(), Sold),
                 ("A-3".to_string(), Free),
+                ("A-5".to_string(), Locked),
             ]
         );
+    }
+
+    /// Rule 15 in the planner: a row outside the contract blocks every
+    /// lowering write on its seat (and the fill of an absent field with
+    /// "0"), never a raise to what a valid occupancy holds.
+    #[test]
+    fn a_seat_an_unknown_row_may_hold_is_never_lowered_but_may_be_raised() {
+        let template = seats(&["A-1", "A-2", "A-3", "A-4"]);
+        let occ: Occupancy = [
+            (1, "A-1", Holding::Unknown { order_id: 9 }),
+            (1, "A-2", Holding::Unknown { order_id: 9 }),
+            (1, "A-3", Holding::Unknown { order_id: 8 }),
+            (1, "A-3", Holding::Valid(OrderStatus::Paid)),
+            (1, "A-4", Holding::Unknown { order_id: 7 }),
+        ]
+        .into_iter()
+        .collect();
+        let h = fields(&[("A-1", "2"), ("A-2", "1"), ("A-3", "0")]);
+        let plan = plan_showtime(ShowtimeInput {
+            template: &template,
+            occupancy: occ.of(1),
+            hash: HashObservation::Present(&h),
+        });
+        let planned: Vec<_> = plan
+            .repairs
+            .iter()
+            .map(|r| (r.seat.as_str(), r.observed, r.target))
+            .collect();
+        assert_eq!(planned, vec![("A-3", Some(Free), Sold)]);
+    }
+
+    /// A field missing from a present hash is paid-seats drift: filled with
+    /// its expected value (the compare-and-set wants it still absent).
+    #[test]
+    fn an_absent_field_is_filled_with_its_expected_value() {
+        let template = seats(&["A-1", "A-2", "A-3"]);
+        let occ = held(&[("A-2", OrderStatus::Paid)]);
+        let h = fields(&[("A-3", "0")]);
+        let plan = plan_showtime(ShowtimeInput {
+            template: &template,
+            occupancy: occ.of(1),
+            hash: HashObservation::Present(&h),
+        });
+        let planned: Vec<_> = plan
+            .repairs
+            .iter()
+            .map(|r| (r.kind, r.seat.as_str(), r.observed, r.target))
+            .collect();
+        assert_eq!(
+            planned,
+            vec![
+                (Kind::PaidSeats, "A-1", None, Free),
+                (Kind::PaidSeats, "A-2", None, Sold)
+            ]
+        );
+        assert!(plan.anomalies.is_empty());
     }
 
     #[test]
@@ -545,7 +583,8 @@ mod tests {
             occupancy: occ.of(1),
             hash: HashObservation::Present(&h),
         });
-        assert!(plan.repairs.is_empty());
+        // A-3's absent field is drift (filled with "0"), not bad data.
+        assert_eq!(plan.repairs.len(), 1);
         assert_eq!(
             plan.anomalies,
             vec![
@@ -554,7 +593,6 @@ mod tests {
                     seat: "A-1".into(),
                     raw: "x".into()
                 },
-                Anomaly::MissingField { seat: "A-3".into() },
                 Anomaly::UnknownField { seat: "B-7".into() },
             ]
         );
@@ -659,9 +697,27 @@ mod tests {
 
     #[test]
     fn recheck_rejects_a_seat_whose_order_committed_meanwhile() {
-        assert!(still_valid(&orphan("A-1"), None));
-        assert!(!still_valid(&orphan("A-1"), Some(OrderStatus::Pending)));
-        assert!(!still_valid(&orphan("A-1"), Some(OrderStatus::Paid)));
+        assert!(still_valid(&orphan("A-1"), &truth(None)));
+        assert!(!still_valid(
+            &orphan("A-1"),
+            &truth(Some(OrderStatus::Pending))
+        ));
+        assert!(!still_valid(
+            &orphan("A-1"),
+            &truth(Some(OrderStatus::Paid))
+        ));
+        let unknown = SeatTruth {
+            valid: None,
+            unknown: true,
+        };
+        assert!(!still_valid(&orphan("A-1"), &unknown));
+    }
+
+    fn truth(valid: Option<OrderStatus>) -> SeatTruth {
+        SeatTruth {
+            valid,
+            unknown: false,
+        }
     }
 
     /// The fresh state must still call for the repair's own target: a paid
@@ -676,9 +732,9 @@ mod tests {
             observed: Some(Free),
             target: Sold,
         };
-        assert!(still_valid(&mark_sold, Some(OrderStatus::Paid)));
-        assert!(!still_valid(&mark_sold, Some(OrderStatus::Pending)));
-        assert!(!still_valid(&mark_sold, None));
+        assert!(still_valid(&mark_sold, &truth(Some(OrderStatus::Paid))));
+        assert!(!still_valid(&mark_sold, &truth(Some(OrderStatus::Pending))));
+        assert!(!still_valid(&mark_sold, &truth(None)));
     }
 
     #[test]

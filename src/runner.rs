@@ -175,6 +175,10 @@ impl Runner {
     /// A scheduled fire of `kind` (`expired-orders`), or of the pass (a
     /// seat job) for the schedule slot `slot`: skipped and counted if the
     /// previous run still goes.
+    #[allow(
+        clippy::expect_used,
+        reason = "the status map holds every kind from the start"
+    )]
     pub fn fire(self: &Arc<Self>, kind: Kind, slot: DateTime<Utc>) {
         let kinds = if kind.is_seat_job() {
             self.pass_kinds()
@@ -245,6 +249,10 @@ impl Runner {
         Ok(())
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "the status map holds every kind from the start"
+    )]
     fn set_running(&self, kinds: &[Kind], running: bool) {
         let mut status = lock(&self.status);
         for k in kinds {
@@ -412,6 +420,10 @@ impl Runner {
     }
 
     /// Metrics and `/status` of each job in a run's report.
+    #[allow(
+        clippy::expect_used,
+        reason = "the status map holds every kind from the start"
+    )]
     fn record(&self, report: RunReport, started_at: DateTime<Utc>) {
         let mut status = lock(&self.status);
         for job in report.jobs {

@@ -215,7 +215,7 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
             .iter()
             .map(|c| (c.id, c.seats.clone()))
             .collect::<Vec<_>>(),
-        vec![(other, vec!["A-2".to_string()])]
+        vec![(other, vec![(3, "A-2".to_string())])]
     );
     assert_eq!(env.fx.order_status(order).await.unwrap(), "PAID");
 }

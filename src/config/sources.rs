@@ -123,6 +123,11 @@ fn leaves<'a>(
 /// of its default's type: an integer where the default is an integer (`1.5`
 /// is refused, not rounded), a string where it is a string. Environment
 /// values arrive as strings and must spell the type exactly.
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "the built-in defaults are ours and parsed in tests"
+)]
 fn check_keys_and_types(merged: &Config) -> Result<(), ConfigError> {
     let defaults = Config::builder()
         .add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml))

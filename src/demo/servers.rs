@@ -52,6 +52,11 @@ impl Drop for TempDir {
 }
 
 /// A TCP port on 127.0.0.1 that nobody listens on right now.
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "the demo and tests cannot go on without a port"
+)]
 pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())

@@ -9,7 +9,7 @@ use crate::config::Settings;
 use crate::context::Context;
 use crate::fixtures::Fixtures;
 use crate::jobs::{self, RunOptions};
-use crate::model::{Kind, SeatState};
+use crate::model::Kind;
 
 use super::GRACE;
 
@@ -118,7 +118,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<()> {
 /// A small seat map: Redis value, and `*` where it differs from MySQL.
 async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Result<()> {
     let hash = fx.hash(showtime).await?;
-    let occupancy = ctx.mysql.occupancy(&[showtime]).await?;
+    let occupancy = ctx.mysql.occupancy(&[showtime]).await?.occupancy;
     let occ = occupancy.of(showtime);
     println!(
         "showtime {showtime} seat map (0 free, 1 locked, 2 sold; * = Redis disagrees with MySQL):"
@@ -128,7 +128,12 @@ async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Resul
         for col in 1..=8 {
             let seat = format!("{row}-{col}");
             let value = hash.get(&seat).map(String::as_str).unwrap_or("?");
-            let expected = SeatState::expected(occ.get(&seat)).map_or("?", SeatState::as_redis);
+            let truth = occ.get(&seat);
+            let expected = if truth.unknown {
+                "?"
+            } else {
+                truth.expected().as_redis()
+            };
             let mark = if value == expected { ' ' } else { '*' };
             line.push_str(&format!(" {value}{mark}"));
         }

@@ -262,6 +262,11 @@ impl BacklogEntry {
         }
     }
 
+    #[allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "plain data of ours serializes"
+    )]
     fn encode(&self) -> String {
         serde_json::to_string(self).expect("plain data")
     }

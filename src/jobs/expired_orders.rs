@@ -1,32 +1,50 @@
 //! `expired-orders`: cancel PENDING orders past `expires_at + buffer`
 //! through seatflow's cancel chain — a conditional status update and
-//! `active = NULL` in one transaction (rule 3), then the seats `"1"` → `"0"`
-//! by fenced compare-and-set under the showtime's mutex.
+//! `active = NULL` in one transaction (rule 3), then the seats of the
+//! order's own `order_seat` rows, each in the row's showtime, `"1"` → `"0"`
+//! by fenced compare-and-set under that showtime's lease, where a fresh
+//! re-check shows that nothing else holds the seat (rule 15).
 
 use std::collections::BTreeMap;
 
 use crate::error::Error;
 use crate::lease::RunLeases;
-use crate::model::{Kind, SeatRepair, SeatState, ShowtimeId};
+use crate::model::{Kind, SeatNo, SeatRepair, SeatState, ShowtimeId};
 use crate::store::mysql::{ExpiredOrder, Keyset, RunIdentity};
 use crate::store::redis::{Fenced, Replied, SeatBatch};
 
 use super::RunOptions;
 use super::audit::AuditLog;
 use super::report::JobReport;
+use super::strict::UnknownRows;
 use crate::context::Context;
+
+/// Most orders with an undecodable deadline reported per run.
+const UNKNOWN_ORDERS_LISTED: usize = 100;
 
 pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> JobReport {
     let mut report = JobReport::new(Kind::ExpiredOrders);
+    let mut unknown = UnknownRows::new(opts.reported.clone());
+    match ctx
+        .retry("read unknown orders", || {
+            ctx.mysql
+                .unknown_expired(&opts.showtimes, UNKNOWN_ORDERS_LISTED)
+        })
+        .await
+    {
+        Ok(rows) => unknown.report(&mut report, &rows),
+        Err(e) => report.error(&e),
+    }
     let leases = RunLeases::new(
         ctx.redis.clone(),
         ctx.settings.reconcile.lock_ttl,
         ctx.leases.clone(),
     );
-    if let Err(e) = sweep(ctx, opts, audit, &mut report, &leases).await {
+    if let Err(e) = sweep(ctx, opts, audit, &mut report, &leases, &mut unknown).await {
         tracing::error!(kind = "expired_orders", error = %e, "job stopped");
         report.fail(&e);
     }
+    unknown.summarise();
     if let Err(e) = leases.release_all().await {
         report.error(&e);
     }
@@ -39,6 +57,7 @@ async fn sweep(
     audit: &mut AuditLog<'_>,
     report: &mut JobReport,
     leases: &RunLeases,
+    unknown: &mut UnknownRows,
 ) -> Result<(), Error> {
     let job = ctx.settings.job(Kind::ExpiredOrders);
     let buffer = chrono::Duration::from_std(ctx.settings.reconcile.expired_order_buffer)
@@ -103,7 +122,19 @@ async fn sweep(
         report.backlog += (page.len() - take) as u64;
         if !opts.dry_run
             && take > 0
-            && let Err(e) = cancel_chunk(ctx, &page[..take], deadline, audit, report, leases).await
+            && let Err(e) = cancel_chunk(
+                ctx,
+                &page[..take],
+                deadline,
+                Chain {
+                    audit,
+                    report,
+                    leases,
+                    unknown,
+                    opts,
+                },
+            )
+            .await
         {
             tracing::warn!(error = %e, "expired-order chunk failed; skipped for this run");
             report.quarantine(&e, page[..take].iter().map(|o| o.showtime_id));
@@ -117,13 +148,21 @@ async fn sweep(
     Ok(())
 }
 
+/// What the cancel chain writes to: the job's audit and report, the run's
+/// leases, and the run's report of rows outside the contract.
+struct Chain<'c, 'a> {
+    audit: &'c mut AuditLog<'a>,
+    report: &'c mut JobReport,
+    leases: &'c RunLeases,
+    unknown: &'c mut UnknownRows,
+    opts: &'c RunOptions,
+}
+
 async fn cancel_chunk(
     ctx: &Context,
     orders: &[ExpiredOrder],
     deadline: chrono::NaiveDateTime,
-    audit: &mut AuditLog<'_>,
-    report: &mut JobReport,
-    leases: &RunLeases,
+    chain: Chain<'_, '_>,
 ) -> Result<(), Error> {
     // Order ids with their deadlines (the drift's first moment), by showtime.
     let mut by_showtime: BTreeMap<ShowtimeId, Vec<(i64, chrono::NaiveDateTime)>> = BTreeMap::new();
@@ -134,12 +173,13 @@ async fn cancel_chunk(
             .push((o.id, o.expires_at));
     }
     let ids: Vec<ShowtimeId> = by_showtime.keys().copied().collect();
+    let leases = chain.leases;
     let acquired = leases.acquire(&ids).await?;
     for busy in &acquired.busy {
-        report.skipped_busy += 1;
-        report.backlog += by_showtime[busy].len() as u64;
+        chain.report.skipped_busy += 1;
+        chain.report.backlog += by_showtime[busy].len() as u64;
         if acquired.stuck.contains(busy) {
-            report.stuck_leases += 1;
+            chain.report.stuck_leases += 1;
             super::seat_sweep::log_stuck_lease(&ctx.redis.keys.lease(*busy), *busy);
         } else {
             tracing::info!(
@@ -149,17 +189,9 @@ async fn cancel_chunk(
             );
         }
     }
-    let result = cancel_locked(
-        ctx,
-        &acquired.taken,
-        &by_showtime,
-        deadline,
-        audit,
-        report,
-        leases,
-    )
-    .await;
-    let released = leases.release(&acquired.taken).await;
+    let result = cancel_locked(ctx, &acquired.taken, &by_showtime, deadline, chain).await;
+    // The order's showtimes, and any other showtime a release went to.
+    let released = leases.release(&leases.held()).await;
     result?;
     released
 }
@@ -169,10 +201,15 @@ async fn cancel_locked(
     taken: &[ShowtimeId],
     by_showtime: &BTreeMap<ShowtimeId, Vec<(i64, chrono::NaiveDateTime)>>,
     deadline: chrono::NaiveDateTime,
-    audit: &mut AuditLog<'_>,
-    report: &mut JobReport,
-    leases: &RunLeases,
+    chain: Chain<'_, '_>,
 ) -> Result<(), Error> {
+    let Chain {
+        audit,
+        report,
+        leases,
+        unknown,
+        opts,
+    } = chain;
     let order_ids: Vec<i64> = taken
         .iter()
         .flat_map(|s| by_showtime[s].iter().map(|(id, _)| *id))
@@ -205,9 +242,8 @@ async fn cancel_locked(
             "orders paid or cancelled by seatflow since the scan; left alone"
         );
     }
-    // Per showtime: the seat releases and, in step, the order each seat belonged to.
-    // The cancels' audit rows were committed with them.
-    let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
+    // The seats of the cancelled orders' own rows, each in the row's showtime.
+    let mut releases: Vec<(ShowtimeId, SeatNo, i64)> = Vec::new();
     for order in &cancelled {
         report.fixed += 1;
         // Drift age: the order held its seats from its deadline until this
@@ -215,19 +251,65 @@ async fn cancel_locked(
         if let Some(at) = expired_at.get(&order.id) {
             report.observe_drift_age((since - *at).num_milliseconds().max(0) as u64);
         }
-        let entry = batches.entry(order.showtime_id).or_default();
-        for seat in &order.seats {
-            entry.repairs.push(SeatRepair {
-                kind: Kind::ExpiredOrders,
-                seat: seat.clone(),
-                observed: Some(SeatState::Locked),
-                target: SeatState::Free,
-            });
-            entry.orders.push(order.id);
-        }
+        releases.extend(
+            order
+                .seats
+                .iter()
+                .map(|(showtime, seat)| (*showtime, seat.clone(), order.id)),
+        );
     }
     // The MySQL side is committed; a failure below leaves "1"s that the
     // orphan-locks job releases later, as after any crash in this window.
+    // A row in a showtime we do not hold yet (its order says another): take
+    // that showtime's lease too, or leave the seat to orphan-locks.
+    let mut others: Vec<ShowtimeId> = releases
+        .iter()
+        .map(|(s, _, _)| *s)
+        .filter(|s| !taken.contains(s))
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    let extra = leases.acquire(&others).await?;
+    if !extra.busy.is_empty() {
+        tracing::info!(
+            showtimes = ?extra.busy,
+            "seats of cancelled orders in busy showtimes left to orphan-locks"
+        );
+    }
+    releases.retain(|(s, _, _)| !extra.busy.contains(s));
+    // Rule 15: release only what MySQL, asked now in its own terms, shows
+    // held by nothing else (no valid order, no row outside the contract).
+    let asked: Vec<(ShowtimeId, SeatNo, bool)> = releases
+        .iter()
+        .map(|(s, seat, _)| (*s, seat.clone(), true))
+        .collect();
+    let (fresh, rows) = ctx
+        .retry("re-check seats", || ctx.mysql.seat_history(&asked))
+        .await?;
+    unknown.report(report, &rows);
+    let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
+    for ((showtime, seat, order), history) in releases.into_iter().zip(fresh) {
+        if !history
+            .truth
+            .allows(Some(SeatState::Locked), SeatState::Free)
+        {
+            tracing::info!(
+                showtime_id = showtime,
+                seat = %seat,
+                order_id = order,
+                "seat of a cancelled order is held by another row in MySQL; not released"
+            );
+            continue;
+        }
+        let entry = batches.entry(showtime).or_default();
+        entry.repairs.push(SeatRepair {
+            kind: Kind::ExpiredOrders,
+            seat,
+            observed: Some(SeatState::Locked),
+            target: SeatState::Free,
+        });
+        entry.orders.push(order);
+    }
     let ids: Vec<ShowtimeId> = batches.keys().copied().collect();
     let lost = leases.renew_due(&ids).await?;
     for id in &lost {
@@ -271,12 +353,19 @@ async fn cancel_locked(
             }
             Ok(Fenced::LeaseLost) => report.error(&Error::LeaseLost(*id)),
             Ok(Fenced::SeatKeyWrongType) => {
-                // Seatflow's key is not a hash (rules 8, 12, 13): left alone.
-                report.invalid();
-                tracing::warn!(
-                    key = %ctx.redis.keys.seat(*id),
-                    "seat key of the wrong type; seats of cancelled orders left alone"
-                );
+                // Seatflow's key is not a hash (rules 8, 12, 13): left alone,
+                // one problem per run whichever job meets it first.
+                let key = ctx.redis.keys.seat(*id);
+                if opts
+                    .reported
+                    .first(&super::seat_sweep::wrong_type_problem(&key))
+                {
+                    report.invalid();
+                    tracing::warn!(
+                        key = %key,
+                        "seat key of the wrong type; seats of cancelled orders left alone"
+                    );
+                }
             }
             Err(e) => report.quarantine(&e, [*id]),
         }

@@ -6,6 +6,7 @@ pub mod pass_run;
 pub mod progress;
 pub mod report;
 pub mod seat_sweep;
+pub mod strict;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +40,9 @@ pub struct RunOptions {
     pub deadline: Option<tokio::time::Instant>,
     /// Writes stop as soon as this no longer holds (the pass lease was lost).
     pub fence: Option<Arc<crate::pass::PassFence>>,
+    /// The problems this run has reported, so each is counted once per run
+    /// by the first job that meets it (shared by the run's jobs).
+    pub reported: strict::Reported,
 }
 
 impl RunOptions {

@@ -251,6 +251,11 @@ impl RunReport {
         }
     }
 
+    #[allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "plain data of ours serializes"
+    )]
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("report serializes")
     }

@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use crate::error::Error;
 use crate::lease::RunLeases;
-use crate::model::{FixAction, SeatRepair};
-use crate::model::{Kind, Occupancy, SeatNo, ShowtimeId, Template};
+use crate::model::{FixAction, SeatRepair, SeatState};
+use crate::model::{Kind, SeatNo, ShowtimeId, Template};
 use crate::pace::{Pacer, Store};
 use crate::plan::{self, HashObservation, ShowtimeInput};
-use crate::store::mysql::{FixRecord, Keyset, ShowtimeRow};
+use crate::store::mysql::{FixRecord, Keyset, OccupancyRead, ShowtimeRow};
 use crate::store::redis::{
     CursorMove, Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp,
 };
@@ -32,10 +32,14 @@ use super::RunOptions;
 use super::audit::AuditLog;
 use super::progress::Progress;
 use super::report::JobReport;
+use super::strict::{self, UnknownRows};
 use crate::context::Context;
 
 /// Most hall templates kept between chunks; cleared when exceeded.
 const TEMPLATE_CACHE_HALLS: usize = 1024;
+
+/// Most showtimes outside the contract reported per sweep.
+const UNKNOWN_SHOWTIMES_LISTED: usize = 100;
 
 /// A seat repair and, for orphans, since when the seat has been a suspect.
 struct Planned {
@@ -169,6 +173,7 @@ async fn run_with_reporter<'a>(
         progress: Progress::new(opts.progress, label, "showtimes"),
         bad_data: BadDataLog::new(reporter),
         own_keys: OwnKeys::default(),
+        unknown_rows: UnknownRows::new(opts.reported.clone()),
     };
     for (kind, key) in wrong_cursors {
         let action = if opts.dry_run {
@@ -193,6 +198,7 @@ async fn run_with_reporter<'a>(
     }
     sweep.bad_data.summarise();
     sweep.own_keys.summarise();
+    sweep.unknown_rows.summarise();
     if let Err(e) = sweep.leases.release_all().await {
         sweep.jobs.iter_mut().for_each(|j| j.report.error(&e));
     }
@@ -231,9 +237,26 @@ struct Sweep<'a, 'o> {
     progress: Progress,
     bad_data: BadDataLog,
     own_keys: OwnKeys,
+    unknown_rows: UnknownRows,
 }
 
 impl<'a> Sweep<'a, '_> {
+    /// Rows outside the contract (rules 12, 15): counted by the job that
+    /// reports bad data, once per run.
+    fn unknown(&mut self, rows: &[crate::contract::UnknownRow]) {
+        if rows.is_empty() {
+            return;
+        }
+        let reporter = self.bad_data.reporter;
+        let kind = if self.jobs.iter().any(|j| j.kind == reporter) {
+            reporter
+        } else {
+            self.jobs[0].kind
+        };
+        let idx = self.jobs.iter().position(|j| j.kind == kind).unwrap_or(0);
+        self.unknown_rows.report(&mut self.jobs[idx].report, rows);
+    }
+
     /// Rule 13: one of our own keys (suspect, done, cursor) found in the
     /// wrong shape. It holds only derived state, so it is replaced (by the
     /// script that found it, or by the next write of this run), and never
@@ -278,6 +301,10 @@ impl<'a> Sweep<'a, '_> {
         }
     }
 
+    #[allow(
+        clippy::expect_used,
+        reason = "repairs are planned only for the sweep's jobs"
+    )]
     fn job(&mut self, kind: Kind) -> &mut Job<'a> {
         self.jobs
             .iter_mut()
@@ -314,6 +341,14 @@ impl<'a> Sweep<'a, '_> {
             total,
             ..Scan::default()
         };
+        // Showtimes the contract does not explain are on no page: say so.
+        let unknown = ctx
+            .retry("read unknown showtimes", || {
+                ctx.mysql
+                    .unknown_showtimes(&self.opts.showtimes, UNKNOWN_SHOWTIMES_LISTED)
+            })
+            .await?;
+        self.unknown(&unknown);
         let cursor = cursor_seen.as_deref().and_then(Keyset::decode);
         // Soonest first (rule 14): the showtimes starting within the window
         // are swept in every pass, from the soonest; the cursors only move
@@ -541,9 +576,10 @@ impl<'a> Sweep<'a, '_> {
             self.templates.clear();
         }
         let ctx = self.ctx;
-        let loaded = ctx
+        let (loaded, unknown) = ctx
             .retry("read templates", || ctx.mysql.templates(&missing))
             .await?;
+        self.unknown(&unknown);
         self.templates.extend(
             loaded
                 .into_iter()
@@ -570,6 +606,9 @@ impl<'a> Sweep<'a, '_> {
         let ctx = self.ctx;
         let (now_ms, reads, occupancy) = reads?;
         self.load_templates(&page).await?;
+        let occupancy = strict::name_seats(ctx, &page, &self.templates, occupancy).await?;
+        self.unknown(&occupancy.unknown);
+        let occupancy = occupancy.occupancy;
         let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
         let with_suspects = self.what_to_read().suspects;
         let mut work = ChunkWork::default();
@@ -607,9 +646,19 @@ impl<'a> Sweep<'a, '_> {
             let mut planned = Vec::new();
             let mut ops = Vec::new();
             let reporter = self.bad_data.reporter;
+            // A seat key of the wrong type is one problem per run, whichever
+            // job meets it first (expired-orders may have).
+            let counted = plan
+                .anomalies
+                .iter()
+                .filter(|a| {
+                    **a != plan::Anomaly::WrongType
+                        || self.opts.reported.first(&wrong_type_problem(&key))
+                })
+                .count();
             for job in &mut self.jobs {
                 if job.kind == reporter {
-                    plan.anomalies.iter().for_each(|_| job.report.invalid());
+                    (0..counted).for_each(|_| job.report.invalid());
                 }
                 if job.kind == Kind::MissingHashes {
                     if plan.rebuild.is_some() {
@@ -780,14 +829,23 @@ impl<'a> Sweep<'a, '_> {
     ) -> Result<(), Error> {
         let ctx = self.ctx;
         race_window!(crate::race_window::SEAT_BEFORE_RECHECK);
-        // Safety rule 4: re-read exactly these seats right before writing.
-        let seats: Vec<(ShowtimeId, SeatNo)> = work
+        // Rules 4 and 15: re-read exactly these seats right before writing,
+        // asked in MySQL's own terms (a lowering write also in the other
+        // showtimes its showtime's orders may hold rows in).
+        let seats: Vec<(ShowtimeId, SeatNo, bool)> = work
             .iter()
-            .flat_map(|(id, planned)| planned.iter().map(|p| (*id, p.repair.seat.clone())))
+            .flat_map(|(id, planned)| {
+                planned.iter().map(|p| {
+                    let r = &p.repair;
+                    (*id, r.seat.clone(), SeatState::lowers(r.observed, r.target))
+                })
+            })
             .collect();
-        let fresh = ctx
+        let (fresh, unknown) = ctx
             .retry("re-check seats", || ctx.mysql.seat_history(&seats))
             .await?;
+        self.unknown(&unknown);
+        let mut fresh = fresh.into_iter();
         let mut batches: Vec<SeatBatch> = Vec::new();
         let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
         // When each seat's drift was first seen: its suspect record, else
@@ -799,8 +857,8 @@ impl<'a> Sweep<'a, '_> {
             for p in planned {
                 let seat = &p.repair.seat;
                 let kind = p.repair.kind.label();
-                let history = fresh.get(&(id, seat.clone())).cloned().unwrap_or_default();
-                if !plan::still_valid(&p.repair, history.occupant) {
+                let history = fresh.next().unwrap_or_default();
+                if !plan::still_valid(&p.repair, &history.truth) {
                     tracing::info!(kind, showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
                 } else if let Some(since) = p.suspect_since_ms
                     && !plan::orphaned_throughout(since, history.last_activity_ms)
@@ -810,7 +868,7 @@ impl<'a> Sweep<'a, '_> {
                     // the grace period starts over.
                     tracing::info!(kind, showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
                     self.job(p.repair.kind).report.deferred += 1;
-                    let state = p.repair.observed.expect("orphans are observed values");
+                    let state = p.repair.observed.unwrap_or(p.repair.target);
                     ops.push(SuspectOp::Clear {
                         seat: seat.clone(),
                         state: Some(state),
@@ -918,12 +976,12 @@ impl<'a> Sweep<'a, '_> {
         Ok(())
     }
 
-    /// Rebuilds missing hashes from the template and a fresh occupancy read.
+    /// Rebuilds missing hashes from the template and a fresh read of every
+    /// template seat, asked in MySQL's own terms (rule 15: a seat that a row
+    /// outside the contract may hold gets no field unless a valid
+    /// occupancy raises it).
     async fn rebuild(&mut self, ids: Vec<ShowtimeId>, seen_ms: i64) -> Result<(), Error> {
         let ctx = self.ctx;
-        let fresh = ctx
-            .retry("read occupancy", || ctx.mysql.occupancy(&ids))
-            .await?;
         let halls: HashMap<ShowtimeId, i64> = ctx
             .retry("read showtimes", || {
                 ctx.mysql.on_sale_page(None, None, ids.len(), &ids)
@@ -941,7 +999,22 @@ impl<'a> Sweep<'a, '_> {
                 );
                 continue;
             };
-            let fields = plan::expected_hash(&template, fresh.of(id));
+            let seats: Vec<(ShowtimeId, SeatNo, bool)> = template
+                .seats()
+                .iter()
+                .map(|seat| (id, seat.clone(), true))
+                .collect();
+            let (fresh, unknown) = ctx
+                .retry("re-check seats", || ctx.mysql.seat_history(&seats))
+                .await?;
+            self.unknown(&unknown);
+            let fields: Vec<(SeatNo, SeatState)> = template
+                .seats()
+                .iter()
+                .zip(&fresh)
+                .filter(|(_, h)| h.truth.allows(None, h.truth.expected()))
+                .map(|(seat, h)| (seat.clone(), h.truth.expected()))
+                .collect();
             let one = [id];
             let lost = ctx
                 .retry("renew leases", || self.leases.renew_due(&one))
@@ -1110,7 +1183,7 @@ struct Fetched {
     page: Vec<ShowtimeRow>,
     want: usize,
     /// Redis time, the hash reads and the occupancy; an error quarantines the chunk.
-    reads: Result<(i64, Vec<ShowtimeRead>, Occupancy), Error>,
+    reads: Result<(i64, Vec<ShowtimeRead>, OccupancyRead), Error>,
 }
 
 /// Reads the next page (`None` when `want` is 0 or the page is empty) and,
@@ -1136,7 +1209,7 @@ async fn fetch(
         return Ok(Some(Fetched {
             page,
             want,
-            reads: Ok((0, Vec::new(), Occupancy::default())),
+            reads: Ok((0, Vec::new(), OccupancyRead::default())),
         }));
     }
     let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
@@ -1220,6 +1293,11 @@ fn kinds_in(batch: &SeatBatch) -> Vec<Kind> {
     kinds.sort_unstable();
     kinds.dedup();
     kinds
+}
+
+/// The problem "seatflow's seat key is not a hash", as a run reports it once.
+pub(crate) fn wrong_type_problem(key: &str) -> String {
+    format!("seat key of the wrong type {key}")
 }
 
 /// `seatflow:seat:{42} A-7: 1 -> 0`, for the report's examples.

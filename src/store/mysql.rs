@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use futures_util::TryStreamExt;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{MySql, QueryBuilder, Row};
 
+use crate::contract::{self, Column, OrderFacts, SeatRow, SeatRowFacts, UnknownRow};
 use crate::error::Result;
-use crate::model::{FixAction, Kind, OccupancyBuilder, OrderStatus, SeatNo, Shard, ShowtimeId};
+use crate::model::{FixAction, Kind, OccupancyBuilder, SeatNo, SeatTruth, Shard, ShowtimeId};
 
 /// The cancel reason the reconciler writes, so seatflow can tell its cancels apart.
 pub const CANCEL_REASON: &str = "RECONCILE_EXPIRED";
@@ -61,14 +62,18 @@ pub struct ExpiredOrder {
 pub struct CancelledOrder {
     pub id: i64,
     pub showtime_id: ShowtimeId,
-    pub seats: Vec<SeatNo>,
+    /// The order's own `order_seat` rows: each seat in the row's showtime
+    /// (which a row outside the contract may set apart from the order's).
+    pub seats: Vec<(ShowtimeId, SeatNo)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ShowtimeInfo {
     pub id: ShowtimeId,
     pub hall_id: i64,
-    pub starts_at: NaiveDateTime,
+    /// None when the stored value does not decode (`starts_at_raw` shows it).
+    pub starts_at: Option<NaiveDateTime>,
+    pub starts_at_raw: String,
     pub status: String,
 }
 
@@ -80,13 +85,15 @@ pub struct LayoutSeat {
     pub enabled: bool,
 }
 
+/// An `order_seat` row of a showtime that may hold its seat, for `inspect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Occupant {
     pub seat_no: SeatNo,
     pub order_id: i64,
     pub order_no: String,
-    pub status: OrderStatus,
-    pub expires_at: NaiveDateTime,
+    /// `Occupies` or `Unknown` (ended rows are not listed).
+    pub reading: SeatRow,
+    pub expires_at: Option<NaiveDateTime>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -101,13 +108,21 @@ pub struct AuditEntry {
     pub instance: String,
 }
 
-/// A seat as the re-check sees it.
+/// A seat as the re-check sees it, asked in MySQL's own terms.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SeatHistory {
-    /// The valid order occupying it, if any.
-    pub occupant: Option<OrderStatus>,
+    /// The valid occupancy, and whether a row outside the contract may hold it.
+    pub truth: SeatTruth,
     /// Latest created/paid/cancelled time of any order on the seat (UTC ms).
     pub last_activity_ms: Option<i64>,
+}
+
+/// A chunk's occupancy as read: every row that may hold a seat, and the
+/// rows outside the contract among them (reported by the caller).
+#[derive(Debug, Clone, Default)]
+pub struct OccupancyRead {
+    pub occupancy: Occupancy,
+    pub unknown: Vec<UnknownRow>,
 }
 
 /// One audit row of `reconcile_fix`.
@@ -237,7 +252,9 @@ impl MysqlStore {
     }
 
     /// ON_SALE showtimes after `after` in (starts_at, id) order, soonest first.
-    /// `only`, when not empty, restricts to those ids.
+    /// `only`, when not empty, restricts to those ids. A showtime whose
+    /// status is not spelled `ON_SALE` exactly, or whose `starts_at` does not
+    /// decode, is not on this page: [`MysqlStore::unknown_showtimes`] reports it.
     pub async fn on_sale_page(
         &self,
         after: Option<Keyset>,
@@ -246,8 +263,9 @@ impl MysqlStore {
         only: &[ShowtimeId],
     ) -> Result<Vec<ShowtimeRow>> {
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE'",
+            "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
+        q.push(date_ok("starts_at"));
         push_shard(&mut q, "id", self.shard);
         push_after(&mut q, "starts_at", "id", after);
         if let Some(before) = before {
@@ -257,21 +275,72 @@ impl MysqlStore {
         q.push(" ORDER BY starts_at, id LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| ShowtimeRow {
-                id: r.get("id"),
-                hall_id: r.get("hall_id"),
-                starts_at: r.get("starts_at"),
+        rows.iter()
+            .map(|r| {
+                Ok(ShowtimeRow {
+                    id: r.try_get("id")?,
+                    hall_id: r.try_get("hall_id")?,
+                    starts_at: r.try_get("starts_at")?,
+                })
             })
-            .collect())
+            .collect()
+    }
+
+    /// Showtimes of this shard (within `only`) that the contract does not
+    /// explain, at most `limit`: a status not spelled as one of its four
+    /// (`on_sale`, `ONSALE`), or an ON_SALE one whose `starts_at` does not
+    /// decode. Index ranges only: the ON_SALE range the sweep reads anyway,
+    /// and the statuses outside the four under the collation. (A status the
+    /// collation takes for SCHEDULED, CLOSED or CANCELLED is ON_SALE in no
+    /// reading, so nothing would be repaired for it either way.)
+    pub async fn unknown_showtimes(
+        &self,
+        only: &[ShowtimeId],
+        limit: usize,
+    ) -> Result<Vec<UnknownRow>> {
+        let mut out = Vec::new();
+        for on_sale_range in [true, false] {
+            let mut q = QueryBuilder::<MySql>::new(
+                "SELECT id, CAST(status AS BINARY) AS status, CAST(starts_at AS CHAR) AS starts_raw, ",
+            );
+            q.push(date_ok("starts_at"))
+                .push(" AS starts_ok FROM showtime WHERE ");
+            if on_sale_range {
+                q.push("status = 'ON_SALE' AND NOT (BINARY status = 'ON_SALE' AND ")
+                    .push(date_ok("starts_at"))
+                    .push(")");
+            } else {
+                q.push("status NOT IN ('SCHEDULED', 'ON_SALE', 'CLOSED', 'CANCELLED')");
+            }
+            push_shard(&mut q, "id", self.shard);
+            push_in(&mut q, "id", only);
+            q.push(" ORDER BY id LIMIT ").push_bind(limit as u64);
+            for r in q.build().fetch_all(&self.pool).await? {
+                let id: i64 = r.try_get("id")?;
+                let status = lossy(&r, "status");
+                let why = if !contract::SHOWTIME_STATUSES.contains(&status.as_str()) {
+                    format!("status {status:?} is not spelled as the contract spells it")
+                } else {
+                    format!(
+                        "starts_at {} does not decode",
+                        r.try_get::<Option<String>, _>("starts_raw")
+                            .ok()
+                            .flatten()
+                            .unwrap_or_else(|| "NULL".into())
+                    )
+                };
+                out.push(UnknownRow::new("showtime", id.to_string(), why));
+            }
+        }
+        Ok(out)
     }
 
     /// How many ON_SALE showtimes there are (within `only`, when given).
     pub async fn count_on_sale(&self, only: &[ShowtimeId]) -> Result<u64> {
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE'",
+            "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
+        q.push(date_ok("starts_at"));
         push_shard(&mut q, "id", self.shard);
         push_in(&mut q, "id", only);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
@@ -281,8 +350,9 @@ impl MysqlStore {
     /// How many ON_SALE showtimes lie after `after` (the unscanned backlog).
     pub async fn count_on_sale_after(&self, after: Keyset, only: &[ShowtimeId]) -> Result<u64> {
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE'",
+            "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
+        q.push(date_ok("starts_at"));
         push_shard(&mut q, "id", self.shard);
         push_after(&mut q, "starts_at", "id", Some(after));
         push_in(&mut q, "id", only);
@@ -290,98 +360,258 @@ impl MysqlStore {
         Ok(n as u64)
     }
 
-    /// Enabled template seats of each hall, in seat-map order.
-    pub async fn templates(&self, hall_ids: &[i64]) -> Result<HashMap<i64, Vec<SeatNo>>> {
+    /// Enabled template seats of each hall, in seat-map order, and the
+    /// template rows whose `enabled` is neither 0 nor 1 (no enabled seat:
+    /// their fields and rows are left alone, and they are reported).
+    pub async fn templates(
+        &self,
+        hall_ids: &[i64],
+    ) -> Result<(HashMap<i64, Vec<SeatNo>>, Vec<UnknownRow>)> {
         let mut out: HashMap<i64, Vec<SeatNo>> =
             hall_ids.iter().map(|&h| (h, Vec::new())).collect();
+        let mut unknown = Vec::new();
         if hall_ids.is_empty() {
-            return Ok(out);
+            return Ok((out, unknown));
         }
-        let mut q =
-            QueryBuilder::<MySql>::new("SELECT hall_id, seat_no FROM hall_seat WHERE enabled = 1");
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT hall_id, seat_no, CAST(enabled AS SIGNED) AS enabled FROM hall_seat \
+             WHERE (enabled IS NULL OR enabled <> 0)",
+        );
         push_in(&mut q, "hall_id", hall_ids);
         q.push(" ORDER BY hall_id, row_label, col_no, seat_no");
         let rows = q.build().fetch_all(&self.pool).await?;
         for r in rows {
-            out.entry(r.get("hall_id"))
-                .or_default()
-                .push(r.get("seat_no"));
+            let hall: i64 = r.try_get("hall_id")?;
+            let seat = lossy(&r, "seat_no");
+            match contract::read_enabled(&column(&r, "enabled")) {
+                Ok(true) => out.entry(hall).or_default().push(seat),
+                Ok(false) => {}
+                Err(why) => unknown.push(UnknownRow::new(
+                    "hall_seat",
+                    format!("hall {hall} seat {seat}"),
+                    why,
+                )),
+            }
         }
-        Ok(out)
+        Ok((out, unknown))
     }
 
-    /// Occupancy of whole showtimes: `active = 1` rows of every order but
-    /// those spelled exactly `CANCELLED` or `REFUNDED`, so that a status
-    /// outside the contract arrives as `OrderStatus::Unknown` instead of
-    /// vanishing (statuses are compared in binary: the default collation
-    /// would match `paid` to `PAID`). Rows are streamed and decoded by
-    /// position into one buffer: this reads every held seat of every sweep.
-    pub async fn occupancy(&self, showtimes: &[ShowtimeId]) -> Result<Occupancy> {
+    /// The rows of whole showtimes that may hold a seat, read strictly
+    /// (`contract::read_seat_row`): valid occupancies, and rows outside the
+    /// contract (reported, and held against lowering their seat). Only rows
+    /// the contract's own cancel or refund ended are left out. Streamed into
+    /// one buffer: this reads every held seat of every sweep.
+    pub async fn occupancy(&self, showtimes: &[ShowtimeId]) -> Result<OccupancyRead> {
         let mut out = OccupancyBuilder::default();
+        let mut unknown = Vec::new();
         if showtimes.is_empty() {
-            return Ok(out.finish());
+            return Ok(OccupancyRead {
+                occupancy: out.finish(),
+                unknown,
+            });
         }
-        let mut q = QueryBuilder::<MySql>::new(
-            "SELECT os.showtime_id, os.seat_no, o.status, o.id FROM order_seat os \
-             JOIN ticket_order o ON o.id = os.order_id \
-             WHERE os.active = 1 AND NOT (BINARY o.status IN ('CANCELLED', 'REFUNDED'))",
-        );
+        let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
+        q.push(", ")
+            .push(order_dates_ok("o"))
+            .push(
+                " AS dates_ok FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
+                 WHERE NOT (os.active IS NULL AND (o.id IS NULL OR (BINARY o.status IN ('CANCELLED', 'REFUNDED') AND ",
+            )
+            .push(order_dates_ok("o"))
+            .push(")))");
         push_in(&mut q, "os.showtime_id", showtimes);
         let mut rows = q.build().fetch(&self.pool);
         while let Some(r) = rows.try_next().await? {
-            let status: &str = r.try_get(2)?;
-            if let Some(status) = OrderStatus::of_active_seat(status, r.try_get(3)?) {
-                out.push(r.try_get(0)?, r.try_get(1)?, status);
+            let facts = seat_row_facts(&r)?;
+            let reading = contract::read_seat_row(&facts);
+            if let SeatRow::Unknown(why) = &reading {
+                unknown.push(UnknownRow::new(
+                    "order_seat",
+                    contract::seat_row_id(facts.order_id, &facts.seat_no),
+                    why.clone(),
+                ));
+            }
+            if let Some(holding) = reading.holding(facts.order_id) {
+                out.push_row(facts.showtime_id, &facts.seat_no, holding, facts.order_id);
             }
         }
-        Ok(out.finish())
+        Ok(OccupancyRead {
+            occupancy: out.finish(),
+            unknown,
+        })
     }
 
-    /// Exactly these seats, read now (the re-check right before a repair):
-    /// who occupies each, and when any order on it last came or went.
-    pub async fn seat_history(
-        &self,
-        seats: &[(ShowtimeId, SeatNo)],
-    ) -> Result<HashMap<(ShowtimeId, SeatNo), SeatHistory>> {
-        let mut out: HashMap<(ShowtimeId, SeatNo), SeatHistory> = HashMap::new();
-        if seats.is_empty() {
-            return Ok(out);
-        }
-        let mut q = QueryBuilder::<MySql>::new(
-            "SELECT os.showtime_id, os.seat_no, os.active, o.status, o.id AS order_id, \
-             GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), COALESCE(o.cancelled_at, o.created_at)) AS touched \
-             FROM order_seat os JOIN ticket_order o ON o.id = os.order_id \
-             WHERE (os.showtime_id, os.seat_no) IN (",
-        );
-        let mut sep = q.separated(", ");
-        for (s, seat) in seats {
-            sep.push("(")
-                .push_bind_unseparated(*s)
-                .push_unseparated(", ")
-                .push_bind_unseparated(seat.as_str())
-                .push_unseparated(")");
-        }
-        q.push(")");
-        for r in q.build().fetch_all(&self.pool).await? {
-            let key = (r.get("showtime_id"), r.get("seat_no"));
-            let entry = out.entry(key).or_default();
-            let active: Option<bool> = r.get("active");
-            let status: String = r.get("status");
-            if active == Some(true)
-                && let Some(st) = OrderStatus::of_active_seat(&status, r.get("order_id"))
+    /// Which of `candidates` each row's seat number names under MySQL's own
+    /// comparison of `order_seat.seat_no` (the column's collation, as
+    /// `uq_occupancy` compares): `a-01` and `A-01 ` name `A-01`. One row per
+    /// ask, found by its key (`order_id`, `seat_no`); `FIELD` compares the
+    /// column with the candidates in the column's collation.
+    pub async fn seats_named(&self, asks: &[SeatNameAsk<'_>]) -> Result<Vec<Option<SeatNo>>> {
+        let mut out = vec![None; asks.len()];
+        let mut from = 0;
+        while from < asks.len() {
+            // Stay well inside the 65,535 placeholders of one statement.
+            let mut to = from;
+            let mut binds = 0;
+            while to < asks.len() && (to == from || binds + asks[to].candidates.len() + 3 < 30_000)
             {
-                entry.occupant = Some(st);
+                binds += asks[to].candidates.len() + 3;
+                to += 1;
             }
-            let touched: NaiveDateTime = r.get("touched");
-            let ms = touched.and_utc().timestamp_millis();
-            entry.last_activity_ms = Some(entry.last_activity_ms.map_or(ms, |m: i64| m.max(ms)));
+            let mut q = QueryBuilder::<MySql>::new("");
+            for (i, ask) in asks[from..to].iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL ");
+                }
+                q.push("SELECT ")
+                    .push_bind((from + i) as i64)
+                    .push(" AS i, FIELD(os.seat_no");
+                for c in ask.candidates {
+                    q.push(", ").push_bind(c.as_str());
+                }
+                q.push(") AS pos FROM order_seat os WHERE os.order_id = ")
+                    .push_bind(ask.order_id)
+                    .push(" AND os.seat_no = ")
+                    .push_bind(ask.seat_no);
+            }
+            for r in q.build().fetch_all(&self.pool).await? {
+                let i: i64 = r.try_get("i")?;
+                let pos: i64 = r.try_get("pos")?;
+                let ask = &asks[i as usize];
+                if pos > 0 {
+                    out[i as usize] = ask.candidates.get(pos as usize - 1).cloned();
+                }
+            }
+            from = to;
         }
         Ok(out)
+    }
+
+    /// Exactly these seats, read now and asked in MySQL's own terms (the
+    /// re-check right before a write, rules 4 and 15): every row whose seat
+    /// number the column's collation takes for the seat, in the seat's
+    /// showtime, and, where `lowering`, the rows of the showtime's orders
+    /// that sit in another showtime. Returns one entry per seat, in order,
+    /// and the rows outside the contract among them.
+    pub async fn seat_history(
+        &self,
+        seats: &[(ShowtimeId, SeatNo, bool)],
+    ) -> Result<(Vec<SeatHistory>, Vec<UnknownRow>)> {
+        let mut out = vec![SeatHistory::default(); seats.len()];
+        let mut unknown = Vec::new();
+        // (showtime → its asked seats' indexes), per statement of at most
+        // `PER_STATEMENT` seats.
+        const PER_STATEMENT: usize = 2_000;
+        for part in (0..seats.len()).collect::<Vec<_>>().chunks(PER_STATEMENT) {
+            let mut by_showtime: Vec<(ShowtimeId, Vec<usize>)> = Vec::new();
+            for &i in part {
+                match by_showtime.iter_mut().find(|(s, _)| *s == seats[i].0) {
+                    Some((_, v)) => v.push(i),
+                    None => by_showtime.push((seats[i].0, vec![i])),
+                }
+            }
+            for other_showtimes in [false, true] {
+                let asked: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime
+                    .iter()
+                    .filter(|(_, v)| !other_showtimes || v.iter().any(|&i| seats[i].2))
+                    .collect();
+                if asked.is_empty() {
+                    continue;
+                }
+                let owner = if other_showtimes {
+                    "o.showtime_id"
+                } else {
+                    "os.showtime_id"
+                };
+                let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
+                q.push(", ")
+                    .push(order_dates_ok("o"))
+                    .push(" AS dates_ok, CASE WHEN ")
+                    .push(order_dates_ok("o"))
+                    .push(
+                        " THEN GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), \
+                         COALESCE(o.cancelled_at, o.created_at)) END AS touched, ",
+                    )
+                    .push(owner)
+                    .push(" AS asked_showtime, ");
+                push_position(&mut q, owner, &asked, seats);
+                if other_showtimes {
+                    q.push(
+                        " AS pos FROM ticket_order o JOIN order_seat os ON os.order_id = o.id \
+                         WHERE os.showtime_id <> o.showtime_id",
+                    );
+                    push_in(
+                        &mut q,
+                        "o.showtime_id",
+                        &asked.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+                    );
+                    q.push(" AND ");
+                    push_position(&mut q, owner, &asked, seats);
+                    q.push(" > 0");
+                } else {
+                    q.push(
+                        " AS pos FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
+                         WHERE (os.showtime_id, os.seat_no) IN (",
+                    );
+                    let mut sep = q.separated(", ");
+                    for (s, idx) in &asked {
+                        for &i in idx {
+                            sep.push("(")
+                                .push_bind_unseparated(*s)
+                                .push_unseparated(", ")
+                                .push_bind_unseparated(seats[i].1.as_str())
+                                .push_unseparated(")");
+                        }
+                    }
+                    q.push(")");
+                }
+                for r in q.build().fetch_all(&self.pool).await? {
+                    let asked_showtime: i64 = r.try_get("asked_showtime")?;
+                    let pos: Option<i64> = r.try_get("pos")?;
+                    let Some(i) = asked
+                        .iter()
+                        .find(|(s, _)| *s == asked_showtime)
+                        .and_then(|(_, idx)| idx.get(pos.unwrap_or(0).max(1) as usize - 1))
+                        .filter(|_| pos.unwrap_or(0) > 0)
+                        .copied()
+                    else {
+                        continue;
+                    };
+                    let facts = seat_row_facts(&r)?;
+                    let reading = contract::read_seat_row(&facts);
+                    let entry = &mut out[i];
+                    if let SeatRow::Unknown(why) = &reading {
+                        unknown.push(UnknownRow::new(
+                            "order_seat",
+                            contract::seat_row_id(facts.order_id, &facts.seat_no),
+                            why.clone(),
+                        ));
+                    }
+                    if let Some(holding) = reading.holding(facts.order_id) {
+                        entry.truth.add(holding);
+                    }
+                    // An order's time that does not decode counts as "just
+                    // now": the grace period can only start later (rule 4).
+                    let ms = match r.try_get::<Option<NaiveDateTime>, _>("touched") {
+                        Ok(Some(t)) => Some(t.and_utc().timestamp_millis()),
+                        Ok(None) if facts.order.is_none() => None,
+                        _ => Some(i64::MAX),
+                    };
+                    if let Some(ms) = ms {
+                        entry.last_activity_ms =
+                            Some(entry.last_activity_ms.map_or(ms, |m: i64| m.max(ms)));
+                    }
+                }
+            }
+        }
+        Ok((out, unknown))
     }
 
     /// Orders whose status the collation takes for PENDING and whose
     /// `expires_at` is before `deadline`, after `after` in (expires_at, id)
-    /// order; `exact` tells the real PENDING ones.
+    /// order; `exact` tells the real PENDING ones. Orders whose
+    /// `expires_at` does not decode are not on this page:
+    /// [`MysqlStore::unknown_expired`] reports them.
     pub async fn expired_page(
         &self,
         deadline: NaiveDateTime,
@@ -391,8 +621,9 @@ impl MysqlStore {
     ) -> Result<Vec<ExpiredOrder>> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, showtime_id, expires_at, BINARY status = 'PENDING' AS exact \
-             FROM ticket_order WHERE status = 'PENDING' AND expires_at < ",
+             FROM ticket_order WHERE status = 'PENDING' AND ",
         );
+        q.push(date_ok("expires_at")).push(" AND expires_at < ");
         q.push_bind(deadline);
         push_shard(&mut q, "showtime_id", self.shard);
         push_after(&mut q, "expires_at", "id", after);
@@ -400,15 +631,51 @@ impl MysqlStore {
         q.push(" ORDER BY expires_at, id LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| ExpiredOrder {
-                id: r.get("id"),
-                showtime_id: r.get("showtime_id"),
-                expires_at: r.get("expires_at"),
-                exact: r.get::<i64, _>("exact") == 1,
+        rows.iter()
+            .map(|r| {
+                Ok(ExpiredOrder {
+                    id: r.try_get("id")?,
+                    showtime_id: r.try_get("showtime_id")?,
+                    expires_at: r.try_get("expires_at")?,
+                    exact: r.try_get::<i64, _>("exact")? == 1,
+                })
             })
-            .collect())
+            .collect()
+    }
+
+    /// Orders the collation takes for PENDING whose `expires_at` does not
+    /// decode (a zero date under a permissive `sql_mode`), at most `limit`:
+    /// never cancelled (nobody knows their deadline), reported.
+    pub async fn unknown_expired(
+        &self,
+        only: &[ShowtimeId],
+        limit: usize,
+    ) -> Result<Vec<UnknownRow>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT id, CAST(expires_at AS CHAR) AS raw FROM ticket_order \
+             WHERE status = 'PENDING' AND NOT ",
+        );
+        q.push(date_ok("expires_at"));
+        push_shard(&mut q, "showtime_id", self.shard);
+        push_in(&mut q, "showtime_id", only);
+        q.push(" ORDER BY id LIMIT ").push_bind(limit as u64);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                let id: i64 = r.try_get("id")?;
+                Ok(UnknownRow::new(
+                    "ticket_order",
+                    id.to_string(),
+                    format!(
+                        "expires_at {} does not decode; not cancelled",
+                        r.try_get::<Option<String>, _>("raw")
+                            .ok()
+                            .flatten()
+                            .unwrap_or_else(|| "NULL".into())
+                    ),
+                ))
+            })
+            .collect()
     }
 
     /// Cancels those of `ids` that are still PENDING and expired before
@@ -445,25 +712,28 @@ impl MysqlStore {
             .build()
             .fetch_all(&mut *tx)
             .await?
-            .into_iter()
-            .map(|r| (r.get("id"), r.get("showtime_id")))
-            .collect();
+            .iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("showtime_id")?)))
+            .collect::<Result<_>>()?;
         if won.is_empty() {
             tx.rollback().await?;
             return Ok(earlier);
         }
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
 
-        let mut q =
-            QueryBuilder::<MySql>::new("SELECT order_id, seat_no FROM order_seat WHERE active = 1");
+        // The order's own rows, each in its own showtime (rule 15: the
+        // release goes where the row is, not where the order says).
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT order_id, showtime_id, seat_no FROM order_seat WHERE active = 1",
+        );
         push_in(&mut q, "order_id", &won_ids);
         q.push(" ORDER BY order_id, seat_no");
-        let mut seats: HashMap<i64, Vec<SeatNo>> = HashMap::new();
+        let mut seats: HashMap<i64, Vec<(ShowtimeId, SeatNo)>> = HashMap::new();
         for r in q.build().fetch_all(&mut *tx).await? {
             seats
-                .entry(r.get("order_id"))
+                .entry(r.try_get("order_id")?)
                 .or_default()
-                .push(r.get("seat_no"));
+                .push((r.try_get("showtime_id")?, lossy(&r, "seat_no")));
         }
 
         let mut q = QueryBuilder::<MySql>::new(
@@ -531,8 +801,8 @@ impl MysqlStore {
         since: NaiveDateTime,
     ) -> Result<Vec<CancelledOrder>> {
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT o.id, o.showtime_id, os.seat_no FROM ticket_order o \
-             JOIN order_seat os ON os.order_id = o.id \
+            "SELECT o.id, o.showtime_id, os.showtime_id AS seat_showtime, os.seat_no \
+             FROM ticket_order o JOIN order_seat os ON os.order_id = o.id \
              WHERE o.status = 'CANCELLED' AND o.cancel_reason = ",
         );
         q.push_bind(CANCEL_REASON)
@@ -542,78 +812,92 @@ impl MysqlStore {
         q.push(" ORDER BY o.id, os.seat_no");
         let mut out: Vec<CancelledOrder> = Vec::new();
         for r in q.build().fetch_all(&self.pool).await? {
-            let id: i64 = r.get("id");
-            if out.last().is_none_or(|o| o.id != id) {
-                out.push(CancelledOrder {
+            let id: i64 = r.try_get("id")?;
+            let seat = (r.try_get("seat_showtime")?, lossy(&r, "seat_no"));
+            match out.last_mut() {
+                Some(o) if o.id == id => o.seats.push(seat),
+                _ => out.push(CancelledOrder {
                     id,
-                    showtime_id: r.get("showtime_id"),
-                    seats: Vec::new(),
-                });
+                    showtime_id: r.try_get("showtime_id")?,
+                    seats: vec![seat],
+                }),
             }
-            out.last_mut().expect("pushed").seats.push(r.get("seat_no"));
         }
         Ok(out)
     }
 
     /// One showtime, whatever its status (for `inspect`).
     pub async fn showtime(&self, id: ShowtimeId) -> Result<Option<ShowtimeInfo>> {
-        let row = sqlx::query("SELECT id, hall_id, starts_at, status FROM showtime WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| ShowtimeInfo {
-            id: r.get("id"),
-            hall_id: r.get("hall_id"),
-            starts_at: r.get("starts_at"),
-            status: r.get("status"),
-        }))
+        let row = sqlx::query(
+            "SELECT id, hall_id, starts_at, CAST(starts_at AS CHAR) AS starts_raw, \
+             CAST(status AS BINARY) AS status FROM showtime WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(ShowtimeInfo {
+                id: r.try_get("id")?,
+                hall_id: r.try_get("hall_id")?,
+                starts_at: r.try_get("starts_at").ok().flatten(),
+                starts_at_raw: lossy(&r, "starts_raw"),
+                status: lossy(&r, "status"),
+            })
+        })
+        .transpose()
     }
 
-    /// Every template seat of a hall with its position, enabled or not.
+    /// Every template seat of a hall with its position, enabled or not
+    /// (`enabled` other than 0 or 1 reads as not enabled).
     pub async fn layout(&self, hall_id: i64) -> Result<Vec<LayoutSeat>> {
         let rows = sqlx::query(
-            "SELECT seat_no, row_label, col_no, enabled FROM hall_seat WHERE hall_id = ? \
-             ORDER BY row_label, col_no, seat_no",
+            "SELECT seat_no, row_label, col_no, CAST(enabled AS SIGNED) AS enabled FROM hall_seat \
+             WHERE hall_id = ? ORDER BY row_label, col_no, seat_no",
         )
         .bind(hall_id)
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
-            .into_iter()
+            .iter()
             .map(|r| LayoutSeat {
-                seat_no: r.get("seat_no"),
-                row_label: r.get("row_label"),
-                col_no: r.get("col_no"),
-                enabled: r.get("enabled"),
+                seat_no: lossy(r, "seat_no"),
+                row_label: r.try_get("row_label").ok().flatten(),
+                col_no: r.try_get("col_no").ok().flatten(),
+                enabled: contract::read_enabled(&column(r, "enabled")) == Ok(true),
             })
             .collect())
     }
 
-    /// The valid orders occupying seats of a showtime, with their details.
+    /// The rows of a showtime that may hold its seats, with their orders'
+    /// details, read strictly: valid occupancies and rows outside the
+    /// contract (ended rows are left out).
     pub async fn occupants(&self, showtime: ShowtimeId) -> Result<Vec<Occupant>> {
-        let rows = sqlx::query(
-            "SELECT os.seat_no, o.id, o.order_no, o.status, o.expires_at FROM order_seat os \
-             JOIN ticket_order o ON o.id = os.order_id \
-             WHERE os.showtime_id = ? AND os.active = 1 \
-             AND NOT (BINARY o.status IN ('CANCELLED', 'REFUNDED')) \
-             ORDER BY os.seat_no",
-        )
-        .bind(showtime)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| {
-                let status: String = r.get("status");
-                Some(Occupant {
-                    seat_no: r.get("seat_no"),
-                    order_id: r.get("id"),
-                    order_no: r.get("order_no"),
-                    status: OrderStatus::of_active_seat(&status, r.get("id"))?,
-                    expires_at: r.get("expires_at"),
-                })
-            })
-            .collect())
+        let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
+        q.push(", ")
+            .push(order_dates_ok("o"))
+            .push(
+                " AS dates_ok, o.order_no, o.expires_at FROM order_seat os \
+                 LEFT JOIN ticket_order o ON o.id = os.order_id WHERE os.showtime_id = ",
+            )
+            .push_bind(showtime)
+            .push(" ORDER BY os.seat_no, os.order_id");
+        let rows = q.build().fetch_all(&self.pool).await?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let facts = seat_row_facts(r)?;
+            let reading = contract::read_seat_row(&facts);
+            if reading == SeatRow::Ended {
+                continue;
+            }
+            out.push(Occupant {
+                order_no: lossy(r, "order_no"),
+                expires_at: r.try_get("expires_at").ok().flatten(),
+                seat_no: facts.seat_no,
+                order_id: facts.order_id,
+                reading,
+            });
+        }
+        Ok(out)
     }
 
     /// The latest audit rows of one seat, newest first.
@@ -632,19 +916,20 @@ impl MysqlStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| AuditEntry {
-                run_id: r.get("run_id"),
-                job: r.get("job"),
-                kind: r.get("kind"),
-                order_id: r.get("order_id"),
-                before: r.get("before_value"),
-                after: r.get("after_value"),
-                fixed_at: r.get("fixed_at"),
-                instance: r.get("instance"),
+        rows.iter()
+            .map(|r| {
+                Ok(AuditEntry {
+                    run_id: r.try_get("run_id")?,
+                    job: r.try_get("job")?,
+                    kind: r.try_get("kind")?,
+                    order_id: r.try_get("order_id")?,
+                    before: r.try_get("before_value")?,
+                    after: r.try_get("after_value")?,
+                    fixed_at: r.try_get("fixed_at")?,
+                    instance: r.try_get("instance")?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     pub async fn insert_run(
@@ -769,6 +1054,109 @@ impl MysqlStore {
         q.build().execute(&self.pool).await?;
         Ok(())
     }
+}
+
+/// The columns `seat_row_facts` reads: an `order_seat` row `os` with its
+/// order `o` (LEFT JOINed: NULLs when there is none). Statuses come as
+/// bytes, compared exactly in `contract`; `active` as a number.
+const SEAT_ROW_COLUMNS: &str = "SELECT os.showtime_id, os.order_id, os.seat_no, \
+     CAST(os.active AS SIGNED) AS active, o.id AS o_id, CAST(o.status AS BINARY) AS o_status, \
+     o.showtime_id AS o_showtime";
+
+/// One `order_seat` row as read, every column decoded without panicking:
+/// a column that does not decode is an `Err` the contract reads as unknown.
+fn seat_row_facts(r: &MySqlRow) -> Result<SeatRowFacts> {
+    let order_id: i64 = r.try_get("order_id")?;
+    let has_order = matches!(r.try_get::<Option<i64>, _>("o_id"), Ok(Some(_)));
+    Ok(SeatRowFacts {
+        showtime_id: r.try_get("showtime_id")?,
+        order_id,
+        seat_no: lossy(r, "seat_no"),
+        active: column(r, "active"),
+        order: has_order.then(|| OrderFacts {
+            status: column::<Vec<u8>>(r, "o_status")
+                .map(|b| String::from_utf8_lossy(&b).into_owned()),
+            showtime_id: column(r, "o_showtime"),
+            dates: match column::<i64>(r, "dates_ok") {
+                Ok(1) => Ok(()),
+                Ok(_) => Err("a zero or out-of-range date".into()),
+                Err(e) => Err(e),
+            },
+        }),
+    })
+}
+
+/// A column decoded, or why it did not (never a panic, rule 16).
+fn column<'r, T>(r: &'r MySqlRow, name: &str) -> Column<T>
+where
+    T: sqlx::Decode<'r, MySql> + sqlx::Type<MySql>,
+{
+    r.try_get(name).map_err(|e| match e {
+        sqlx::Error::ColumnDecode { source, .. } => source.to_string(),
+        other => other.to_string(),
+    })
+}
+
+/// A text column as UTF-8 (bytes that are not become U+FFFD), "" when NULL.
+fn lossy(r: &MySqlRow, name: &str) -> String {
+    match r.try_get::<Option<Vec<u8>>, _>(name) {
+        Ok(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+        _ => r
+            .try_get::<Option<String>, _>(name)
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+    }
+}
+
+/// SQL, true when `col` holds a date that decodes: no zero date, no zero or
+/// out-of-range day or month, a year MySQL supports (>= 1000). NULL is false.
+fn date_ok(col: &str) -> String {
+    format!(
+        "COALESCE({col} >= '1000-01-01' AND DAYOFMONTH({col}) BETWEEN 1 AND DAYOFMONTH(LAST_DAY({col})), FALSE)"
+    )
+}
+
+/// SQL, true when every date of order `o` decodes (the nullable ones when set).
+fn order_dates_ok(o: &str) -> String {
+    format!(
+        "({} AND {} AND ({o}.paid_at IS NULL OR {}) AND ({o}.cancelled_at IS NULL OR {}))",
+        date_ok(&format!("{o}.expires_at")),
+        date_ok(&format!("{o}.created_at")),
+        date_ok(&format!("{o}.paid_at")),
+        date_ok(&format!("{o}.cancelled_at")),
+    )
+}
+
+/// `CASE <owner> WHEN S THEN FIELD(os.seat_no, <S's asked seats>) … END`:
+/// the 1-based place, among its showtime's asked seats, of the seat that
+/// MySQL's comparison of `os.seat_no` takes for the row's (0: none).
+fn push_position(
+    q: &mut QueryBuilder<MySql>,
+    owner: &str,
+    asked: &[&(ShowtimeId, Vec<usize>)],
+    seats: &[(ShowtimeId, SeatNo, bool)],
+) {
+    q.push(format_args!("CASE {owner}"));
+    for (s, idx) in asked {
+        q.push(" WHEN ")
+            .push_bind(*s)
+            .push(" THEN FIELD(os.seat_no");
+        for &i in idx {
+            q.push(", ").push_bind(seats[i].1.as_str());
+        }
+        q.push(")");
+    }
+    q.push(" ELSE 0 END");
+}
+
+/// One row whose seat number is not a template seat byte for byte, with
+/// the enabled template seats of its showtime's hall.
+#[derive(Debug, Clone, Copy)]
+pub struct SeatNameAsk<'a> {
+    pub order_id: i64,
+    pub seat_no: &'a str,
+    pub candidates: &'a [SeatNo],
 }
 
 /// ` AND (col_at > ? OR (col_at = ? AND col_id > ?))`

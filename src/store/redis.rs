@@ -379,10 +379,10 @@ impl RedisStore {
             }
         }
         self.trips(waits);
-        Ok(results
+        results
             .into_iter()
-            .map(|r| r.expect("every command ran in its group"))
-            .collect())
+            .map(|r| r.ok_or_else(|| Error::Protocol("a pipeline reply is missing".into())))
+            .collect()
     }
 
     /// One pipeline, and how many times it was sent (1, or 2 when scripts
@@ -463,11 +463,16 @@ impl RedisStore {
             }
         }
         let mut results = self.pipeline(&cmds).await?.into_iter();
-        let (secs, micros): (i64, i64) = from_value(results.next().expect("TIME reply")?)?;
+        let mut next = || {
+            results
+                .next()
+                .ok_or_else(|| Error::Protocol("a pipeline reply is missing".into()))
+        };
+        let (secs, micros): (i64, i64) = from_value(next()??)?;
         let now_ms = secs * 1000 + micros / 1000;
         let mut out = Vec::with_capacity(ids.len());
         for _ in ids {
-            let hash = match results.next().expect("HGETALL reply") {
+            let hash = match next()? {
                 Ok(v) => {
                     let fields = seat_fields(v)?;
                     if fields.is_empty() {
@@ -480,7 +485,7 @@ impl RedisStore {
                 Err(e) => return Err(e.into()),
             };
             let (suspects, suspects_wrong_type) = if with_suspects {
-                match results.next().expect("HGETALL reply") {
+                match next()? {
                     Ok(v) => (string_map(v)?, false),
                     // Our own key of the wrong type (rule 13): no records,
                     // so every grace clock starts now (the safe direction).

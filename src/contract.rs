@@ -1,0 +1,305 @@
+//! The strict reading of seatflow's contract (rules 12, 15, 16). Every row
+//! read from MySQL passes through here: it becomes typed values, or an
+//! [`UnknownRow`] that is reported with its table and id and never read as
+//! "free". Pure: the stores decode columns into plain values (a column that
+//! does not decode arrives as `Err`, never as a panic) and ask here what the
+//! row means.
+
+use std::fmt;
+
+use crate::model::{Holding, OrderStatus, ShowtimeId};
+
+/// A row the contract does not explain: left alone and reported.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UnknownRow {
+    /// `showtime`, `hall_seat`, `ticket_order` or `order_seat`.
+    pub table: &'static str,
+    /// The row's key: `42`, `order 7 seat a-01`, `hall 3 seat A-1`.
+    pub id: String,
+    /// What is outside the contract.
+    pub why: String,
+}
+
+impl UnknownRow {
+    pub fn new(table: &'static str, id: impl Into<String>, why: impl Into<String>) -> UnknownRow {
+        UnknownRow {
+            table,
+            id: id.into(),
+            why: why.into(),
+        }
+    }
+
+    /// `order_seat order 7 seat a-01`: the key that names it once per run.
+    pub fn key(&self) -> String {
+        format!("{} {}", self.table, self.id)
+    }
+}
+
+impl fmt::Display for UnknownRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.table, self.id, self.why)
+    }
+}
+
+/// A column as decoded: `Err` carries why it did not decode (a zero date,
+/// a NULL in a NOT NULL column, a type the schema should not have).
+pub type Column<T> = Result<T, String>;
+
+/// The order a seat row belongs to, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderFacts {
+    /// `ticket_order.status`, exactly as stored.
+    pub status: Column<String>,
+    pub showtime_id: Column<ShowtimeId>,
+    /// Every date of the order decodes (`expires_at`, `created_at`, and
+    /// `paid_at`/`cancelled_at` when set); else which one does not.
+    pub dates: Column<()>,
+}
+
+/// One `order_seat` row with its order (None: no `ticket_order` row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeatRowFacts {
+    pub showtime_id: ShowtimeId,
+    pub order_id: i64,
+    pub seat_no: String,
+    /// `active` as a number (`Ok(None)`: NULL).
+    pub active: Column<Option<i64>>,
+    pub order: Option<OrderFacts>,
+}
+
+/// What an `order_seat` row means under the contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeatRow {
+    /// A valid occupancy (the seat number still has to be an enabled
+    /// template seat byte for byte: the caller knows the template).
+    Occupies(OrderStatus),
+    /// An order that ended by the contract's own cancel or refund
+    /// (`CANCELLED`/`REFUNDED` exactly, `active` NULL): holds nothing.
+    Ended,
+    /// Outside the contract: may hold the seat, so it blocks lowering.
+    Unknown(String),
+}
+
+impl SeatRow {
+    /// The row as the planner holds it (None: it holds nothing).
+    pub fn holding(&self, order_id: i64) -> Option<Holding> {
+        match self {
+            SeatRow::Occupies(status) => Some(Holding::Valid(*status)),
+            SeatRow::Ended => None,
+            SeatRow::Unknown(_) => Some(Holding::Unknown { order_id }),
+        }
+    }
+}
+
+/// The contract's order statuses, spelled exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderState {
+    Pending,
+    Paid,
+    Cancelled,
+    Refunded,
+}
+
+impl OrderState {
+    /// Exactly as the contract spells it (binary: `paid`, `PAID ` are not).
+    pub fn parse(raw: &str) -> Option<OrderState> {
+        match raw {
+            "PENDING" => Some(OrderState::Pending),
+            "PAID" => Some(OrderState::Paid),
+            "CANCELLED" => Some(OrderState::Cancelled),
+            "REFUNDED" => Some(OrderState::Refunded),
+            _ => None,
+        }
+    }
+}
+
+/// The contract's showtime statuses, spelled exactly.
+pub const SHOWTIME_STATUSES: [&str; 4] = ["SCHEDULED", "ON_SALE", "CLOSED", "CANCELLED"];
+
+/// Reads one `order_seat` row strictly (rule 15's "in its own terms" is the
+/// caller's: the row was found by MySQL's comparison of the seat).
+pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
+    let active = match &row.active {
+        Err(e) => return SeatRow::Unknown(format!("active does not decode ({e})")),
+        Ok(None) => None,
+        Ok(Some(1)) => Some(()),
+        Ok(Some(other)) => {
+            return SeatRow::Unknown(format!("active = {other}, neither 1 nor NULL"));
+        }
+    };
+    let Some(order) = &row.order else {
+        return match active {
+            // A released row whose order is gone (archived): holds nothing.
+            None => SeatRow::Ended,
+            Some(()) => SeatRow::Unknown("active = 1 but no ticket_order row".into()),
+        };
+    };
+    let status = match &order.status {
+        Err(e) => return SeatRow::Unknown(format!("order status does not decode ({e})")),
+        Ok(raw) => match OrderState::parse(raw) {
+            Some(s) => s,
+            None => {
+                return SeatRow::Unknown(format!(
+                    "order status {raw:?} is not spelled as the contract spells it"
+                ));
+            }
+        },
+    };
+    let ended = matches!(status, OrderState::Cancelled | OrderState::Refunded);
+    match (active, ended) {
+        (None, true) => return SeatRow::Ended,
+        (Some(()), true) => {
+            return SeatRow::Unknown(format!(
+                "active = 1 on a {} order",
+                if status == OrderState::Cancelled {
+                    "CANCELLED"
+                } else {
+                    "REFUNDED"
+                }
+            ));
+        }
+        (None, false) => {
+            return SeatRow::Unknown("active is NULL but the order is PENDING or PAID".into());
+        }
+        (Some(()), false) => {}
+    }
+    match &order.showtime_id {
+        Err(e) => return SeatRow::Unknown(format!("order showtime_id does not decode ({e})")),
+        Ok(id) if *id != row.showtime_id => {
+            return SeatRow::Unknown(format!(
+                "order_seat.showtime_id {} differs from its order's {id}",
+                row.showtime_id
+            ));
+        }
+        Ok(_) => {}
+    }
+    if let Err(e) = &order.dates {
+        return SeatRow::Unknown(format!("a date of its order does not decode ({e})"));
+    }
+    SeatRow::Occupies(if status == OrderState::Paid {
+        OrderStatus::Paid
+    } else {
+        OrderStatus::Pending
+    })
+}
+
+/// `order 7 seat a-01`: an `order_seat` row's id in reports.
+pub fn seat_row_id(order_id: i64, seat_no: &str) -> String {
+    format!("order {order_id} seat {seat_no}")
+}
+
+/// The hall template's `enabled` flag, strictly: 1 enabled, 0 disabled,
+/// anything else unknown (the seat is then no enabled template seat: its
+/// field and its rows are left alone).
+pub fn read_enabled(raw: &Column<i64>) -> Result<bool, String> {
+    match raw {
+        Ok(1) => Ok(true),
+        Ok(0) => Ok(false),
+        Ok(other) => Err(format!("enabled = {other}, neither 0 nor 1")),
+        Err(e) => Err(format!("enabled does not decode ({e})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(active: Column<Option<i64>>, order: Option<OrderFacts>) -> SeatRowFacts {
+        SeatRowFacts {
+            showtime_id: 5,
+            order_id: 7,
+            seat_no: "A-1".into(),
+            active,
+            order,
+        }
+    }
+
+    fn order(status: &str) -> Option<OrderFacts> {
+        Some(OrderFacts {
+            status: Ok(status.into()),
+            showtime_id: Ok(5),
+            dates: Ok(()),
+        })
+    }
+
+    fn is_unknown(r: &SeatRow) -> bool {
+        matches!(r, SeatRow::Unknown(_))
+    }
+
+    #[test]
+    fn valid_occupancies_are_exact_statuses_with_active_1_in_their_own_showtime() {
+        assert_eq!(
+            read_seat_row(&row(Ok(Some(1)), order("PAID"))),
+            SeatRow::Occupies(OrderStatus::Paid)
+        );
+        assert_eq!(
+            read_seat_row(&row(Ok(Some(1)), order("PENDING"))),
+            SeatRow::Occupies(OrderStatus::Pending)
+        );
+        assert_eq!(
+            read_seat_row(&row(Ok(None), order("CANCELLED"))),
+            SeatRow::Ended
+        );
+        assert_eq!(
+            read_seat_row(&row(Ok(None), order("REFUNDED"))),
+            SeatRow::Ended
+        );
+        assert_eq!(read_seat_row(&row(Ok(None), None)), SeatRow::Ended);
+    }
+
+    #[test]
+    fn every_other_row_is_unknown() {
+        for status in ["paid", "PAID ", "Pending", "SOLD", "", "cancelled"] {
+            for active in [Some(1), None] {
+                assert!(
+                    is_unknown(&read_seat_row(&row(Ok(active), order(status)))),
+                    "{status:?} {active:?}"
+                );
+            }
+        }
+        for active in [0, 2, -1, 127] {
+            for status in ["PAID", "PENDING", "CANCELLED"] {
+                assert!(is_unknown(&read_seat_row(&row(
+                    Ok(Some(active)),
+                    order(status)
+                ))));
+            }
+        }
+        assert!(is_unknown(&read_seat_row(&row(
+            Err("x".into()),
+            order("PAID")
+        ))));
+        assert!(is_unknown(&read_seat_row(&row(
+            Ok(Some(1)),
+            order("CANCELLED")
+        ))));
+        assert!(is_unknown(&read_seat_row(&row(Ok(None), order("PAID")))));
+        assert!(is_unknown(&read_seat_row(&row(Ok(Some(1)), None))));
+        let mut other_showtime = order("PENDING");
+        if let Some(o) = &mut other_showtime {
+            o.showtime_id = Ok(6);
+        }
+        assert!(is_unknown(&read_seat_row(&row(
+            Ok(Some(1)),
+            other_showtime
+        ))));
+        let mut zero_date = order("PAID");
+        if let Some(o) = &mut zero_date {
+            o.dates = Err("expires_at".into());
+        }
+        assert!(is_unknown(&read_seat_row(&row(Ok(Some(1)), zero_date))));
+        let mut bad_status = order("PAID");
+        if let Some(o) = &mut bad_status {
+            o.status = Err("NULL".into());
+        }
+        assert!(is_unknown(&read_seat_row(&row(Ok(Some(1)), bad_status))));
+    }
+
+    #[test]
+    fn enabled_is_exactly_0_or_1() {
+        assert_eq!(read_enabled(&Ok(1)), Ok(true));
+        assert_eq!(read_enabled(&Ok(0)), Ok(false));
+        assert!(read_enabled(&Ok(2)).is_err());
+        assert!(read_enabled(&Err("NULL".into())).is_err());
+    }
+}
