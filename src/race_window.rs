@@ -19,8 +19,9 @@ pub const SEAT_BEFORE_REPAIR: &str = "seat-sweep-before-repair";
 /// in MySQL (rule 3).
 pub const EXPIRED_BEFORE_CANCEL: &str = "expired-orders-before-cancel";
 
-/// expired-orders: the cancel is committed; next, the seats' `"1"` → `"0"`
-/// in Redis, still under the showtimes' locks (rules 1 and 2).
+/// expired-orders: the cancel is committed; next, the re-check of its seats
+/// in MySQL (rule 15) and their `"1"` → `"0"` in Redis, still under the
+/// showtimes' locks (rules 1 and 2).
 pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";
 
 /// A fault, not a pause: the conditional cancel has committed, and tests

@@ -464,3 +464,56 @@ async fn a_cancel_whose_reply_was_lost_counts_and_audits_once() {
         "the cancel and each seat's release, once"
     );
 }
+
+/// Rule 15's re-check asks MySQL in its own terms. An orphan lock is
+/// scanned; before the write, an order commits on the seat spelled `a-1`,
+/// which `uq_occupancy` takes for `A-1`. A re-check keyed by bytes would
+/// miss it and free the seat; the seat stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_collation_matches_after_the_scan_keeps_the_seat() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    showtime_with(&env, &[("A-1", "1")]).await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_RECHECK,
+            &[Kind::OrphanLocks],
+            async || {
+                env.fx.order(5, "PENDING", &["a-1"], 900).await.unwrap();
+            },
+        )
+        .await;
+
+    assert_left_alone(&env, &report, 5, "A-1", "1").await;
+}
+
+/// Rule 15 for the cancel chain: its release re-checks the seat. The
+/// expired order is cancelled; before its seat is released, another order
+/// takes the seat in MySQL (the cancelled row no longer holds it). The
+/// release leaves the seat held instead of freeing the new order's seat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seat_taken_again_after_the_cancel_commits_is_not_released() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_AFTER_CANCEL,
+            &[Kind::ExpiredOrders],
+            async || {
+                assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+                env.fx.order(1, "PENDING", &["A-1"], 900).await.unwrap();
+            },
+        )
+        .await;
+
+    assert_eq!(report.jobs[0].fixed, 1, "{report:?}");
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("1"));
+    assert_every_valid_order_keeps_its_seats(&env).await;
+    assert!(
+        env.audit().await.iter().all(|a| a.1 != "seat_released"),
+        "no release audited"
+    );
+}

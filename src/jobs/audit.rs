@@ -68,7 +68,9 @@ impl<'a> AuditLog<'a> {
         before: Option<SeatState>,
         after: SeatState,
     ) {
-        let action = if after == SeatState::Free {
+        // Filling an absent field, even with "0", sets it; only a held or
+        // sold seat made free is a release.
+        let action = if after == SeatState::Free && before.is_some() {
             FixAction::SeatReleased
         } else {
             FixAction::SeatSet

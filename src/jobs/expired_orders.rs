@@ -260,6 +260,7 @@ async fn cancel_locked(
     }
     // The MySQL side is committed; a failure below leaves "1"s that the
     // orphan-locks job releases later, as after any crash in this window.
+    race_window!(crate::race_window::EXPIRED_AFTER_CANCEL);
     // A row in a showtime we do not hold yet (its order says another): take
     // that showtime's lease too, or leave the seat to orphan-locks.
     let mut others: Vec<ShowtimeId> = releases
@@ -326,7 +327,6 @@ async fn cancel_locked(
     if calls.is_empty() {
         return Ok(());
     }
-    race_window!(crate::race_window::EXPIRED_AFTER_CANCEL);
     let token = leases.token().to_string();
     let results = ctx
         .retry("release seats", || ctx.redis.repair_seats(&token, &calls))

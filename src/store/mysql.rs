@@ -578,7 +578,15 @@ impl MysqlStore {
                         continue;
                     };
                     let facts = seat_row_facts(&r)?;
-                    let reading = contract::read_seat_row(&facts);
+                    let mut reading = contract::read_seat_row(&facts);
+                    if matches!(reading, SeatRow::Occupies(_)) && facts.seat_no != seats[i].1 {
+                        // A valid occupancy is spelled as the template spells
+                        // the seat; MySQL's comparison only found this one.
+                        reading = SeatRow::Unknown(format!(
+                            "seat_no {:?} is the template's {:?} only under the collation",
+                            facts.seat_no, seats[i].1
+                        ));
+                    }
                     let entry = &mut out[i];
                     if let SeatRow::Unknown(why) = &reading {
                         unknown.push(UnknownRow::new(

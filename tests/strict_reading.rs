@@ -1,0 +1,333 @@
+//! Rules 15 and 16, "a seat is lowered only when MySQL, in its own terms,
+//! shows it free" and "no value read from a store can abort a run", one
+//! test per class of data nobody cleaned: seat numbers the collation folds,
+//! an order whose seat rows sit in another showtime, `active` other than 1
+//! or NULL, zero dates, statuses the contract does not spell, a field
+//! missing from a present hash, one problem met by two jobs. Each test
+//! fails without its part of the strict reading. (Grace is 0 s here.)
+
+use seatflow_reconciler::inspect;
+use seatflow_reconciler::jobs::report::{JobReport, Outcome, RunReport};
+use seatflow_reconciler::model::Kind;
+use seatflow_test_support::{TestEnv, audit_row};
+
+async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
+    env.fx.seat_value(showtime, seat).await.unwrap()
+}
+
+async fn sql(env: &TestEnv, statement: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(statement.to_string()))
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+}
+
+/// Statements on one connection with a permissive `sql_mode`, as a server
+/// configured without strict dates stores them (zero dates accepted).
+async fn permissive(env: &TestEnv, statements: &[String]) {
+    let mut c = env.ctx.mysql.pool().acquire().await.unwrap();
+    sqlx::query("SET SESSION sql_mode = ''")
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    for s in statements {
+        sqlx::query(sqlx::AssertSqlSafe(s.clone()))
+            .execute(&mut *c)
+            .await
+            .unwrap();
+    }
+    sqlx::query("SET SESSION sql_mode = DEFAULT")
+        .execute(&mut *c)
+        .await
+        .unwrap();
+}
+
+fn invalid(report: &RunReport) -> u64 {
+    report.jobs.iter().map(|j| j.invalid_data).sum()
+}
+
+fn ended_well(report: &RunReport) {
+    for j in &report.jobs {
+        assert_ne!(j.outcome, Outcome::Failure, "{}", report.to_text());
+        assert!(j.fatal.is_none(), "{}", report.to_text());
+    }
+}
+
+/// One showtime (id 1) of a 1 x 4 hall, warmed with `values` (the rest "0").
+async fn showtime(env: &TestEnv, values: &[(&str, &str)]) {
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, values).await.unwrap();
+}
+
+/// The user's case and its class: an order's seat spelled so that only the
+/// collation matches it to the template seat (`a-1`, `A-1 `, `á-1` are
+/// `A-1` to `uq_occupancy`). MySQL holds the seat with it: a sold seat is
+/// not released, a held one not freed, and a rebuilt hash gets no free
+/// field for it. The row is reported.
+#[tokio::test]
+async fn a_seat_named_only_by_the_collation_is_never_lowered() {
+    for spelling in ["a-1", "A-1 ", "á-1", "A-1  "] {
+        for (status, value) in [("PAID", "2"), ("PENDING", "1")] {
+            let env = TestEnv::new().await;
+            showtime(&env, &[("A-1", value)]).await;
+            let order = env.fx.order(1, status, &["A-1"], 900).await.unwrap();
+            sqlx::query("UPDATE order_seat SET seat_no = ? WHERE order_id = ?")
+                .bind(spelling)
+                .bind(order)
+                .execute(env.ctx.mysql.pool())
+                .await
+                .unwrap();
+
+            let report = env.once(&Kind::ALL).await;
+            ended_well(&report);
+            assert_eq!(
+                seat(&env, 1, "A-1").await.as_deref(),
+                Some(value),
+                "{status} {spelling:?}: {}",
+                report.to_text()
+            );
+            assert!(invalid(&report) >= 1, "{}", report.to_text());
+
+            // The hash lost: rebuilt without a free A-1.
+            let _: i64 = env
+                .redis(redis::cmd("DEL").arg(env.ctx.redis.keys.seat(1)))
+                .await;
+            env.once(&Kind::ALL).await;
+            let hash = env.fx.hash(1).await.unwrap();
+            assert_eq!(hash.get("A-2").map(String::as_str), Some("0"), "rebuilt");
+            assert_eq!(hash.get("A-1"), None, "{status} {spelling:?}: {hash:?}");
+        }
+    }
+}
+
+/// The cancel chain releases the seats of the order's own rows, in their
+/// showtime: an expired order whose `order_seat` rows say showtime 2 while
+/// the order says showtime 1 frees showtime 2's seat, and never the seat of
+/// the same number in showtime 1, where another customer holds it.
+#[tokio::test]
+async fn the_cancel_chain_releases_the_seat_where_the_order_row_is() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for id in [1, 2] {
+        env.fx.showtime(id, 1, 60, "ON_SALE").await.unwrap();
+    }
+    // Showtime 1: another customer's hold in flight (its order not yet in).
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+    env.fx.warm_all(2, &seats, &[("A-1", "1")]).await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-1"], -3600).await.unwrap();
+    sqlx::query("UPDATE order_seat SET showtime_id = 2 WHERE order_id = ?")
+        .bind(order)
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+
+    let r = env.job(Kind::ExpiredOrders).await;
+    assert_eq!((r.outcome, r.fixed), (Outcome::Success, 1), "{r:?}");
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("1"), "harmed");
+    assert_eq!(seat(&env, 2, "A-1").await.as_deref(), Some("0"));
+    let seat_rows: Vec<_> = env
+        .audit()
+        .await
+        .into_iter()
+        .filter(|a| a.1 == "seat_released")
+        .collect();
+    assert_eq!(
+        seat_rows,
+        vec![audit_row(
+            "expired_orders",
+            "seat_released",
+            2,
+            Some("A-1"),
+            Some(order),
+            "1",
+            "0"
+        )]
+    );
+}
+
+/// `active` is 1 or NULL by the contract; any other value (and NULL on an
+/// order still PENDING or PAID) is a row nobody can read: the seat is not
+/// lowered, and the row is reported.
+#[tokio::test]
+async fn active_other_than_1_or_null_never_lowers_a_seat() {
+    for (status, value, active) in [
+        ("PAID", "2", Some(0)),
+        ("PAID", "2", Some(2)),
+        ("PENDING", "1", Some(0)),
+        ("PAID", "2", None),
+        ("PENDING", "1", None),
+    ] {
+        let env = TestEnv::new().await;
+        showtime(&env, &[("A-1", value)]).await;
+        let order = env.fx.order(1, status, &["A-1"], 900).await.unwrap();
+        sqlx::query("UPDATE order_seat SET active = ? WHERE order_id = ?")
+            .bind(active)
+            .bind(order)
+            .execute(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+        let report = env.once(&Kind::ALL).await;
+        ended_well(&report);
+        assert_eq!(
+            seat(&env, 1, "A-1").await.as_deref(),
+            Some(value),
+            "{status} active {active:?}: {}",
+            report.to_text()
+        );
+        assert_eq!(invalid(&report), 1, "{}", report.to_text());
+        // Reported once per run, every run: never resolved on a guess.
+        let again = env.once(&Kind::ALL).await;
+        assert_eq!(invalid(&again), 1, "{}", again.to_text());
+    }
+}
+
+/// Zero dates under a permissive `sql_mode`, in a showtime's `starts_at`, a
+/// PENDING order's `expires_at` and a PAID order's `created_at`: every run
+/// ends, the rest of the estate is repaired, those rows are reported and
+/// left alone, and `inspect` shows them.
+#[tokio::test]
+async fn a_zero_date_is_a_row_to_report_never_a_panic() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.showtime(2, 1, 60, "ON_SALE").await.unwrap();
+    // Showtime 1 (zero starts_at): an orphan lock nobody may touch.
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+    // Showtime 2: an orphan lock (A-1), a held seat whose order has a zero
+    // deadline (A-2), a sold seat whose order has a zero created_at (A-3),
+    // and an ordinary expired order (A-4).
+    env.fx
+        .warm_all(
+            2,
+            &seats,
+            &[("A-1", "1"), ("A-2", "1"), ("A-3", "2"), ("A-4", "1")],
+        )
+        .await
+        .unwrap();
+    let zero_deadline = env.fx.order(2, "PENDING", &["A-2"], -3600).await.unwrap();
+    let zero_created = env.fx.order(2, "PAID", &["A-3"], 900).await.unwrap();
+    let expired = env.fx.order(2, "PENDING", &["A-4"], -3600).await.unwrap();
+    permissive(
+        &env,
+        &[
+            "UPDATE showtime SET starts_at = '0000-00-00 00:00:00' WHERE id = 1".into(),
+            format!(
+                "UPDATE ticket_order SET expires_at = '0000-00-00 00:00:00' WHERE id = {zero_deadline}"
+            ),
+            format!(
+                "UPDATE ticket_order SET created_at = '2026-11-00 10:00:00' WHERE id = {zero_created}"
+            ),
+        ],
+    )
+    .await;
+
+    let report = env.once(&Kind::ALL).await;
+    ended_well(&report);
+    assert_eq!(seat(&env, 2, "A-1").await.as_deref(), Some("0"), "repaired");
+    assert_eq!(env.fx.order_status(expired).await.unwrap(), "CANCELLED");
+    assert_eq!(seat(&env, 2, "A-4").await.as_deref(), Some("0"));
+    assert_eq!(
+        env.fx.order_status(zero_deadline).await.unwrap(),
+        "PENDING",
+        "nobody knows its deadline"
+    );
+    assert_eq!(seat(&env, 2, "A-2").await.as_deref(), Some("1"));
+    assert_eq!(seat(&env, 2, "A-3").await.as_deref(), Some("2"));
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("1"));
+    // The showtime, the order with no deadline, and each order's seat row
+    // (its dates do not decode), each counted once.
+    assert_eq!(invalid(&report), 4, "{}", report.to_text());
+
+    let map = inspect::load(&env.ctx, 1).await.unwrap().unwrap();
+    let text = map.render(false);
+    assert!(text.contains("does not decode"), "{text}");
+    let map = inspect::load(&env.ctx, 2).await.unwrap().unwrap();
+    let text = map.render(false);
+    assert!(
+        text.contains(&format!("order {zero_created} seat A-3")),
+        "{text}"
+    );
+    assert_eq!(
+        map.seats
+            .iter()
+            .find(|s| s.seat == "A-3")
+            .map(|s| s.expected),
+        Some("?")
+    );
+}
+
+/// A showtime status the contract does not spell is reported, not only
+/// skipped: `on_sale` (which the collation calls ON_SALE), `ONSALE`.
+#[tokio::test]
+async fn a_showtime_status_outside_the_contract_is_reported() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for (id, status) in [(1, "on_sale"), (2, "ONSALE"), (3, "ON_SALE"), (4, "CLOSED")] {
+        env.fx.showtime(id, 1, 60, status).await.unwrap();
+        env.fx.warm_all(id, &seats, &[("A-1", "1")]).await.unwrap();
+    }
+    let report = env.once(&Kind::ALL).await;
+    ended_well(&report);
+    assert_eq!(invalid(&report), 2, "{}", report.to_text());
+    assert_eq!(seat(&env, 3, "A-1").await.as_deref(), Some("0"));
+    for id in [1, 2, 4] {
+        assert_eq!(seat(&env, id, "A-1").await.as_deref(), Some("1"));
+    }
+}
+
+/// A field missing from a present hash is drift, not bad data: filled with
+/// its expected value by a compare-and-set that wants it still absent, and
+/// audited; `"0"` only where MySQL shows no row that may hold the seat.
+#[tokio::test]
+async fn an_absent_field_is_filled_with_its_expected_value() {
+    let env = TestEnv::new().await;
+    env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm(1, &[("A-4", "0")]).await.unwrap();
+    env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
+    let odd = env.fx.order(1, "PAID", &["A-3"], 900).await.unwrap();
+    sql(
+        &env,
+        &format!("UPDATE ticket_order SET status = 'paid' WHERE id = {odd}"),
+    )
+    .await;
+
+    let r = env.job(Kind::PaidSeats).await;
+    assert_eq!((r.outcome, r.fixed), (Outcome::Success, 2), "{r:?}");
+    let hash = env.fx.hash(1).await.unwrap();
+    assert_eq!(hash.get("A-1").map(String::as_str), Some("0"));
+    assert_eq!(hash.get("A-2").map(String::as_str), Some("2"));
+    assert_eq!(hash.get("A-3"), None, "a row outside the contract holds it");
+    let mut audit = env.audit().await;
+    audit.retain(|a| a.1 == "seat_set");
+    assert_eq!(audit.len(), 2, "{audit:?}");
+    for (seat_no, after) in [("A-1", "0"), ("A-2", "2")] {
+        assert!(
+            audit.iter().any(|a| a.3.as_deref() == Some(seat_no)
+                && a.5.as_deref() == Some("absent")
+                && a.6.as_deref() == Some(after)),
+            "{audit:?}"
+        );
+    }
+    // Converged: nothing more to do.
+    let r: JobReport = env.job(Kind::PaidSeats).await;
+    assert_eq!((r.drift, r.fixed), (0, 0), "{r:?}");
+}
+
+/// One problem, one count per run: a seat key of the wrong type met by
+/// both expired-orders (releasing a cancelled order's seat) and the seat
+/// sweep is counted once, by the first job that met it.
+#[tokio::test]
+async fn a_seat_key_of_the_wrong_type_is_counted_once_per_run() {
+    let env = TestEnv::new().await;
+    env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let _: () = env
+        .redis(redis::cmd("SET").arg(env.ctx.redis.keys.seat(1)).arg("x"))
+        .await;
+    env.fx.order(1, "PENDING", &["A-1"], -3600).await.unwrap();
+    let report = env.once(&Kind::ALL).await;
+    assert_eq!(invalid(&report), 1, "{}", report.to_text());
+}
