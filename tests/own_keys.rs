@@ -1,8 +1,9 @@
 //! Rule 13, "no half-applied writes": every script checks key types and
 //! preconditions before its first write; the reconciler's own keys (suspect,
-//! done, cursor) in a wrong shape are reported and replaced and never block
-//! a repair or a run; a lease without expiry that is not ours is reported as
-//! stuck and left alone. Each test fails without its part of the rule.
+//! done, cursor, lock) in a wrong shape are reported and replaced and never
+//! block a repair or a run; a lease without expiry that is not ours is
+//! reported as stuck and left alone. Each test fails without its part of the
+//! rule.
 
 use std::process::Command;
 use std::time::Duration;
@@ -12,8 +13,8 @@ use seatflow_reconciler::jobs::report::{JobReport, Outcome};
 use seatflow_reconciler::metrics::Metrics;
 use seatflow_reconciler::model::{Kind, SeatRepair, SeatState};
 use seatflow_reconciler::runner::Runner;
-use seatflow_reconciler::store::redis::{CursorMove, Fenced, SeatBatch, SuspectOp};
-use seatflow_test_support::{TestEnv, audit_row};
+use seatflow_reconciler::store::redis::{CursorMove, Fenced, LeaseTake, SeatBatch, SuspectOp};
+use seatflow_test_support::{TestEnv, audit_row, seed_expired};
 
 /// A string where a hash of ours belongs (or any other wrong type).
 async fn corrupt(env: &TestEnv, key: &str) {
@@ -22,6 +23,28 @@ async fn corrupt(env: &TestEnv, key: &str) {
 
 async fn key_type(env: &TestEnv, key: &str) -> String {
     env.redis::<String>(redis::cmd("TYPE").arg(key)).await
+}
+
+/// Commands that write `key` as each Redis type other than a string.
+fn other_types(key: &str) -> Vec<(&'static str, redis::Cmd)> {
+    vec![
+        (
+            "hash",
+            redis::cmd("HSET").arg(key).arg("a").arg("b").clone(),
+        ),
+        ("list", redis::cmd("RPUSH").arg(key).arg("a").clone()),
+        ("set", redis::cmd("SADD").arg(key).arg("a").clone()),
+        ("zset", redis::cmd("ZADD").arg(key).arg(1).arg("a").clone()),
+        (
+            "stream",
+            redis::cmd("XADD")
+                .arg(key)
+                .arg("*")
+                .arg("a")
+                .arg("b")
+                .clone(),
+        ),
+    ]
 }
 
 /// One showtime (id 1) of a 1 x 3 hall whose A-1 is an orphan lock.
@@ -106,7 +129,7 @@ async fn scripts_check_every_key_type_before_their_first_write() {
             .acquire_leases("me", &[1, 2, 3], 10_000)
             .await
             .unwrap(),
-        vec![true, true, true]
+        vec![LeaseTake::Taken; 3]
     );
     let out = redis
         .repair_seats(
@@ -188,6 +211,35 @@ async fn scripts_check_every_key_type_before_their_first_write() {
     assert_eq!(
         redis.get_string(&cursor).await.unwrap().as_deref(),
         Some("next")
+    );
+
+    // A lock key of another type is nobody's lease: replaced by ours. A
+    // string is someone's lease, even without expiry: left alone.
+    let _: () = env
+        .redis(redis::cmd("SADD").arg(redis.keys.lease(5)).arg("x"))
+        .await;
+    corrupt(&env, &redis.keys.lease(6)).await;
+    assert_eq!(
+        redis.acquire_leases("me", &[5, 6], 10_000).await.unwrap(),
+        vec![LeaseTake::Replaced, LeaseTake::Busy]
+    );
+    assert_eq!(
+        redis
+            .get_string(&redis.keys.lease(5))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("me")
+    );
+    let pttl: i64 = env.redis(redis::cmd("PTTL").arg(redis.keys.lease(5))).await;
+    assert!(pttl > 0, "{pttl}");
+    assert_eq!(
+        redis
+            .get_string(&redis.keys.lease(6))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("garbage")
     );
 }
 
@@ -385,4 +437,84 @@ async fn a_lease_without_expiry_is_reported_as_stuck_and_left_alone() {
         (1, 1, 0),
         "{r:?}"
     );
+}
+
+/// A lock key that is not a string is nobody's lease: we only ever write
+/// strings there. `SET NX` used to fail on it and, without expiry, it read
+/// as a stuck lease for ever: the showtime was never repaired and the run
+/// said success. Now it is replaced by our lease, reported once (WARN,
+/// `invalid_data`), and the repair goes on in the same run.
+#[tokio::test]
+async fn a_lock_key_of_another_type_is_replaced_and_the_repair_goes_on() {
+    let env = TestEnv::new().await;
+    orphan_lock(&env).await;
+    let lock = env.ctx.redis.keys.lease(1);
+    for (n, (wrong, write)) in other_types(&lock).into_iter().enumerate() {
+        env.fx.warm(1, &[("A-1", "1")]).await.unwrap();
+        let _: redis::Value = env.redis(&write).await;
+        assert_eq!(key_type(&env, &lock).await, wrong);
+
+        let r = env.job(Kind::OrphanLocks).await;
+        assert_eq!(
+            (
+                r.outcome,
+                r.fixed,
+                r.errors,
+                r.invalid_data,
+                r.skipped_busy,
+                r.stuck_leases
+            ),
+            (Outcome::Success, 1, 0, 1, 0, 0),
+            "{wrong}: {r:?}"
+        );
+        assert_eq!(invalid(&r), 1, "{wrong}");
+        assert_eq!(
+            env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+            Some("0"),
+            "{wrong}"
+        );
+        let released = audit_row(
+            "orphan_locks",
+            "seat_released",
+            1,
+            Some("A-1"),
+            None,
+            "1",
+            "0",
+        );
+        assert_eq!(env.audit().await, vec![released; n + 1], "{wrong}");
+        assert_eq!(key_type(&env, &lock).await, "none", "{wrong}: released");
+    }
+}
+
+/// The expired-orders job takes the same leases: an expired order whose
+/// showtime's lock key is a hash is cancelled and its seat released.
+#[tokio::test]
+async fn an_expired_order_whose_lock_key_is_a_hash_is_cancelled() {
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let lock = env.ctx.redis.keys.lease(1);
+    let _: () = env
+        .redis(redis::cmd("HSET").arg(&lock).arg("a").arg("b"))
+        .await;
+
+    let r = env.job(Kind::ExpiredOrders).await;
+    assert_eq!(
+        (
+            r.outcome,
+            r.fixed,
+            r.errors,
+            r.invalid_data,
+            r.skipped_busy,
+            r.stuck_leases
+        ),
+        (Outcome::Success, 1, 0, 1, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
+    assert_eq!(key_type(&env, &lock).await, "none", "released");
 }

@@ -32,16 +32,18 @@ macro_rules! lua {
 lua!(REPAIR_SEATS, "lua/repair_seats.lua");
 lua!(REBUILD_HASH, "lua/rebuild_hash.lua");
 lua!(RECORD_SUSPECTS, "lua/record_suspects.lua");
+lua!(LEASE_ACQUIRE, "lua/lease_acquire.lua");
 lua!(LEASE_RENEW, "lua/lease_renew.lua");
 lua!(LEASE_RELEASE, "lua/lease_release.lua");
 lua!(CURSOR_CAS, "lua/cursor_cas.lua");
 lua!(PASS_CLAIM, "lua/pass_claim.lua");
 lua!(PASS_FINISH, "lua/pass_finish.lua");
 
-const ALL_SCRIPTS: [&Lua; 8] = [
+const ALL_SCRIPTS: [&Lua; 9] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
     &RECORD_SUSPECTS,
+    &LEASE_ACQUIRE,
     &LEASE_RENEW,
     &LEASE_RELEASE,
     &CURSOR_CAS,
@@ -150,6 +152,24 @@ pub enum CursorMove {
     Raced,
     /// It was of the wrong type (rule 13): replaced by the new value.
     Replaced,
+}
+
+/// What trying to take one showtime's lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseTake {
+    /// Ours now.
+    Taken,
+    /// Ours now; the lock key was of another type than a string (nobody's
+    /// lease: rule 13) and was replaced.
+    Replaced,
+    /// Someone's lease (a string): left alone.
+    Busy,
+}
+
+impl LeaseTake {
+    pub fn is_taken(self) -> bool {
+        self != LeaseTake::Busy
+    }
 }
 
 /// One Redis server (reconnecting on its own) or a Redis Cluster.
@@ -639,29 +659,36 @@ impl RedisStore {
         Ok(Replied { reply, replaced })
     }
 
-    /// `SET NX PX` for each showtime in one round trip; true where acquired.
+    /// Tries to take each showtime's lease (`SET PX` with our token where
+    /// there is none), in one round trip. A lock key of another type than a
+    /// string is nobody's lease (rule 13): it is replaced and reported as
+    /// `LeaseTake::Replaced`.
     pub async fn acquire_leases(
         &self,
         token: &str,
         ids: &[ShowtimeId],
         ttl_ms: u64,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<LeaseTake>> {
         let cmds: Vec<Cmd> = ids
             .iter()
             .map(|&id| {
-                redis::cmd("SET")
-                    .arg(self.keys.lease(id))
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .clone()
+                let mut c = evalsha(&LEASE_ACQUIRE, &[self.keys.lease(id)]);
+                c.arg(token).arg(ttl_ms);
+                c
             })
             .collect();
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
         self.pipeline(&cmds)
             .await?
             .into_iter()
-            .map(|r| Ok(matches!(r?, Value::Okay | Value::SimpleString(_))))
+            .map(|r| match from_value::<i64>(r?)? {
+                1 => Ok(LeaseTake::Taken),
+                0 => Ok(LeaseTake::Busy),
+                2 => Ok(LeaseTake::Replaced),
+                other => Err(Error::Protocol(format!("lease script replied {other}"))),
+            })
             .collect()
     }
 
