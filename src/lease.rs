@@ -1,5 +1,7 @@
-//! The per-showtime mutex (safety rule 2): `SET NX PX` with a random token,
-//! renewed while a batch runs, released by compare-and-delete. Every repair
+//! The per-showtime mutex (safety rule 2): `SET PX` with a random token
+//! where no lease is (a lock key of another type is nobody's lease and is
+//! replaced, rule 13), renewed while a batch runs, released by
+//! compare-and-delete. Every repair
 //! script re-checks the token itself, so a holder that paused past its lease
 //! writes nothing even if it does not know yet.
 
@@ -11,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::error::Result;
 use crate::model::ShowtimeId;
-use crate::store::redis::RedisStore;
+use crate::store::redis::{LeaseTake, RedisStore};
 
 /// The leases held by the whole process (showtime → token), so that a
 /// shutdown can release what a cancelled run still held.
@@ -58,6 +60,10 @@ pub struct RunLeases {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Acquired {
     pub taken: Vec<ShowtimeId>,
+    /// Among `taken`, showtimes whose lock key was of another type than a
+    /// string: nobody's lease, replaced by ours (rule 13). The caller reports
+    /// each key (WARN, `invalid_data`).
+    pub replaced: Vec<ShowtimeId>,
     /// Held by someone else: skipped this run, never waited on.
     pub busy: Vec<ShowtimeId>,
     /// Among `busy`, leases without expiry (PTTL -1): not ours (we always
@@ -105,11 +111,14 @@ impl RunLeases {
             .redis
             .acquire_leases(&self.token, ids, self.ttl_ms())
             .await?;
-        for (&id, ok) in ids.iter().zip(got) {
-            if ok {
+        for (&id, take) in ids.iter().zip(got) {
+            if take.is_taken() {
                 self.held_map().insert(id, now);
                 self.book.lock().insert(id, self.token.clone());
                 out.taken.push(id);
+                if take == LeaseTake::Replaced {
+                    out.replaced.push(id);
+                }
             } else {
                 out.busy.push(id);
             }

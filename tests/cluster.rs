@@ -81,3 +81,48 @@ async fn the_five_jobs_repair_a_three_primary_cluster() {
     );
     assert!(second.jobs.iter().all(|j| j.drift == 0));
 }
+
+/// Rule 13 in a cluster: a lock key of another type is replaced and an audit
+/// backlog of another type is moved aside by one script each, so the aside
+/// name must hash to the backlog's slot (RENAME refuses to cross slots).
+#[tokio::test]
+async fn own_keys_of_the_wrong_type_are_handled_in_their_slot() {
+    let cluster = RedisCluster::start().await;
+    let urls = urls(&cluster);
+    let env = TestEnv::with(move |s| s.redis.cluster_urls = urls).await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 10, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+    let keys = &env.ctx.redis.keys;
+    let _: () = env
+        .redis(redis::cmd("HSET").arg(keys.lease(1)).arg("a").arg("b"))
+        .await;
+    let backlog = keys.audit_backlog();
+    let _: () = env.redis(redis::cmd("SADD").arg(&backlog).arg("m")).await;
+
+    let report = env.once(&[Kind::OrphanLocks]).await;
+    let job = &report.jobs[0];
+    assert_eq!(
+        (job.fixed, job.errors, job.invalid_data),
+        (1, 0, 2),
+        "{job:?}"
+    );
+    let backlog_type: String = env.redis(redis::cmd("TYPE").arg(&backlog)).await;
+    assert_eq!(backlog_type, "none", "moved aside");
+
+    // And a push meets one too.
+    let _: () = env.redis(redis::cmd("SADD").arg(&backlog).arg("m")).await;
+    let aside = env
+        .ctx
+        .redis
+        .push_audit_backlog(&["row".into()])
+        .await
+        .unwrap()
+        .expect("moved aside");
+    let members: Vec<String> = env.redis(redis::cmd("SMEMBERS").arg(&aside)).await;
+    assert_eq!(members, ["m"]);
+    let rows: Vec<String> = env
+        .redis(redis::cmd("LRANGE").arg(&backlog).arg(0).arg(-1))
+        .await;
+    assert_eq!(rows, ["row"]);
+}

@@ -1,8 +1,9 @@
 //! Rule 13, "no half-applied writes": every script checks key types and
 //! preconditions before its first write; the reconciler's own keys (suspect,
-//! done, cursor) in a wrong shape are reported and replaced and never block
-//! a repair or a run; a lease without expiry that is not ours is reported as
-//! stuck and left alone. Each test fails without its part of the rule.
+//! done, cursor, lock) in a wrong shape are reported and replaced, and the
+//! audit backlog is moved aside, never lost; none of them blocks a repair or
+//! a run; a lease without expiry that is not ours is reported as stuck and
+//! left alone. Each test fails without its part of the rule.
 
 use std::process::Command;
 use std::time::Duration;
@@ -11,9 +12,11 @@ use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::{JobReport, Outcome};
 use seatflow_reconciler::metrics::Metrics;
 use seatflow_reconciler::model::{Kind, SeatRepair, SeatState};
+use seatflow_reconciler::race_window::SEAT_BEFORE_REPAIR;
 use seatflow_reconciler::runner::Runner;
-use seatflow_reconciler::store::redis::{CursorMove, Fenced, SeatBatch, SuspectOp};
-use seatflow_test_support::{TestEnv, audit_row};
+use seatflow_reconciler::store::redis::{CursorMove, Fenced, LeaseTake, SeatBatch, SuspectOp};
+use seatflow_test_support::races::Races;
+use seatflow_test_support::{TestEnv, audit_row, seed_expired};
 
 /// A string where a hash of ours belongs (or any other wrong type).
 async fn corrupt(env: &TestEnv, key: &str) {
@@ -22,6 +25,43 @@ async fn corrupt(env: &TestEnv, key: &str) {
 
 async fn key_type(env: &TestEnv, key: &str) -> String {
     env.redis::<String>(redis::cmd("TYPE").arg(key)).await
+}
+
+/// Commands that write `key` as each Redis type other than a string.
+fn other_types(key: &str) -> Vec<(&'static str, redis::Cmd)> {
+    vec![
+        (
+            "hash",
+            redis::cmd("HSET").arg(key).arg("a").arg("b").clone(),
+        ),
+        ("list", redis::cmd("RPUSH").arg(key).arg("a").clone()),
+        ("set", redis::cmd("SADD").arg(key).arg("a").clone()),
+        ("zset", redis::cmd("ZADD").arg(key).arg(1).arg("a").clone()),
+        (
+            "stream",
+            redis::cmd("XADD")
+                .arg(key)
+                .arg("*")
+                .arg("a")
+                .arg("b")
+                .clone(),
+        ),
+    ]
+}
+
+async fn sql(env: &TestEnv, statement: &'static str) {
+    sqlx::raw_sql(statement)
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+}
+
+/// Keys the audit backlog was moved aside to.
+async fn backlog_aside(env: &TestEnv) -> Vec<String> {
+    let pattern = format!("{}:wrong-type:*", env.ctx.redis.keys.audit_backlog());
+    let mut keys: Vec<String> = env.redis(redis::cmd("KEYS").arg(pattern)).await;
+    keys.sort();
+    keys
 }
 
 /// One showtime (id 1) of a 1 x 3 hall whose A-1 is an orphan lock.
@@ -106,7 +146,7 @@ async fn scripts_check_every_key_type_before_their_first_write() {
             .acquire_leases("me", &[1, 2, 3], 10_000)
             .await
             .unwrap(),
-        vec![true, true, true]
+        vec![LeaseTake::Taken; 3]
     );
     let out = redis
         .repair_seats(
@@ -189,6 +229,65 @@ async fn scripts_check_every_key_type_before_their_first_write() {
         redis.get_string(&cursor).await.unwrap().as_deref(),
         Some("next")
     );
+
+    // A lock key of another type is nobody's lease: replaced by ours. A
+    // string is someone's lease, even without expiry: left alone.
+    let _: () = env
+        .redis(redis::cmd("SADD").arg(redis.keys.lease(5)).arg("x"))
+        .await;
+    corrupt(&env, &redis.keys.lease(6)).await;
+    assert_eq!(
+        redis.acquire_leases("me", &[5, 6], 10_000).await.unwrap(),
+        vec![LeaseTake::Replaced, LeaseTake::Busy]
+    );
+    assert_eq!(
+        redis
+            .get_string(&redis.keys.lease(5))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("me")
+    );
+    let pttl: i64 = env.redis(redis::cmd("PTTL").arg(redis.keys.lease(5))).await;
+    assert!(pttl > 0, "{pttl}");
+    assert_eq!(
+        redis
+            .get_string(&redis.keys.lease(6))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("garbage")
+    );
+
+    // The audit backlog of another type: moved aside, never deleted (it may
+    // hold rows someone needs); the push or the pop goes on with a list.
+    let backlog = redis.keys.audit_backlog();
+    let _: () = env.redis(redis::cmd("SADD").arg(&backlog).arg("m")).await;
+    let pushed_aside = redis
+        .push_audit_backlog(&["row".into()])
+        .await
+        .unwrap()
+        .expect("moved aside");
+    assert_eq!(key_type(&env, &pushed_aside).await, "set");
+    let rows: Vec<String> = env
+        .redis(redis::cmd("LRANGE").arg(&backlog).arg(0).arg(-1))
+        .await;
+    assert_eq!(rows, ["row"]);
+    assert_eq!(
+        redis.pop_audit_backlog(10).await.unwrap(),
+        (vec!["row".to_string()], None)
+    );
+    corrupt(&env, &backlog).await;
+    let (rows, popped_aside) = redis.pop_audit_backlog(10).await.unwrap();
+    assert!(rows.is_empty());
+    let popped_aside = popped_aside.expect("moved aside");
+    assert_ne!(popped_aside, pushed_aside);
+    assert_eq!(
+        redis.get_string(&popped_aside).await.unwrap().as_deref(),
+        Some("garbage")
+    );
+    assert_eq!(key_type(&env, &backlog).await, "none");
+    assert_eq!(backlog_aside(&env).await.len(), 2);
 }
 
 /// With the default grace, a string suspect key failed the chunk on every
@@ -385,4 +484,237 @@ async fn a_lease_without_expiry_is_reported_as_stuck_and_left_alone() {
         (1, 1, 0),
         "{r:?}"
     );
+}
+
+/// A lock key that is not a string is nobody's lease: we only ever write
+/// strings there. `SET NX` used to fail on it and, without expiry, it read
+/// as a stuck lease for ever: the showtime was never repaired and the run
+/// said success. Now it is replaced by our lease, reported once (WARN,
+/// `invalid_data`), and the repair goes on in the same run.
+#[tokio::test]
+async fn a_lock_key_of_another_type_is_replaced_and_the_repair_goes_on() {
+    let env = TestEnv::new().await;
+    orphan_lock(&env).await;
+    let lock = env.ctx.redis.keys.lease(1);
+    for (n, (wrong, write)) in other_types(&lock).into_iter().enumerate() {
+        env.fx.warm(1, &[("A-1", "1")]).await.unwrap();
+        let _: redis::Value = env.redis(&write).await;
+        assert_eq!(key_type(&env, &lock).await, wrong);
+
+        let r = env.job(Kind::OrphanLocks).await;
+        assert_eq!(
+            (
+                r.outcome,
+                r.fixed,
+                r.errors,
+                r.invalid_data,
+                r.skipped_busy,
+                r.stuck_leases
+            ),
+            (Outcome::Success, 1, 0, 1, 0, 0),
+            "{wrong}: {r:?}"
+        );
+        assert_eq!(invalid(&r), 1, "{wrong}");
+        assert_eq!(
+            env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+            Some("0"),
+            "{wrong}"
+        );
+        let released = audit_row(
+            "orphan_locks",
+            "seat_released",
+            1,
+            Some("A-1"),
+            None,
+            "1",
+            "0",
+        );
+        assert_eq!(env.audit().await, vec![released; n + 1], "{wrong}");
+        assert_eq!(key_type(&env, &lock).await, "none", "{wrong}: released");
+    }
+}
+
+/// The expired-orders job takes the same leases: an expired order whose
+/// showtime's lock key is a hash is cancelled and its seat released.
+#[tokio::test]
+async fn an_expired_order_whose_lock_key_is_a_hash_is_cancelled() {
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let lock = env.ctx.redis.keys.lease(1);
+    let _: () = env
+        .redis(redis::cmd("HSET").arg(&lock).arg("a").arg("b"))
+        .await;
+
+    let r = env.job(Kind::ExpiredOrders).await;
+    assert_eq!(
+        (
+            r.outcome,
+            r.fixed,
+            r.errors,
+            r.invalid_data,
+            r.skipped_busy,
+            r.stuck_leases
+        ),
+        (Outcome::Success, 1, 0, 1, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
+    assert_eq!(key_type(&env, &lock).await, "none", "released");
+}
+
+/// Through the binary, with its logs: lock keys of the wrong type met by
+/// both jobs that take leases are each reported by a WARN naming the key;
+/// an audit backlog of the wrong type met by the run's drain is moved
+/// aside (a WARN naming both keys), its members intact, and the run goes on.
+#[tokio::test]
+async fn wrong_typed_lock_and_backlog_keys_are_reported_and_the_run_goes_on() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for id in [1, 2] {
+        env.fx.showtime(id, 1, 10 * id, "ON_SALE").await.unwrap();
+        env.fx.warm_all(id, &seats, &[("A-1", "1")]).await.unwrap();
+    }
+    // Showtime 1: an expired hold; showtime 2: an orphan lock.
+    let order = env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
+    let locks = [env.ctx.redis.keys.lease(1), env.ctx.redis.keys.lease(2)];
+    for lock in &locks {
+        let _: () = env
+            .redis(redis::cmd("HSET").arg(lock).arg("a").arg("b"))
+            .await;
+    }
+    let backlog = env.ctx.redis.keys.audit_backlog();
+    let _: () = env
+        .redis(redis::cmd("SADD").arg(&backlog).arg("m1").arg("m2"))
+        .await;
+
+    let out = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"))
+        .args(["once", "--job", "expired-orders", "--job", "orphan-locks"])
+        .args(["--output", "json"])
+        .env("SEATFLOW__MYSQL__URL", &env.db_url)
+        .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
+        .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
+        .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s")
+        .env("SEATFLOW__LOG__LEVEL", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcomes: Vec<_> = report["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["kind"].as_str().unwrap().to_string(),
+                j["outcome"].clone(),
+                j["fixed"].clone(),
+                j["stuck_leases"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (
+                "expired_orders".into(),
+                "success".into(),
+                1.into(),
+                0.into()
+            ),
+            ("orphan_locks".into(), "success".into(), 1.into(), 0.into()),
+        ],
+        "{report}"
+    );
+    let invalid_data: u64 = report["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["invalid_data"].as_u64().unwrap())
+        .sum();
+    assert_eq!(invalid_data, 3, "two locks and the backlog: {report}");
+    for lock in &locks {
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains(lock.as_str()))
+            .collect();
+        assert!(
+            lines.len() == 1 && lines[0].contains("wrong type") && lines[0].contains("replaced"),
+            "not one WARN naming {lock} as replaced:\n{stderr}"
+        );
+    }
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    for id in [1, 2] {
+        assert_eq!(
+            env.fx.seat_value(id, "A-1").await.unwrap().as_deref(),
+            Some("0")
+        );
+    }
+
+    let aside = backlog_aside(&env).await;
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(
+        stderr.lines().any(|l| l.contains("WARN")
+            && l.contains("wrong type")
+            && l.contains(backlog.as_str())
+            && l.contains(aside[0].as_str())),
+        "no WARN naming {backlog} and {}:\n{stderr}",
+        aside[0]
+    );
+    let mut members: Vec<String> = env.redis(redis::cmd("SMEMBERS").arg(&aside[0])).await;
+    members.sort();
+    assert_eq!(members, ["m1", "m2"]);
+    assert_eq!(key_type(&env, &backlog).await, "none");
+}
+
+/// A backlog key of the wrong type while MySQL refuses the audit: the rows
+/// of repairs already applied used to be lost (RPUSH failed) and every later
+/// run warned. Now the key is moved aside, members intact, the rows go to a
+/// fresh backlog and the next run writes them.
+#[tokio::test]
+async fn audit_rows_survive_a_backlog_key_of_the_wrong_type() {
+    let env = TestEnv::new().await;
+    orphan_lock(&env).await;
+    let backlog = env.ctx.redis.keys.audit_backlog();
+    sql(&env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
+    // The set appears after the run drained the backlog, before the repair.
+    let races = Races::new();
+    let first = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_REPAIR,
+            &[Kind::OrphanLocks],
+            async || {
+                let _: () = env
+                    .redis(redis::cmd("SADD").arg(&backlog).arg("m1").arg("m2"))
+                    .await;
+            },
+        )
+        .await;
+    sql(&env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
+    assert_eq!(first.jobs[0].fixed, 1, "{}", first.to_text());
+    assert_eq!(key_type(&env, &backlog).await, "list", "a fresh backlog");
+    let kept: i64 = env.redis(redis::cmd("LLEN").arg(&backlog)).await;
+    assert_eq!(kept, 1, "the repair's row waits in Redis");
+    let aside = backlog_aside(&env).await;
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(key_type(&env, &aside[0]).await, "set");
+    let mut members: Vec<String> = env.redis(redis::cmd("SMEMBERS").arg(&aside[0])).await;
+    members.sort();
+    assert_eq!(members, ["m1", "m2"]);
+
+    let second = env.once(&[Kind::OrphanLocks]).await;
+    assert_eq!(second.jobs[0].fixed, 0, "{}", second.to_text());
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_fix WHERE run_id = ?")
+        .bind(&first.run_id)
+        .fetch_one(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "the next run wrote the repair's audit row");
+    assert_eq!(key_type(&env, &backlog).await, "none");
+    assert_eq!(backlog_aside(&env).await, aside, "left for an operator");
 }

@@ -8,7 +8,7 @@ use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::SeatRepair;
 use seatflow_reconciler::model::{Kind, SeatState};
 use seatflow_reconciler::store::mysql::RunIdentity;
-use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
+use seatflow_reconciler::store::redis::{Fenced, LeaseTake, SeatBatch};
 use seatflow_test_support::TestEnv;
 
 const RUN: RunIdentity<'static> = RunIdentity {
@@ -33,7 +33,7 @@ async fn a_seat_changed_between_scan_and_repair_is_not_overwritten() {
     env.fx.warm(1, &[("A-1", "1"), ("A-2", "1")]).await.unwrap();
     assert_eq!(
         redis.acquire_leases("me", &[1], 10_000).await.unwrap(),
-        vec![true]
+        vec![LeaseTake::Taken]
     );
     // The customer pays A-1 after our scan saw "1".
     env.fx.warm(1, &[("A-1", "2")]).await.unwrap();
@@ -66,7 +66,7 @@ async fn a_seat_changed_between_scan_and_repair_is_not_overwritten() {
     // Filling an absent field never creates a hash that vanished meanwhile.
     assert_eq!(
         redis.acquire_leases("me", &[2], 10_000).await.unwrap(),
-        vec![true]
+        vec![LeaseTake::Taken]
     );
     let out = redis
         .repair_seats("me", &[SeatBatch::new(2, vec![release("A-1", None)])])
@@ -121,12 +121,12 @@ async fn a_holder_whose_lease_expired_cannot_write() {
     env.fx.warm(7, &[("A-1", "1")]).await.unwrap();
     assert_eq!(
         redis.acquire_leases("old", &[7], 50).await.unwrap(),
-        vec![true]
+        vec![LeaseTake::Taken]
     );
     tokio::time::sleep(Duration::from_millis(120)).await;
     assert_eq!(
         redis.acquire_leases("new", &[7], 10_000).await.unwrap(),
-        vec![true]
+        vec![LeaseTake::Taken]
     );
 
     let out = redis
@@ -227,7 +227,7 @@ async fn a_hash_created_between_detection_and_rebuild_is_not_replaced() {
     let redis = &env.ctx.redis;
     assert_eq!(
         redis.acquire_leases("me", &[4], 10_000).await.unwrap(),
-        vec![true]
+        vec![LeaseTake::Taken]
     );
     // seatflow warms the hash and sells A-1 after our scan saw it missing.
     env.fx.warm(4, &[("A-1", "1"), ("A-2", "0")]).await.unwrap();
@@ -405,7 +405,7 @@ async fn a_retried_repair_is_applied_once() {
     env.fx.warm(3, &[("A-1", "1")]).await.unwrap();
     assert_eq!(
         redis.acquire_leases("me", &[3], 10_000).await.unwrap(),
-        vec![true]
+        vec![LeaseTake::Taken]
     );
     let batch = [SeatBatch::new(
         3,

@@ -8,8 +8,10 @@
 //!
 //! Eventually complete: a batch MySQL does not take is kept in Redis
 //! (`{prefix}reconcile:audit-backlog`), and the next run writes it before
-//! anything else (`drain_backlog`). Cancels need none of this: their rows are
-//! committed with them.
+//! anything else (`drain_backlog`). A backlog key of another type than a
+//! list is moved aside (rule 13: renamed, never deleted) by the push or pop
+//! that meets it, and the rows still go on. Cancels need none of this: their
+//! rows are committed with them.
 
 use tokio::task::JoinHandle;
 
@@ -209,8 +211,12 @@ async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Resu
                 ctx.redis.push_audit_backlog(&entries)
             })
             .await;
-        if let Err(kept) = &kept {
-            tracing::error!(run_id, rows = rows.len(), error = %kept, "audit rows could not be kept in Redis either");
+        match &kept {
+            Err(kept) => {
+                tracing::error!(run_id, rows = rows.len(), error = %kept, "audit rows could not be kept in Redis either");
+            }
+            Ok(Some(aside)) => moved_aside(&ctx, aside),
+            Ok(None) => {}
         }
         for fix in &rows {
             tracing::error!(
@@ -228,6 +234,19 @@ async fn write_batch(ctx: Context, run_id: String, rows: Vec<FixRecord>) -> Resu
         }
     }
     written
+}
+
+/// Rule 13: the backlog key was of another type than a list and was moved
+/// aside (renamed, kept for an operator: it may hold rows someone needs);
+/// our rows go to a fresh backlog.
+fn moved_aside(ctx: &Context, aside: &str) {
+    tracing::warn!(
+        key = ctx.redis.keys.audit_backlog(),
+        moved_to = aside,
+        what = "audit backlog",
+        action = "moved aside",
+        "reconciler key of the wrong type (rule 13)"
+    );
 }
 
 /// One audit row waiting in the Redis backlog, with the run it belongs to.
@@ -295,14 +314,30 @@ impl BacklogEntry {
 const BACKLOG_BATCH: usize = 500;
 const BACKLOG_ROUNDS: usize = 20;
 
+/// What `drain_backlog` did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Rows written to `reconcile_fix`.
+    pub written: u64,
+    /// Entries that were not ours: dropped.
+    pub dropped: u64,
+    /// Backlog keys of another type moved aside (rule 13), each reported
+    /// with a WARN naming both keys.
+    pub moved_aside: u64,
+}
+
 /// Writes audit rows that earlier runs kept in Redis because MySQL did not
 /// take them. Rows are taken off the list first (each by one reconciler) and
-/// put back if MySQL still refuses; rows are idempotent by `fix_id`. Returns
-/// the rows written and the entries that were not ours (dropped, counted).
-pub async fn drain_backlog(ctx: &Context) -> Result<(u64, u64)> {
-    let (mut written, mut junk) = (0, 0);
+/// put back if MySQL still refuses; rows are idempotent by `fix_id`. A
+/// backlog key of another type is moved aside, and the drain goes on.
+pub async fn drain_backlog(ctx: &Context) -> Result<Drained> {
+    let mut drained = Drained::default();
     for _ in 0..BACKLOG_ROUNDS {
-        let raw = ctx.redis.pop_audit_backlog(BACKLOG_BATCH).await?;
+        let (raw, aside) = ctx.redis.pop_audit_backlog(BACKLOG_BATCH).await?;
+        if let Some(aside) = &aside {
+            moved_aside(ctx, aside);
+            drained.moved_aside += 1;
+        }
         if raw.is_empty() {
             break;
         }
@@ -316,7 +351,7 @@ pub async fn drain_backlog(ctx: &Context) -> Result<(u64, u64)> {
                     taken.push(entry.clone());
                 }
                 None => {
-                    junk += 1;
+                    drained.dropped += 1;
                     tracing::warn!(
                         key = ctx.redis.keys.audit_backlog(),
                         entry = %entry.chars().take(80).collect::<String>(),
@@ -329,14 +364,16 @@ pub async fn drain_backlog(ctx: &Context) -> Result<(u64, u64)> {
             if let Err(e) = ctx.mysql.insert_fixes(run_id, instance, rows).await {
                 // Put this round back for a later run (rows already written are
                 // written again harmlessly: INSERT IGNORE by fix_id).
-                let _ = ctx.redis.push_audit_backlog(&taken).await;
+                if let Ok(Some(aside)) = ctx.redis.push_audit_backlog(&taken).await {
+                    moved_aside(ctx, &aside);
+                }
                 return Err(e);
             }
-            written += rows.len() as u64;
+            drained.written += rows.len() as u64;
         }
         if raw.len() < BACKLOG_BATCH {
             break;
         }
     }
-    Ok((written, junk))
+    Ok(drained)
 }

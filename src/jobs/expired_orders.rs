@@ -175,6 +175,16 @@ async fn cancel_chunk(
     let ids: Vec<ShowtimeId> = by_showtime.keys().copied().collect();
     let leases = chain.leases;
     let acquired = leases.acquire(&ids).await?;
+    for id in &acquired.replaced {
+        report.invalid();
+        let key = ctx.redis.keys.lease(*id);
+        tracing::warn!(
+            key,
+            what = "lease",
+            action = "replaced",
+            "reconciler key of the wrong type (rule 13)"
+        );
+    }
     for busy in &acquired.busy {
         chain.report.skipped_busy += 1;
         chain.report.backlog += by_showtime[busy].len() as u64;

@@ -152,8 +152,9 @@ const PRUNE_ROUNDS: u32 = 20;
 /// Before a run writes anything: runs that will never finish are closed,
 /// audit rows past their retention are deleted, and audit rows earlier runs
 /// could not write are written. Failures are logged and left for the next
-/// run; they never stop this one.
-async fn close_earlier_runs(ctx: &Context) {
+/// run; they never stop this one. Returns the audit backlog keys of the
+/// wrong type moved aside (rule 13), for the run to count.
+async fn close_earlier_runs(ctx: &Context) -> u64 {
     let instance = &ctx.settings.reconcile.instance;
     match ctx
         .mysql
@@ -177,13 +178,20 @@ async fn close_earlier_runs(ctx: &Context) {
         }
     }
     match audit::drain_backlog(ctx).await {
-        Ok((0, 0)) => {}
-        Ok((written, dropped)) => tracing::info!(
-            written,
-            dropped,
-            "audit rows kept in Redis by earlier runs written to reconcile_fix"
-        ),
-        Err(e) => tracing::warn!(error = %e, "audit backlog stays in Redis for a later run"),
+        Ok(d) => {
+            if d.written > 0 || d.dropped > 0 {
+                tracing::info!(
+                    written = d.written,
+                    dropped = d.dropped,
+                    "audit rows kept in Redis by earlier runs written to reconcile_fix"
+                );
+            }
+            d.moved_aside
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "audit backlog stays in Redis for a later run");
+            0
+        }
     }
 }
 
@@ -216,10 +224,17 @@ async fn run_once_as(
         tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");
         audit_ok = false;
     }
-    if !opts.dry_run {
-        close_earlier_runs(ctx).await;
-    }
+    let moved_aside = if opts.dry_run {
+        0
+    } else {
+        close_earlier_runs(ctx).await
+    };
     let mut jobs = run_jobs(ctx, kinds, opts, &run_id).await;
+    // Our own key of the wrong type (rule 13): invalid data of the run,
+    // counted once, on its first job.
+    if let Some(first) = jobs.first_mut() {
+        (0..moved_aside).for_each(|_| first.invalid());
+    }
     if !audit_ok {
         for report in &mut jobs {
             report.error_at(Stage::Audit);

@@ -784,6 +784,9 @@ impl<'a> Sweep<'a, '_> {
         let acquired = ctx
             .retry("acquire leases", || self.leases.acquire(&ids))
             .await?;
+        for id in &acquired.replaced {
+            self.own_key(None, &ctx.redis.keys.lease(*id), "lease", "replaced");
+        }
         for id in &acquired.busy {
             let stuck = acquired.stuck.contains(id);
             if stuck {

@@ -32,21 +32,27 @@ macro_rules! lua {
 lua!(REPAIR_SEATS, "lua/repair_seats.lua");
 lua!(REBUILD_HASH, "lua/rebuild_hash.lua");
 lua!(RECORD_SUSPECTS, "lua/record_suspects.lua");
+lua!(LEASE_ACQUIRE, "lua/lease_acquire.lua");
 lua!(LEASE_RENEW, "lua/lease_renew.lua");
 lua!(LEASE_RELEASE, "lua/lease_release.lua");
 lua!(CURSOR_CAS, "lua/cursor_cas.lua");
 lua!(PASS_CLAIM, "lua/pass_claim.lua");
 lua!(PASS_FINISH, "lua/pass_finish.lua");
+lua!(BACKLOG_PUSH, "lua/backlog_push.lua");
+lua!(BACKLOG_POP, "lua/backlog_pop.lua");
 
-const ALL_SCRIPTS: [&Lua; 8] = [
+const ALL_SCRIPTS: [&Lua; 11] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
     &RECORD_SUSPECTS,
+    &LEASE_ACQUIRE,
     &LEASE_RENEW,
     &LEASE_RELEASE,
     &CURSOR_CAS,
     &PASS_CLAIM,
     &PASS_FINISH,
+    &BACKLOG_PUSH,
+    &BACKLOG_POP,
 ];
 
 /// The key layout. `{prefix}seat:{S}` is seatflow's; the rest are ours.
@@ -102,6 +108,29 @@ impl Keys {
     pub fn audit_backlog(&self) -> String {
         format!("{}reconcile:audit-backlog", self.prefix)
     }
+    /// A fresh name to move an audit backlog of the wrong type aside to.
+    pub fn audit_backlog_aside(&self) -> String {
+        aside_key(
+            &self.audit_backlog(),
+            &uuid::Uuid::new_v4().simple().to_string(),
+        )
+    }
+}
+
+/// The name a key of ours found of the wrong type is moved aside to, when it
+/// may hold something an operator needs (the audit backlog):
+/// `<key>:wrong-type:<suffix>`, under the key's own prefix (ACL key
+/// patterns, SCAN by prefix) and in the key's Redis Cluster slot (RENAME
+/// needs both names in one slot). A key with a hash tag keeps it; a key
+/// without one is given its whole name as the tag,
+/// `<key>:wrong-type:<suffix>:{<key>}`. Keys of ours have braces only in a
+/// tag (`redis.key_prefix` may not contain any), and `suffix` has none.
+pub fn aside_key(key: &str, suffix: &str) -> String {
+    if hash_tag(key.as_bytes()).len() < key.len() {
+        format!("{key}:wrong-type:{suffix}")
+    } else {
+        format!("{key}:wrong-type:{suffix}:{{{key}}}")
+    }
 }
 
 /// What a scan read at one showtime's seat key.
@@ -150,6 +179,24 @@ pub enum CursorMove {
     Raced,
     /// It was of the wrong type (rule 13): replaced by the new value.
     Replaced,
+}
+
+/// What trying to take one showtime's lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseTake {
+    /// Ours now.
+    Taken,
+    /// Ours now; the lock key was of another type than a string (nobody's
+    /// lease: rule 13) and was replaced.
+    Replaced,
+    /// Someone's lease (a string): left alone.
+    Busy,
+}
+
+impl LeaseTake {
+    pub fn is_taken(self) -> bool {
+        self != LeaseTake::Busy
+    }
 }
 
 /// One Redis server (reconnecting on its own) or a Redis Cluster.
@@ -644,29 +691,36 @@ impl RedisStore {
         Ok(Replied { reply, replaced })
     }
 
-    /// `SET NX PX` for each showtime in one round trip; true where acquired.
+    /// Tries to take each showtime's lease (`SET PX` with our token where
+    /// there is none), in one round trip. A lock key of another type than a
+    /// string is nobody's lease (rule 13): it is replaced and reported as
+    /// `LeaseTake::Replaced`.
     pub async fn acquire_leases(
         &self,
         token: &str,
         ids: &[ShowtimeId],
         ttl_ms: u64,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<LeaseTake>> {
         let cmds: Vec<Cmd> = ids
             .iter()
             .map(|&id| {
-                redis::cmd("SET")
-                    .arg(self.keys.lease(id))
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .clone()
+                let mut c = evalsha(&LEASE_ACQUIRE, &[self.keys.lease(id)]);
+                c.arg(token).arg(ttl_ms);
+                c
             })
             .collect();
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
         self.pipeline(&cmds)
             .await?
             .into_iter()
-            .map(|r| Ok(matches!(r?, Value::Okay | Value::SimpleString(_))))
+            .map(|r| match from_value::<i64>(r?)? {
+                1 => Ok(LeaseTake::Taken),
+                0 => Ok(LeaseTake::Busy),
+                2 => Ok(LeaseTake::Replaced),
+                other => Err(Error::Protocol(format!("lease script replied {other}"))),
+            })
             .collect()
     }
 
@@ -729,32 +783,37 @@ impl RedisStore {
             .collect()
     }
 
-    /// Appends entries to the audit backlog (a list).
-    pub async fn push_audit_backlog(&self, entries: &[String]) -> Result<()> {
+    /// Appends entries to the audit backlog (a list). A backlog key of
+    /// another type is moved aside first (rule 13: it may hold rows someone
+    /// needs; ours still go to a fresh backlog); returns the name it was
+    /// moved to, for the caller to report.
+    pub async fn push_audit_backlog(&self, entries: &[String]) -> Result<Option<String>> {
         if entries.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let mut c = self.conn.clone();
-        self.trip();
-        let _: i64 = redis::cmd("RPUSH")
-            .arg(self.keys.audit_backlog())
-            .arg(entries)
-            .query_async(&mut c)
-            .await?;
-        Ok(())
+        let aside = self.keys.audit_backlog_aside();
+        let mut c = evalsha(&BACKLOG_PUSH, &[self.keys.audit_backlog(), aside.clone()]);
+        c.arg(entries);
+        let (_length, moved): (i64, i64) = from_value(self.pipeline(&[c]).await?.remove(0)?)?;
+        Ok((moved == 1).then_some(aside))
     }
 
     /// Takes up to `n` entries off the audit backlog: each is taken by one
-    /// reconciler only, whoever else drains at the same time.
-    pub async fn pop_audit_backlog(&self, n: usize) -> Result<Vec<String>> {
-        let mut c = self.conn.clone();
-        self.trip();
-        let popped: Option<Vec<String>> = redis::cmd("LPOP")
-            .arg(self.keys.audit_backlog())
-            .arg(n)
-            .query_async(&mut c)
-            .await?;
-        Ok(popped.unwrap_or_default())
+    /// reconciler only, whoever else drains at the same time. A backlog key
+    /// of another type is moved aside (rule 13) instead, and the name it was
+    /// moved to returned with no entries, for the caller to report.
+    pub async fn pop_audit_backlog(&self, n: usize) -> Result<(Vec<String>, Option<String>)> {
+        let aside = self.keys.audit_backlog_aside();
+        let mut c = evalsha(&BACKLOG_POP, &[self.keys.audit_backlog(), aside.clone()]);
+        c.arg(n);
+        let reply: Vec<Value> = from_value(self.pipeline(&[c]).await?.remove(0)?)?;
+        let mut reply = reply.into_iter();
+        let moved: i64 = match reply.next() {
+            Some(v) => from_value(v)?,
+            None => return Err(Error::Protocol("backlog pop replied nothing".into())),
+        };
+        let entries = reply.map(from_value).collect::<Result<Vec<String>>>()?;
+        Ok((entries, (moved == 1).then_some(aside)))
     }
 
     pub async fn get_string(&self, key: &str) -> Result<Option<String>> {
@@ -1079,6 +1138,27 @@ mod tests {
         );
         assert_eq!(hash_tag(b"a{}b{c}"), b"a{}b{c}");
         assert_eq!(hash_tag(b"x{42}y"), b"42");
+    }
+
+    #[test]
+    fn a_key_moved_aside_keeps_its_prefix_and_its_slot() {
+        let k = Keys::new("seatflow:");
+        let backlog = k.audit_backlog();
+        let aside = aside_key(&backlog, "s1");
+        assert_eq!(
+            aside,
+            "seatflow:reconcile:audit-backlog:wrong-type:s1:{seatflow:reconcile:audit-backlog}"
+        );
+        assert_eq!(hash_tag(aside.as_bytes()), backlog.as_bytes());
+        // A key with a hash tag keeps it.
+        let tagged = aside_key(&k.done(42), "s2");
+        assert_eq!(tagged, "seatflow:reconcile:done:{42}:wrong-type:s2");
+        assert_eq!(hash_tag(tagged.as_bytes()), b"42");
+        // Fresh each time, same slot.
+        let (a, b) = (k.audit_backlog_aside(), k.audit_backlog_aside());
+        assert_ne!(a, b);
+        assert!(a.starts_with("seatflow:reconcile:audit-backlog:wrong-type:"));
+        assert_eq!(hash_tag(a.as_bytes()), hash_tag(b.as_bytes()));
     }
 
     #[test]
