@@ -175,16 +175,7 @@ async fn cancel_chunk(
     let ids: Vec<ShowtimeId> = by_showtime.keys().copied().collect();
     let leases = chain.leases;
     let acquired = leases.acquire(&ids).await?;
-    for id in &acquired.replaced {
-        report.invalid();
-        let key = ctx.redis.keys.lease(*id);
-        tracing::warn!(
-            key,
-            what = "lease",
-            action = "replaced",
-            "reconciler key of the wrong type (rule 13)"
-        );
-    }
+    replaced_leases(ctx, chain.report, chain.opts, &acquired.replaced);
     for busy in &acquired.busy {
         chain.report.skipped_busy += 1;
         chain.report.backlog += by_showtime[busy].len() as u64;
@@ -281,6 +272,7 @@ async fn cancel_locked(
     others.sort_unstable();
     others.dedup();
     let extra = leases.acquire(&others).await?;
+    replaced_leases(ctx, report, opts, &extra.replaced);
     if !extra.busy.is_empty() {
         tracing::info!(
             showtimes = ?extra.busy,
@@ -381,6 +373,24 @@ async fn cancel_locked(
         }
     }
     Ok(())
+}
+
+/// Rule 13: lock keys of another type than a string were nobody's lease;
+/// the acquisition replaced them. Each is reported once per run.
+fn replaced_leases(ctx: &Context, report: &mut JobReport, opts: &RunOptions, ids: &[ShowtimeId]) {
+    for id in ids {
+        let key = ctx.redis.keys.lease(*id);
+        if !opts.reported.first(&key) {
+            continue;
+        }
+        report.invalid();
+        tracing::warn!(
+            key,
+            what = "lease",
+            action = "replaced",
+            "reconciler key of the wrong type (rule 13)"
+        );
+    }
 }
 
 #[derive(Default)]
