@@ -331,3 +331,27 @@ async fn a_seat_key_of_the_wrong_type_is_counted_once_per_run() {
     let report = env.once(&Kind::ALL).await;
     assert_eq!(invalid(&report), 1, "{}", report.to_text());
 }
+
+/// A template seat whose `enabled` is neither 0 nor 1 is no enabled seat:
+/// its field is left alone (never lowered, never rebuilt free), and the row
+/// is reported.
+#[tokio::test]
+async fn a_template_seat_enabled_neither_0_nor_1_is_left_alone_and_reported() {
+    let env = TestEnv::new().await;
+    showtime(&env, &[("A-1", "1"), ("A-2", "1")]).await;
+    sql(
+        &env,
+        "UPDATE hall_seat SET enabled = 2 WHERE hall_id = 1 AND seat_no = 'A-1'",
+    )
+    .await;
+    let report = env.once(&Kind::ALL).await;
+    ended_well(&report);
+    assert_eq!(
+        seat(&env, 1, "A-1").await.as_deref(),
+        Some("1"),
+        "left alone"
+    );
+    assert_eq!(seat(&env, 1, "A-2").await.as_deref(), Some("0"), "repaired");
+    // The template row, and the field that is no enabled seat.
+    assert_eq!(invalid(&report), 2, "{}", report.to_text());
+}
