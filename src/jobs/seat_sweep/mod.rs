@@ -1,0 +1,511 @@
+//! The four seat-map jobs (`paid-seats`, `missing-hashes`, `orphan-locks`,
+//! `sold-orphans`): sweep ON_SALE showtimes soonest-first in chunks, plan
+//! each with the pure planner, and repair the jobs' drift under the
+//! per-showtime mutex.
+//!
+//! Several seat jobs run together (as `once` does) share one sweep: each hash
+//! is read once, planned once, locked once, and all of a showtime's repairs
+//! go in one script call; each job keeps its own budget, report and audit.
+//!
+//! Per chunk: 1 SQL page + 1 SQL template read (new halls only) + 1 SQL
+//! occupancy read + 1 Redis pipeline of HGETALLs; then, only where there is
+//! something to repair, 1 pipeline of leases, 1 SQL re-check, 1 pipeline of
+//! repair scripts and 1 pipeline of releases. The next chunk's page, hashes
+//! and occupancy are read while the current chunk is planned and repaired.
+//!
+//! Rooms: this file walks the estate (budgets, cursors, the soonest window,
+//! the scan loop); `read.rs` reads a chunk; `chunk.rs` plans it; `repair.rs`
+//! writes its repairs; `notices.rs` reports what is left alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::lease::RunLeases;
+use crate::model::SeatRepair;
+use crate::model::{Kind, ShowtimeId, Template};
+use crate::store::mysql::Keyset;
+use crate::store::redis::CursorMove;
+
+use super::RunOptions;
+use super::audit::AuditLog;
+use super::progress::Progress;
+use super::report::JobReport;
+use super::strict::UnknownRows;
+use crate::context::Context;
+
+mod chunk;
+mod notices;
+mod read;
+mod repair;
+
+use notices::{BadDataLog, OwnKeys};
+pub(crate) use notices::{log_stuck_lease, wrong_type_problem};
+use read::{Fetched, fetch};
+
+/// Most hall templates kept between chunks; cleared when exceeded.
+const TEMPLATE_CACHE_HALLS: usize = 1024;
+
+/// Most showtimes outside the contract reported per sweep.
+const UNKNOWN_SHOWTIMES_LISTED: usize = 100;
+
+/// A seat repair and, for orphans, since when the seat has been a suspect.
+struct Planned {
+    repair: SeatRepair,
+    suspect_since_ms: Option<i64>,
+}
+
+/// What a chunk found to do, across the sweep's jobs.
+#[derive(Default)]
+struct ChunkWork {
+    rebuilds: Vec<ShowtimeId>,
+    seats: Vec<(ShowtimeId, Vec<Planned>)>,
+}
+
+/// One job's share of a sweep.
+struct Job<'a> {
+    kind: Kind,
+    report: JobReport,
+    /// Repairs this run may still apply.
+    budget: usize,
+    /// Where this job's next run resumes when this one ran out of budget.
+    resume: Option<Option<Keyset>>,
+    audit: AuditLog<'a>,
+}
+
+impl Job<'_> {
+    /// Reserves up to `n` repairs from the run's budget; the rest is backlog.
+    fn take(&mut self, n: usize) -> usize {
+        let granted = n.min(self.budget);
+        self.budget -= granted;
+        self.report.backlog += (n - granted) as u64;
+        granted
+    }
+}
+
+/// Runs the seat jobs `kinds` (one sweep when their cursors agree) and
+/// returns each job's report with its audit log, in the order given.
+pub async fn run<'a>(
+    ctx: &'a Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    audits: Vec<AuditLog<'a>>,
+) -> Vec<(JobReport, AuditLog<'a>)> {
+    let Some(&first) = kinds.first() else {
+        return Vec::new();
+    };
+    let reporter = opts.bad_data_reporter.unwrap_or(first);
+    run_with_reporter(ctx, kinds, opts, audits, reporter).await
+}
+
+/// As `run`; bad data is counted and logged by `reporter` alone, so that one
+/// bad value is one `invalid_data` error and one log line, whichever jobs
+/// saw it.
+async fn run_with_reporter<'a>(
+    ctx: &'a Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    audits: Vec<AuditLog<'a>>,
+    reporter: Kind,
+) -> Vec<(JobReport, AuditLog<'a>)> {
+    let use_cursor = opts.showtimes.is_empty();
+    let mut cursors = Vec::with_capacity(kinds.len());
+    // Rule 13: a cursor key of the wrong type reads as no cursor (the sweep
+    // starts over from the soonest showtime), is reported below, and is
+    // replaced when the run writes its cursor.
+    let mut wrong_cursors = Vec::new();
+    for kind in kinds {
+        let key = cursor_key(ctx, *kind);
+        let seen = if use_cursor {
+            ctx.retry("read cursor", || ctx.redis.read_cursor(&key))
+                .await
+                .map(|read| {
+                    read.unwrap_or_else(|_| {
+                        wrong_cursors.push((*kind, key.clone()));
+                        None
+                    })
+                })
+        } else {
+            Ok(None)
+        };
+        cursors.push(seen);
+    }
+    // Jobs whose cursors went apart (different scan limits, a failed run)
+    // sweep one by one, each from its own place.
+    let shared = cursors.windows(2).all(|w| match (&w[0], &w[1]) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    });
+    if kinds.len() > 1 && !shared {
+        let mut out = Vec::with_capacity(kinds.len());
+        for (kind, audit) in kinds.iter().zip(audits) {
+            out.extend(
+                Box::pin(run_with_reporter(
+                    ctx,
+                    &[*kind],
+                    opts,
+                    vec![audit],
+                    reporter,
+                ))
+                .await,
+            );
+        }
+        return out;
+    }
+    let jobs = kinds
+        .iter()
+        .zip(audits)
+        .map(|(&kind, audit)| Job {
+            kind,
+            report: JobReport::new(kind),
+            budget: ctx.settings.job(kind).batch_size,
+            resume: None,
+            audit,
+        })
+        .collect();
+    let label = kinds
+        .iter()
+        .map(|k| k.cli_name())
+        .collect::<Vec<_>>()
+        .join("+");
+    let mut sweep = Sweep {
+        ctx,
+        opts,
+        jobs,
+        leases: RunLeases::new(
+            ctx.redis.clone(),
+            ctx.settings.reconcile.lock_ttl,
+            ctx.leases.clone(),
+        ),
+        templates: HashMap::new(),
+        progress: Progress::new(opts.progress, label, "showtimes"),
+        bad_data: BadDataLog::new(reporter),
+        own_keys: OwnKeys::default(),
+        unknown_rows: UnknownRows::new(opts.reported.clone()),
+    };
+    for (kind, key) in wrong_cursors {
+        let action = if opts.dry_run {
+            "left as is (dry run)"
+        } else {
+            "replaced when this run writes its cursor"
+        };
+        sweep.own_key(Some(kind), &key, "cursor", action);
+    }
+    let cursor = match cursors.into_iter().next() {
+        Some(Err(e)) => Err(e),
+        Some(Ok(c)) => Ok(c),
+        None => Ok(None),
+    };
+    if let Err(e) = match cursor {
+        Ok(cursor) => sweep.sweep(cursor).await,
+        Err(e) => Err(e),
+    } {
+        let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
+        tracing::error!(kinds = %labels.join(","), error = %e, "seat sweep stopped");
+        sweep.jobs.iter_mut().for_each(|j| j.report.fail(&e));
+    }
+    sweep.bad_data.summarise();
+    sweep.own_keys.summarise();
+    sweep.unknown_rows.summarise();
+    if let Err(e) = sweep.leases.release_all().await {
+        sweep.jobs.iter_mut().for_each(|j| j.report.error(&e));
+    }
+    sweep
+        .jobs
+        .into_iter()
+        .map(|j| (j.report, j.audit))
+        .collect()
+}
+
+/// Where a sweep's scan stands, across its segments.
+#[derive(Default)]
+struct Scan {
+    /// The most showtimes this sweep scans.
+    limit: usize,
+    scanned: usize,
+    /// Showtimes to scan in all (for the progress line), when counted.
+    total: Option<u64>,
+    chunks_ok: u64,
+    last_failure: Option<String>,
+    /// Stopped at the deadline.
+    cut_short: bool,
+}
+
+/// A job's cursor key in this context's shard.
+fn cursor_key(ctx: &Context, kind: Kind) -> String {
+    ctx.redis.keys.shard_cursor(kind.label(), ctx.mysql.shard())
+}
+
+struct Sweep<'a, 'o> {
+    ctx: &'a Context,
+    opts: &'o RunOptions,
+    jobs: Vec<Job<'a>>,
+    leases: RunLeases,
+    templates: HashMap<i64, Arc<Template>>,
+    progress: Progress,
+    bad_data: BadDataLog,
+    own_keys: OwnKeys,
+    unknown_rows: UnknownRows,
+}
+
+impl<'a> Sweep<'a, '_> {
+    #[allow(
+        clippy::expect_used,
+        reason = "repairs are planned only for the sweep's jobs"
+    )]
+    fn job(&mut self, kind: Kind) -> &mut Job<'a> {
+        self.jobs
+            .iter_mut()
+            .find(|j| j.kind == kind)
+            .expect("repairs only of the sweep's jobs")
+    }
+
+    fn fixed(&self) -> u64 {
+        self.jobs.iter().map(|j| j.report.fixed).sum()
+    }
+
+    async fn sweep(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
+        let ctx = self.ctx;
+        // A shared sweep stops at the smallest scan limit of its jobs.
+        let scan_limit = self
+            .jobs
+            .iter()
+            .map(|j| ctx.settings.job(j.kind).scan_limit)
+            .min()
+            .unwrap_or(0);
+        // The total is only worth a COUNT query when someone watches.
+        let total = if self.opts.progress {
+            let n = ctx
+                .retry("count showtimes", || {
+                    ctx.mysql.count_on_sale(&self.opts.showtimes)
+                })
+                .await?;
+            Some(n.min(scan_limit as u64))
+        } else {
+            None
+        };
+        let mut scan = Scan {
+            limit: scan_limit,
+            total,
+            ..Scan::default()
+        };
+        // Showtimes the contract does not explain are on no page: say so.
+        let unknown = ctx
+            .retry("read unknown showtimes", || {
+                ctx.mysql
+                    .unknown_showtimes(&self.opts.showtimes, UNKNOWN_SHOWTIMES_LISTED)
+            })
+            .await?;
+        self.unknown(&unknown);
+        let cursor = cursor_seen.as_deref().and_then(Keyset::decode);
+        // Soonest first (rule 14): the showtimes starting within the window
+        // are swept in every pass, from the soonest; the cursors only move
+        // through the rest, so a large far-future estate never starves them.
+        let window = ctx.settings.sweep.soonest_window;
+        let horizon = (self.opts.showtimes.is_empty() && !window.is_zero())
+            .then(|| chrono::Utc::now().naive_utc() + window);
+        let (after, mut reached_end) = match horizon {
+            None => match self.scan(cursor, None, &mut scan).await? {
+                Some(end) => end,
+                None => return Ok(()),
+            },
+            Some(horizon) => {
+                let window_end = Keyset {
+                    at: horizon,
+                    id: i64::MIN,
+                };
+                // A window larger than one run can scan goes on from the
+                // cursor, so that its later showtimes get their turn too.
+                let near_from = cursor.filter(|c| *c < window_end);
+                match self.scan(near_from, Some(horizon), &mut scan).await? {
+                    None => return Ok(()),
+                    Some((after, false)) => (after, false),
+                    Some((near_after, true)) => {
+                        let from = cursor.filter(|c| *c > window_end).unwrap_or(window_end);
+                        match self.scan(Some(from), None, &mut scan).await? {
+                            Some((after, reached)) => (after.or(near_after), reached),
+                            None => return Ok(()),
+                        }
+                    }
+                }
+            }
+        };
+        self.progress.finish();
+        if let Some(e) = scan.last_failure
+            && scan.chunks_ok == 0
+        {
+            for j in &mut self.jobs {
+                j.report.fatal = Some(format!("every chunk failed; last: {e}"));
+                j.report.nothing_completed = true;
+            }
+        }
+        if !reached_end && let Some(after) = after {
+            let unscanned = ctx
+                .retry("count backlog", || {
+                    ctx.mysql.count_on_sale_after(after, &self.opts.showtimes)
+                })
+                .await?;
+            for j in &mut self.jobs {
+                j.report.backlog += unscanned;
+                j.report.cut_short = scan.cut_short && unscanned > 0;
+            }
+            // Stopped at the scan limit exactly where the estate ends: the
+            // next run starts over instead of scanning nothing.
+            reached_end = unscanned == 0;
+        }
+        let mut replaced_cursors = Vec::new();
+        if self.opts.showtimes.is_empty() && !self.opts.dry_run && !self.opts.fenced_out() {
+            for j in &self.jobs {
+                let next = match j.resume {
+                    Some(at) => at,
+                    None if reached_end => None,
+                    None => after,
+                };
+                let next = next.map(|k| k.encode());
+                let key = self.cursor_key(j.kind);
+                let moved = ctx
+                    .retry("write cursor", || {
+                        ctx.redis
+                            .set_cursor(&key, cursor_seen.as_deref(), next.as_deref())
+                    })
+                    .await?;
+                match moved {
+                    CursorMove::Moved => {}
+                    CursorMove::Raced => tracing::debug!(
+                        kind = j.kind.label(),
+                        "cursor moved by another instance; left as is"
+                    ),
+                    CursorMove::Replaced => replaced_cursors.push((j.kind, key)),
+                }
+            }
+        }
+        for (kind, key) in replaced_cursors {
+            self.own_key(Some(kind), &key, "cursor", "replaced");
+        }
+        Ok(())
+    }
+
+    fn cursor_key(&self, kind: Kind) -> String {
+        cursor_key(self.ctx, kind)
+    }
+
+    /// Scans from `from` (exclusive) to the end of the estate, or to the
+    /// showtimes starting at `before`, within what is left of the scan
+    /// limit. Returns where it stopped and whether it reached the end, or
+    /// None when the run was stopped (shutdown, lost pass lease).
+    async fn scan(
+        &mut self,
+        from: Option<Keyset>,
+        before: Option<chrono::NaiveDateTime>,
+        scan: &mut Scan,
+    ) -> Result<Option<(Option<Keyset>, bool)>, Error> {
+        let ctx = self.ctx;
+        // Paced, a page holds at most a quarter of a second of reads, so
+        // that the deadline and the stop are looked at that often.
+        let chunk = match &self.opts.pacer {
+            Some(p) => ctx
+                .settings
+                .reconcile
+                .scan_chunk
+                .min((p.rate() as usize / 4).max(p.batch())),
+            None => ctx.settings.reconcile.scan_chunk,
+        };
+        let mut after = from;
+        // While one chunk is planned and repaired, the next one is read: the
+        // servers work on chunk k + 1 while this process works on chunk k.
+        let what = self.what_to_read();
+        let mut prefetched: Option<Fetched> = None;
+        loop {
+            if let Some(why) = self.stopped() {
+                for j in &mut self.jobs {
+                    j.report.fatal = Some(why.into());
+                }
+                return Ok(None);
+            }
+            if self
+                .opts
+                .deadline
+                .is_some_and(|d| tokio::time::Instant::now() >= d)
+            {
+                scan.cut_short = true;
+                return Ok(Some((after, false)));
+            }
+            let want = chunk.min(scan.limit - scan.scanned);
+            let fetched = match prefetched.take() {
+                Some(f) => f,
+                None => match fetch(ctx, self.opts, what, after, before, want).await? {
+                    Some(f) => f,
+                    None => return Ok(Some((after, false))),
+                },
+            };
+            let (page, want) = (&fetched.page, fetched.want);
+            let page_start = after;
+            if let Some(last) = page.last() {
+                after = Some(Keyset {
+                    at: last.starts_at,
+                    id: last.id,
+                });
+            }
+            scan.scanned += page.len();
+            let end_of_estate = page.len() < want;
+            let page_ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
+            let had_budget: Vec<bool> = self.jobs.iter().map(|j| j.budget > 0).collect();
+            for j in &mut self.jobs {
+                j.report.scanned += page.len() as u64;
+            }
+            let next_want = if end_of_estate {
+                0
+            } else {
+                chunk.min(scan.limit - scan.scanned)
+            };
+            let next = fetch(ctx, self.opts, what, after, before, next_want);
+            // Unpaced, the next chunk is read while this one is planned and
+            // repaired. Paced, one thing at a time: the servers and this
+            // process never all want the CPU at once, which live holds feel.
+            let (done, next) = if self.opts.pacer.is_some() {
+                let done = self.chunk(fetched).await;
+                (done, next.await)
+            } else {
+                tokio::join!(self.chunk(fetched), next)
+            };
+            match done {
+                // An empty page (a segment's end) checked nothing.
+                Ok(()) if page_ids.is_empty() => {}
+                Ok(()) => scan.chunks_ok += 1,
+                Err(e) => {
+                    // Quarantine the chunk for this run: counted, reported, skipped.
+                    tracing::warn!(error = %e, first = page_ids.first(), "chunk failed; skipped for this run");
+                    for j in &mut self.jobs {
+                        j.report.quarantine(&e, page_ids.iter().copied());
+                    }
+                    scan.last_failure = Some(e.to_string());
+                }
+            }
+            self.progress
+                .tick(scan.scanned as u64, scan.total, self.fixed());
+            for (j, had) in self.jobs.iter_mut().zip(had_budget) {
+                if had && j.budget == 0 && j.resume.is_none() {
+                    j.resume = Some(page_start);
+                }
+            }
+            if end_of_estate {
+                return Ok(Some((after, true)));
+            }
+            match next? {
+                Some(f) => prefetched = Some(f),
+                None => return Ok(Some((after, false))),
+            }
+        }
+    }
+
+    /// Why the sweep must stop now, if it must.
+    fn stopped(&self) -> Option<&'static str> {
+        if self.opts.fenced_out() {
+            Some("pass lease lost to another reconciler; stopped without writing more")
+        } else if self.opts.stop.is_cancelled() {
+            Some("interrupted by shutdown")
+        } else {
+            None
+        }
+    }
+}

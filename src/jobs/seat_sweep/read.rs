@@ -1,0 +1,133 @@
+//! What a sweep reads per chunk: a keyset page of showtimes, their seat
+//! hashes (in one pipeline, or paced in small batches) and their occupancy,
+//! both stores at once when unpaced.
+
+use std::time::Instant;
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::model::ShowtimeId;
+use crate::pace::{Pacer, Store};
+use crate::store::mysql::{Keyset, OccupancyRead, ShowtimeRow};
+use crate::store::redis::{HashRead, ShowtimeRead};
+
+use super::super::RunOptions;
+
+/// What a sweep reads besides the seat hashes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WhatToRead {
+    /// Suspect records (grace-period jobs with a non-zero grace).
+    pub(super) suspects: bool,
+    /// Occupancy only of showtimes whose hash is missing (missing-hashes alone).
+    pub(super) occupancy_where_missing_only: bool,
+}
+
+/// A page of showtimes and what the stores hold for them; `want` is how many
+/// were asked for (fewer means the estate ends here).
+pub(super) struct Fetched {
+    pub(super) page: Vec<ShowtimeRow>,
+    pub(super) want: usize,
+    /// Redis time, the hash reads and the occupancy; an error quarantines the chunk.
+    pub(super) reads: Result<(i64, Vec<ShowtimeRead>, OccupancyRead), Error>,
+}
+
+/// Reads the next page (`None` when `want` is 0 or the page is empty) and,
+/// for a page, its seat hashes and occupancy. A failed page read stops the
+/// sweep; failed hash or occupancy reads only quarantine the chunk.
+pub(super) async fn fetch(
+    ctx: &Context,
+    opts: &RunOptions,
+    what: WhatToRead,
+    after: Option<Keyset>,
+    before: Option<chrono::NaiveDateTime>,
+    want: usize,
+) -> Result<Option<Fetched>, Error> {
+    if want == 0 {
+        return Ok(None);
+    }
+    let page = ctx
+        .retry("read showtimes", || {
+            ctx.mysql.on_sale_page(after, before, want, &opts.showtimes)
+        })
+        .await?;
+    if page.is_empty() {
+        return Ok(Some(Fetched {
+            page,
+            want,
+            reads: Ok((0, Vec::new(), OccupancyRead::default())),
+        }));
+    }
+    let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
+    let read_hashes = || read_hashes(ctx, opts.pacer.as_deref(), &ids, what.suspects);
+    let read_occupancy = |of: Vec<ShowtimeId>| async move {
+        let started = Instant::now();
+        let read = ctx
+            .retry("read occupancy", || ctx.mysql.occupancy(&of))
+            .await;
+        if let Some(pacer) = &opts.pacer {
+            pacer.observe(Store::Mysql, of.len(), started.elapsed());
+        }
+        read
+    };
+    let reads = if what.occupancy_where_missing_only {
+        async {
+            let (now_ms, reads) = read_hashes().await?;
+            let missing = page
+                .iter()
+                .zip(&reads)
+                .filter(|(_, r)| r.hash == HashRead::Missing)
+                .map(|(s, _)| s.id)
+                .collect();
+            Ok((now_ms, reads, read_occupancy(missing).await?))
+        }
+        .await
+    } else if opts.pacer.is_some() {
+        // Paced: one store after the other (see `scan`).
+        match read_hashes().await {
+            Ok((now_ms, reads)) => read_occupancy(ids.clone())
+                .await
+                .map(|o| (now_ms, reads, o)),
+            Err(e) => Err(e),
+        }
+    } else {
+        // Both stores at once: the chunk waits for the slower, not the sum.
+        let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));
+        hashes.and_then(|(now_ms, reads)| occupancy.map(|o| (now_ms, reads, o)))
+    };
+    Ok(Some(Fetched { page, want, reads }))
+}
+
+/// Reads the seat hashes (and suspect records) of `ids`: in one pipeline,
+/// or paced, in small batches spaced out by the pacer, so that Redis is
+/// never busy with one of ours for long and live holds barely notice.
+async fn read_hashes(
+    ctx: &Context,
+    pacer: Option<&Pacer>,
+    ids: &[ShowtimeId],
+    with_suspects: bool,
+) -> Result<(i64, Vec<ShowtimeRead>), Error> {
+    let Some(pacer) = pacer else {
+        return ctx
+            .retry("read seat hashes", || {
+                ctx.redis.read_showtimes(ids, with_suspects)
+            })
+            .await;
+    };
+    let mut first_now_ms = None;
+    let mut out = Vec::with_capacity(ids.len());
+    for batch in ids.chunks(pacer.batch()) {
+        tokio::time::sleep(pacer.reserve(batch.len(), Instant::now())).await;
+        let started = Instant::now();
+        let (now_ms, reads) = ctx
+            .retry("read seat hashes", || {
+                ctx.redis.read_showtimes(batch, with_suspects)
+            })
+            .await?;
+        pacer.observe(Store::Redis, batch.len(), started.elapsed());
+        // The earliest clock reading: grace periods then count from the
+        // earliest possible moment, never longer than they were.
+        first_now_ms.get_or_insert(now_ms);
+        out.extend(reads);
+    }
+    Ok((first_now_ms.unwrap_or_default(), out))
+}

@@ -1,0 +1,331 @@
+//! The writes of a sweep, under per-showtime leases (rule 2): the MySQL
+//! re-check of exactly the planned seats in MySQL's own terms (rules 4 and
+//! 15), the fenced compare-and-set scripts (rules 1 and 13), rebuilds of
+//! missing hashes, and their audit (rule 10).
+
+use std::collections::HashMap;
+
+use crate::error::Error;
+use crate::model::{FixAction, Kind, SeatNo, SeatState, ShowtimeId};
+use crate::plan;
+use crate::store::mysql::FixRecord;
+use crate::store::redis::{Fenced, Replied, SeatBatch, SuspectOp};
+
+use super::notices::log_stuck_lease;
+use super::{ChunkWork, Planned, Sweep};
+
+impl<'a> Sweep<'a, '_> {
+    pub(super) async fn apply(&mut self, mut work: ChunkWork, now_ms: i64) -> Result<(), Error> {
+        let ctx = self.ctx;
+        let mut ids: Vec<ShowtimeId> = work.rebuilds.clone();
+        ids.extend(work.seats.iter().map(|(id, _)| *id));
+        let acquired = ctx
+            .retry("acquire leases", || self.leases.acquire(&ids))
+            .await?;
+        for id in &acquired.replaced {
+            self.own_key(None, &ctx.redis.keys.lease(*id), "lease", "replaced");
+        }
+        for id in &acquired.busy {
+            let stuck = acquired.stuck.contains(id);
+            if stuck {
+                log_stuck_lease(&ctx.redis.keys.lease(*id), *id);
+            } else {
+                tracing::info!(
+                    showtime_id = id,
+                    "showtime busy (leased by another reconciler); skipped this run"
+                );
+            }
+            let mut per_job: HashMap<Kind, u64> = HashMap::new();
+            if work.rebuilds.contains(id) {
+                per_job.insert(Kind::MissingHashes, 1);
+            }
+            for (_, planned) in work.seats.iter().filter(|(s, _)| s == id) {
+                for p in planned {
+                    *per_job.entry(p.repair.kind).or_default() += 1;
+                }
+            }
+            for (kind, n) in per_job {
+                let job = self.job(kind);
+                job.report.skipped_busy += 1;
+                job.report.stuck_leases += stuck as u64;
+                job.report.backlog += n;
+            }
+        }
+        work.rebuilds.retain(|id| !acquired.busy.contains(id));
+        work.seats.retain(|(id, _)| !acquired.busy.contains(id));
+        if !work.rebuilds.is_empty() {
+            self.rebuild(std::mem::take(&mut work.rebuilds), now_ms)
+                .await?;
+        }
+        if work.seats.is_empty() {
+            return Ok(());
+        }
+        self.repair_seats(work.seats, now_ms).await
+    }
+
+    pub(super) async fn repair_seats(
+        &mut self,
+        work: Vec<(ShowtimeId, Vec<Planned>)>,
+        now_ms: i64,
+    ) -> Result<(), Error> {
+        let ctx = self.ctx;
+        race_window!(crate::race_window::SEAT_BEFORE_RECHECK);
+        // Rules 4 and 15: re-read exactly these seats right before writing,
+        // asked in MySQL's own terms (a lowering write also in the other
+        // showtimes its showtime's orders may hold rows in).
+        let seats: Vec<(ShowtimeId, SeatNo, bool)> = work
+            .iter()
+            .flat_map(|(id, planned)| {
+                planned.iter().map(|p| {
+                    let r = &p.repair;
+                    (*id, r.seat.clone(), SeatState::lowers(r.observed, r.target))
+                })
+            })
+            .collect();
+        let (fresh, unknown) = ctx
+            .retry("re-check seats", || ctx.mysql.seat_history(&seats))
+            .await?;
+        self.unknown(&unknown);
+        let mut fresh = fresh.into_iter();
+        let mut batches: Vec<SeatBatch> = Vec::new();
+        let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
+        // When each seat's drift was first seen: its suspect record, else
+        // this scan (drift age, first sighting → repair).
+        let mut first_seen: HashMap<(ShowtimeId, SeatNo), i64> = HashMap::new();
+        for (id, planned) in work {
+            let mut keep = Vec::new();
+            let mut ops = Vec::new();
+            for p in planned {
+                let seat = &p.repair.seat;
+                let kind = p.repair.kind.label();
+                let history = fresh.next().unwrap_or_default();
+                if !plan::still_valid(&p.repair, &history.truth) {
+                    tracing::info!(kind, showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
+                } else if let Some(since) = p.suspect_since_ms
+                    && !plan::orphaned_throughout(since, history.last_activity_ms)
+                {
+                    // An order came or went on this seat since it was first
+                    // seen orphaned: the orphanhood was not continuous, so
+                    // the grace period starts over.
+                    tracing::info!(kind, showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
+                    self.job(p.repair.kind).report.deferred += 1;
+                    let state = p.repair.observed.unwrap_or(p.repair.target);
+                    ops.push(SuspectOp::Clear {
+                        seat: seat.clone(),
+                        state: Some(state),
+                    });
+                    ops.push(SuspectOp::Record {
+                        seat: seat.clone(),
+                        encoded: plan::Suspect {
+                            state,
+                            first_seen_ms: now_ms,
+                        }
+                        .encode(),
+                    });
+                } else {
+                    first_seen.insert(
+                        (id, p.repair.seat.clone()),
+                        p.suspect_since_ms.unwrap_or(now_ms),
+                    );
+                    keep.push(p.repair);
+                }
+            }
+            if !ops.is_empty() {
+                restart.push((id, ops));
+            }
+            if !keep.is_empty() {
+                batches.push(SeatBatch::new(id, keep));
+            }
+        }
+        if !restart.is_empty() {
+            let ttl_ms = self.suspect_ttl_ms();
+            let replaced = ctx
+                .retry("restart suspects", || {
+                    ctx.redis.update_suspects(&restart, ttl_ms)
+                })
+                .await?;
+            self.replaced(&replaced);
+        }
+        let ids: Vec<ShowtimeId> = batches.iter().map(|b| b.showtime).collect();
+        let lost = ctx
+            .retry("renew leases", || self.leases.renew_due(&ids))
+            .await?;
+        for batch in batches.iter().filter(|b| lost.contains(&b.showtime)) {
+            for kind in kinds_in(batch) {
+                self.job(kind)
+                    .report
+                    .error(&Error::LeaseLost(batch.showtime));
+            }
+        }
+        batches.retain(|b| !lost.contains(&b.showtime));
+        if batches.is_empty() {
+            return Ok(());
+        }
+        race_window!(crate::race_window::SEAT_BEFORE_REPAIR);
+        let token = self.leases.token().to_string();
+        let results = ctx
+            .retry("repair seats", || ctx.redis.repair_seats(&token, &batches))
+            .await?;
+        for (batch, Replied { reply, replaced }) in batches.iter().zip(results) {
+            let id = batch.showtime;
+            self.replaced(&replaced);
+            match reply {
+                Ok(Fenced::Done(applied)) => {
+                    for (r, ok) in batch.repairs.iter().zip(applied) {
+                        if ok {
+                            let job = self.job(r.kind);
+                            job.report.fixed += 1;
+                            job.report.observe_drift_since(
+                                first_seen
+                                    .get(&(id, r.seat.clone()))
+                                    .copied()
+                                    .unwrap_or(now_ms),
+                            );
+                            job.audit
+                                .seat(id, &r.seat, None, r.observed, r.target)
+                                .await;
+                        } else {
+                            tracing::info!(kind = r.kind.label(), showtime_id = id, seat = %r.seat, "seat changed in Redis since the scan; left alone");
+                        }
+                    }
+                }
+                Ok(Fenced::LeaseLost) => {
+                    tracing::warn!(
+                        showtime_id = id,
+                        "lease lost before repair; nothing written"
+                    );
+                    for kind in kinds_in(batch) {
+                        self.job(kind).report.error(&Error::LeaseLost(id));
+                    }
+                }
+                Ok(Fenced::SeatKeyWrongType) => {
+                    // Seatflow's key changed type since the scan (rule 13):
+                    // nothing written; the next scan reports it as bad data.
+                    tracing::info!(
+                        showtime_id = id,
+                        "seat key no longer a hash; nothing written"
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(showtime_id = id, error = %e, "repair failed; showtime quarantined for this run");
+                    for kind in kinds_in(batch) {
+                        self.job(kind).report.quarantine(&e, [id]);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds missing hashes from the template and a fresh read of every
+    /// template seat, asked in MySQL's own terms (rule 15: a seat that a row
+    /// outside the contract may hold gets no field unless a valid
+    /// occupancy raises it).
+    pub(super) async fn rebuild(
+        &mut self,
+        ids: Vec<ShowtimeId>,
+        seen_ms: i64,
+    ) -> Result<(), Error> {
+        let ctx = self.ctx;
+        let halls: HashMap<ShowtimeId, i64> = ctx
+            .retry("read showtimes", || {
+                ctx.mysql.on_sale_page(None, None, ids.len(), &ids)
+            })
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s.hall_id))
+            .collect();
+        let token = self.leases.token().to_string();
+        for id in ids {
+            let Some(template) = halls.get(&id).and_then(|h| self.templates.get(h)).cloned() else {
+                tracing::info!(
+                    showtime_id = id,
+                    "showtime left ON_SALE since the scan; not rebuilt"
+                );
+                continue;
+            };
+            let seats: Vec<(ShowtimeId, SeatNo, bool)> = template
+                .seats()
+                .iter()
+                .map(|seat| (id, seat.clone(), true))
+                .collect();
+            let (fresh, unknown) = ctx
+                .retry("re-check seats", || ctx.mysql.seat_history(&seats))
+                .await?;
+            self.unknown(&unknown);
+            let fields: Vec<(SeatNo, SeatState)> = template
+                .seats()
+                .iter()
+                .zip(&fresh)
+                .filter(|(_, h)| h.truth.allows(None, h.truth.expected()))
+                .map(|(seat, h)| (seat.clone(), h.truth.expected()))
+                .collect();
+            let one = [id];
+            let lost = ctx
+                .retry("renew leases", || self.leases.renew_due(&one))
+                .await?;
+            if !lost.is_empty() {
+                self.job(Kind::MissingHashes)
+                    .report
+                    .error(&Error::LeaseLost(id));
+                continue;
+            }
+            let op_id = uuid::Uuid::new_v4().simple().to_string();
+            let result = ctx
+                .retry("rebuild hash", || {
+                    ctx.redis.rebuild_hash(&token, &op_id, id, &fields)
+                })
+                .await;
+            let result = match result {
+                Ok(Replied { reply, replaced }) => {
+                    self.replaced(&replaced);
+                    Ok(reply)
+                }
+                Err(e) => Err(e),
+            };
+            let job = self.job(Kind::MissingHashes);
+            match result {
+                Ok(Fenced::Done(true)) => {
+                    job.report.fixed += 1;
+                    job.report.observe_drift_since(seen_ms);
+                    job.audit
+                        .push(FixRecord {
+                            fix_id: uuid::Uuid::new_v4().simple().to_string(),
+                            job: Kind::MissingHashes,
+                            action: FixAction::HashRebuilt,
+                            showtime_id: Some(id),
+                            seat_no: None,
+                            order_id: None,
+                            before: Some("absent".into()),
+                            after: Some(format!("{} seats", fields.len())),
+                            at: chrono::Utc::now().naive_utc(),
+                        })
+                        .await;
+                }
+                Ok(Fenced::Done(false)) => {
+                    tracing::info!(showtime_id = id, "hash appeared since the scan; left alone");
+                }
+                Ok(Fenced::SeatKeyWrongType) => {
+                    tracing::info!(
+                        showtime_id = id,
+                        "a key of another type appeared at the seat hash since the scan; left alone"
+                    );
+                }
+                Ok(Fenced::LeaseLost) => job.report.error(&Error::LeaseLost(id)),
+                Err(e) => {
+                    tracing::warn!(showtime_id = id, error = %e, "rebuild failed; skipped for this run");
+                    job.report.quarantine(&e, [id]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The jobs that own a batch's repairs.
+pub(super) fn kinds_in(batch: &SeatBatch) -> Vec<Kind> {
+    let mut kinds: Vec<Kind> = batch.repairs.iter().map(|r| r.kind).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+}
