@@ -1,0 +1,83 @@
+//! The key layout: seatflow's seat hashes and every key of ours, each
+//! showtime's under its hash tag `{S}`; the aside name of a key of ours
+//! found of the wrong type.
+
+use crate::model::{Shard, ShowtimeId};
+
+use super::conn::hash_tag;
+
+/// The key layout. `{prefix}seat:{S}` is seatflow's; the rest are ours.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Keys {
+            prefix: prefix.into(),
+        }
+    }
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+    pub fn seat(&self, s: ShowtimeId) -> String {
+        format!("{}seat:{{{s}}}", self.prefix)
+    }
+    /// The showtime's lease (the spec's per-showtime mutex; the key name
+    /// `reconcile:lock:` is seatflow's interface and stays).
+    pub fn lease(&self, s: ShowtimeId) -> String {
+        format!("{}reconcile:lock:{{{s}}}", self.prefix)
+    }
+    pub fn suspect(&self, s: ShowtimeId) -> String {
+        format!("{}reconcile:suspect:{{{s}}}", self.prefix)
+    }
+    /// Replies of recent repair operations, so a retry is answered, not redone.
+    pub fn done(&self, s: ShowtimeId) -> String {
+        format!("{}reconcile:done:{{{s}}}", self.prefix)
+    }
+    pub fn cursor(&self, job: &str) -> String {
+        format!("{}reconcile:cursor:{job}", self.prefix)
+    }
+    /// A job's cursor in one shard's sweep (the plain one when unsharded).
+    pub fn shard_cursor(&self, job: &str, shard: Shard) -> String {
+        if shard.total == 1 {
+            self.cursor(job)
+        } else {
+            format!("{}:{}", self.cursor(job), shard.name())
+        }
+    }
+    /// The lease on a shard's pass among reconcilers.
+    pub fn pass_lease(&self, shard: Shard) -> String {
+        format!("{}reconcile:pass:{{{}}}", self.prefix, shard.name())
+    }
+    /// The record of a shard's last completed pass (same hash tag).
+    pub fn pass_record(&self, shard: Shard) -> String {
+        format!("{}reconcile:pass-done:{{{}}}", self.prefix, shard.name())
+    }
+    /// Audit rows of applied Redis repairs that MySQL did not take yet.
+    pub fn audit_backlog(&self) -> String {
+        format!("{}reconcile:audit-backlog", self.prefix)
+    }
+    /// A fresh name to move an audit backlog of the wrong type aside to.
+    pub fn audit_backlog_aside(&self) -> String {
+        aside_key(
+            &self.audit_backlog(),
+            &uuid::Uuid::new_v4().simple().to_string(),
+        )
+    }
+}
+/// The name a key of ours found of the wrong type is moved aside to, when it
+/// may hold something an operator needs (the audit backlog):
+/// `<key>:wrong-type:<suffix>`, under the key's own prefix (ACL key
+/// patterns, SCAN by prefix) and in the key's Redis Cluster slot (RENAME
+/// needs both names in one slot). A key with a hash tag keeps it; a key
+/// without one is given its whole name as the tag,
+/// `<key>:wrong-type:<suffix>:{<key>}`. Keys of ours have braces only in a
+/// tag (`redis.key_prefix` may not contain any), and `suffix` has none.
+pub fn aside_key(key: &str, suffix: &str) -> String {
+    if hash_tag(key.as_bytes()).len() < key.len() {
+        format!("{key}:wrong-type:{suffix}")
+    } else {
+        format!("{key}:wrong-type:{suffix}:{{{key}}}")
+    }
+}

@@ -1,0 +1,236 @@
+//! Both kinds of lease: the per-showtime lease (`reconcile:lock:{S}`,
+//! rule 2) and a shard's pass lease with its done record.
+
+use redis::Cmd;
+
+use crate::error::{Error, Result};
+use crate::model::{Shard, ShowtimeId};
+
+use super::*;
+
+/// What trying to take one showtime's lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseTake {
+    /// Ours now.
+    Taken,
+    /// Ours now; the lock key was of another type than a string (nobody's
+    /// lease: rule 13) and was replaced.
+    Replaced,
+    /// Someone's lease (a string): left alone.
+    Busy,
+}
+impl LeaseTake {
+    pub fn is_taken(self) -> bool {
+        self != LeaseTake::Busy
+    }
+}
+/// The instance in a pass lease's value (`token instance`).
+fn lease_holder(value: &str) -> String {
+    value
+        .split_once(' ')
+        .map(|(_, who)| who)
+        .unwrap_or(value)
+        .to_string()
+}
+/// What claiming a shard's pass found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassClaim {
+    /// Ours now. `last`: the shard's last completed pass, if any.
+    Claimed {
+        last: Option<PassRecord>,
+        /// Our own key was of the wrong type and was replaced (rule 13).
+        replaced: bool,
+    },
+    /// Another reconciler runs it; `pttl_ms` -1 means a lease without expiry.
+    Held { holder: String, pttl_ms: i64 },
+    /// This schedule slot's pass was already completed.
+    Done { record: PassRecord },
+}
+/// A completed pass: the schedule slot it served, when it finished, by whom.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassRecord {
+    pub slot_ms: i64,
+    pub finished_ms: i64,
+    pub instance: String,
+}
+impl PassRecord {
+    pub fn encode(&self) -> String {
+        format!("{} {} {}", self.slot_ms, self.finished_ms, self.instance)
+    }
+
+    /// None for a value not written by `encode` (rule 13: read as no record).
+    pub fn decode(text: &str) -> Option<PassRecord> {
+        let mut parts = text.splitn(3, ' ');
+        let slot_ms = parts.next()?.parse().ok()?;
+        let finished_ms = parts.next()?.parse().ok()?;
+        let instance = parts.next()?.to_string();
+        Some(PassRecord {
+            slot_ms,
+            finished_ms,
+            instance,
+        })
+    }
+}
+
+impl RedisStore {
+    /// Tries to take each showtime's lease (`SET PX` with our token where
+    /// there is none), in one round trip. A lock key of another type than a
+    /// string is nobody's lease (rule 13): it is replaced and reported as
+    /// `LeaseTake::Replaced`.
+    pub async fn acquire_leases(
+        &self,
+        token: &str,
+        ids: &[ShowtimeId],
+        ttl_ms: u64,
+    ) -> Result<Vec<LeaseTake>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| {
+                let mut c = evalsha(&LEASE_ACQUIRE, &[self.keys.lease(id)]);
+                c.arg(token).arg(ttl_ms);
+                c
+            })
+            .collect();
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pipeline(&cmds)
+            .await?
+            .into_iter()
+            .map(|r| match from_value::<i64>(r?)? {
+                1 => Ok(LeaseTake::Taken),
+                0 => Ok(LeaseTake::Busy),
+                2 => Ok(LeaseTake::Replaced),
+                other => Err(Error::Protocol(format!("lease script replied {other}"))),
+            })
+            .collect()
+    }
+
+    /// PTTL of each showtime's lease in one round trip: ms left, -1 no
+    /// expiry, -2 gone.
+    pub async fn lease_pttls(&self, ids: &[ShowtimeId]) -> Result<Vec<i64>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| redis::cmd("PTTL").arg(self.keys.lease(id)).clone())
+            .collect();
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pipeline(&cmds)
+            .await?
+            .into_iter()
+            .map(|r| from_value(r?))
+            .collect()
+    }
+
+    /// Extends our leases; false where the lease is no longer ours.
+    pub async fn renew_leases(
+        &self,
+        token: &str,
+        ids: &[ShowtimeId],
+        ttl_ms: u64,
+    ) -> Result<Vec<bool>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| {
+                let mut c = evalsha(&LEASE_RENEW, &[self.keys.lease(id)]);
+                c.arg(token).arg(ttl_ms);
+                c
+            })
+            .collect();
+        self.int_results(&cmds).await
+    }
+
+    /// Compare-and-delete of our leases; false where it was not ours any more.
+    pub async fn release_leases(&self, token: &str, ids: &[ShowtimeId]) -> Result<Vec<bool>> {
+        let cmds: Vec<Cmd> = ids
+            .iter()
+            .map(|&id| {
+                let mut c = evalsha(&LEASE_RELEASE, &[self.keys.lease(id)]);
+                c.arg(token);
+                c
+            })
+            .collect();
+        self.int_results(&cmds).await
+    }
+
+    /// Tries to take `shard`'s pass for `slot_ms` (0: outside the schedule).
+    pub async fn claim_pass(
+        &self,
+        shard: Shard,
+        value: &str,
+        ttl_ms: u64,
+        slot_ms: i64,
+    ) -> Result<PassClaim> {
+        let mut c = evalsha(
+            &PASS_CLAIM,
+            &[self.keys.pass_lease(shard), self.keys.pass_record(shard)],
+        );
+        c.arg(value).arg(ttl_ms).arg(slot_ms);
+        let (code, text, pttl, replaced): (i64, String, i64, i64) =
+            from_value(self.pipeline(&[c]).await?.remove(0)?)?;
+        let replaced = replaced == 1;
+        match code {
+            1 => Ok(PassClaim::Claimed {
+                last: PassRecord::decode(&text),
+                replaced,
+            }),
+            0 => Ok(PassClaim::Held {
+                holder: lease_holder(&text),
+                pttl_ms: pttl,
+            }),
+            2 => Ok(PassClaim::Done {
+                record: PassRecord::decode(&text).unwrap_or_default(),
+            }),
+            other => Err(Error::Protocol(format!("pass claim replied {other}"))),
+        }
+    }
+
+    /// Extends our pass lease; false when it is not ours any more.
+    pub async fn renew_pass(&self, shard: Shard, value: &str, ttl_ms: u64) -> Result<bool> {
+        let mut c = evalsha(&LEASE_RENEW, &[self.keys.pass_lease(shard)]);
+        c.arg(value).arg(ttl_ms);
+        Ok(self.int_results(&[c]).await?[0])
+    }
+
+    /// Gives the lease back without recording a pass (stopped, failed).
+    pub async fn release_pass(&self, shard: Shard, value: &str) -> Result<bool> {
+        let mut c = evalsha(&LEASE_RELEASE, &[self.keys.pass_lease(shard)]);
+        c.arg(value);
+        Ok(self.int_results(&[c]).await?[0])
+    }
+
+    /// Records the completed pass and releases the lease, if still ours.
+    pub async fn finish_pass(
+        &self,
+        shard: Shard,
+        value: &str,
+        record: &PassRecord,
+    ) -> Result<bool> {
+        let mut c = evalsha(
+            &PASS_FINISH,
+            &[self.keys.pass_lease(shard), self.keys.pass_record(shard)],
+        );
+        c.arg(value).arg(record.encode());
+        Ok(self.int_results(&[c]).await?[0])
+    }
+
+    /// Who holds the pass now (instance), and the last completed pass.
+    pub async fn read_pass(&self, shard: Shard) -> Result<(Option<String>, Option<PassRecord>)> {
+        let cmds = [
+            redis::cmd("GET").arg(self.keys.pass_lease(shard)).clone(),
+            redis::cmd("GET").arg(self.keys.pass_record(shard)).clone(),
+        ];
+        let mut r = self.pipeline(&cmds).await?.into_iter();
+        // A key of the wrong type reads as nothing here; the next claim replaces it.
+        let mut text = || -> Option<String> {
+            r.next()
+                .and_then(|v| v.ok())
+                .and_then(|v| from_value::<Option<String>>(v).ok())
+                .flatten()
+        };
+        let holder = text().map(|v| lease_holder(&v));
+        let record = text().and_then(|t| PassRecord::decode(&t));
+        Ok((holder, record))
+    }
+}

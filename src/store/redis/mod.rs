@@ -1,0 +1,165 @@
+//! Redis: key layout, pipelined reads, and every write as a Lua
+//! compare-and-set (safety rule 1). Keys of one showtime share the hash tag
+//! `{S}`, so one script can touch the seat hash, our lease and our suspects.
+use crate::error::{Error, Result};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
+
+mod conn;
+mod cursors;
+mod keys;
+mod leases;
+mod seats;
+
+pub use conn::{RedisEndpoint, RedisTls, client_name};
+pub use cursors::{CursorMove, WrongType};
+pub use keys::{Keys, aside_key};
+pub use leases::{LeaseTake, PassClaim, PassRecord};
+pub use seats::{Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp};
+/// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
+pub struct Lua {
+    code: &'static str,
+    script: LazyLock<Script>,
+}
+macro_rules! lua {
+    ($name:ident, $file:literal) => {
+        static $name: Lua = Lua {
+            code: include_str!($file),
+            script: LazyLock::new(|| Script::new(include_str!($file))),
+        };
+    };
+}
+lua!(REPAIR_SEATS, "../lua/repair_seats.lua");
+lua!(REBUILD_HASH, "../lua/rebuild_hash.lua");
+lua!(RECORD_SUSPECTS, "../lua/record_suspects.lua");
+lua!(LEASE_ACQUIRE, "../lua/lease_acquire.lua");
+lua!(LEASE_RENEW, "../lua/lease_renew.lua");
+lua!(LEASE_RELEASE, "../lua/lease_release.lua");
+lua!(CURSOR_CAS, "../lua/cursor_cas.lua");
+lua!(PASS_CLAIM, "../lua/pass_claim.lua");
+lua!(PASS_FINISH, "../lua/pass_finish.lua");
+lua!(BACKLOG_PUSH, "../lua/backlog_push.lua");
+lua!(BACKLOG_POP, "../lua/backlog_pop.lua");
+const ALL_SCRIPTS: [&Lua; 11] = [
+    &REPAIR_SEATS,
+    &REBUILD_HASH,
+    &RECORD_SUSPECTS,
+    &LEASE_ACQUIRE,
+    &LEASE_RENEW,
+    &LEASE_RELEASE,
+    &CURSOR_CAS,
+    &PASS_CLAIM,
+    &PASS_FINISH,
+    &BACKLOG_PUSH,
+    &BACKLOG_POP,
+];
+/// One Redis server (reconnecting on its own) or a Redis Cluster.
+#[derive(Clone)]
+pub enum RedisConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: RedisConn,
+    pub keys: Keys,
+    /// `CLIENT SETNAME` of our connection, so operators (and the chaos
+    /// test) can find it in `CLIENT LIST`.
+    client_name: String,
+    /// Round trips made so far (a pipeline is one), for load reporting.
+    round_trips: Arc<AtomicU64>,
+}
+fn evalsha(lua: &Lua, keys: &[String]) -> Cmd {
+    let mut c = redis::cmd("EVALSHA");
+    c.arg(lua.script.get_hash()).arg(keys.len());
+    for k in keys {
+        c.arg(k);
+    }
+    c
+}
+fn from_value<T: FromRedisValue>(v: Value) -> Result<T> {
+    T::from_redis_value(v).map_err(|e| Error::Protocol(e.to_string()))
+}
+#[cfg(test)]
+mod tests {
+    use super::conn::{group_by_slot, hash_tag};
+    use super::*;
+
+    #[test]
+    fn cluster_groups_follow_hash_tags() {
+        let k = Keys::new("seatflow:");
+        let cmds = vec![
+            redis::cmd("TIME"),
+            redis::cmd("HGETALL").arg(k.seat(1)).clone(),
+            redis::cmd("HGETALL").arg(k.suspect(1)).clone(),
+            redis::cmd("HGETALL").arg(k.seat(2)).clone(),
+            evalsha(&REPAIR_SEATS, &[k.seat(2), k.lease(2)]),
+            redis::cmd("GET").arg(k.cursor("paid_seats")).clone(),
+        ];
+        assert_eq!(
+            group_by_slot(&cmds),
+            vec![vec![0], vec![1, 2], vec![3, 4], vec![5]]
+        );
+        assert_eq!(hash_tag(b"a{}b{c}"), b"a{}b{c}");
+        assert_eq!(hash_tag(b"x{42}y"), b"42");
+    }
+
+    #[test]
+    fn a_key_moved_aside_keeps_its_prefix_and_its_slot() {
+        let k = Keys::new("seatflow:");
+        let backlog = k.audit_backlog();
+        let aside = aside_key(&backlog, "s1");
+        assert_eq!(
+            aside,
+            "seatflow:reconcile:audit-backlog:wrong-type:s1:{seatflow:reconcile:audit-backlog}"
+        );
+        assert_eq!(hash_tag(aside.as_bytes()), backlog.as_bytes());
+        // A key with a hash tag keeps it.
+        let tagged = aside_key(&k.done(42), "s2");
+        assert_eq!(tagged, "seatflow:reconcile:done:{42}:wrong-type:s2");
+        assert_eq!(hash_tag(tagged.as_bytes()), b"42");
+        // Fresh each time, same slot.
+        let (a, b) = (k.audit_backlog_aside(), k.audit_backlog_aside());
+        assert_ne!(a, b);
+        assert!(a.starts_with("seatflow:reconcile:audit-backlog:wrong-type:"));
+        assert_eq!(hash_tag(a.as_bytes()), hash_tag(b.as_bytes()));
+    }
+
+    #[test]
+    fn keys_of_one_showtime_share_its_hash_tag() {
+        let k = Keys::new("seatflow:");
+        assert_eq!(k.seat(42), "seatflow:seat:{42}");
+        assert_eq!(k.lease(42), "seatflow:reconcile:lock:{42}");
+        assert_eq!(k.suspect(42), "seatflow:reconcile:suspect:{42}");
+    }
+}
