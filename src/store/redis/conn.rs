@@ -1,16 +1,13 @@
 //! Connections (single node, TLS, Redis Cluster), script loading, and
 //! pipelines routed by hash slot (NOSCRIPT-safe).
 
+use super::*;
+use crate::error::{Error, Result};
+use redis::aio::ConnectionManager;
+use redis::{Cmd, Pipeline, RedisResult, Value};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use redis::aio::ConnectionManager;
-use redis::{Cmd, Pipeline, RedisResult, Value};
-
-use crate::error::{Error, Result};
-
-use super::*;
 
 /// One Redis server, or the seed nodes of a Redis Cluster.
 #[derive(Debug, Clone, Copy)]
@@ -18,6 +15,7 @@ pub enum RedisEndpoint<'a> {
     Single(&'a str),
     Cluster(&'a [&'a str]),
 }
+
 /// TLS material for `rediss://`, as plain PEM bytes (filled from the
 /// settings). Empty: the system's roots, no client certificate.
 #[derive(Clone, Default)]
@@ -27,6 +25,7 @@ pub struct RedisTls {
     /// Client certificate and key, for mutual TLS.
     pub client: Option<(Vec<u8>, Vec<u8>)>,
 }
+
 impl std::fmt::Debug for RedisTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisTls")
@@ -35,6 +34,7 @@ impl std::fmt::Debug for RedisTls {
             .finish()
     }
 }
+
 impl RedisTls {
     /// redis-rs's form, or `None` when nothing is configured.
     fn certificates(&self) -> Option<redis::TlsCertificates> {
@@ -53,6 +53,7 @@ impl RedisTls {
         })
     }
 }
+
 /// `seatflow-reconciler:<instance>`, reduced to characters Redis accepts.
 pub fn client_name(instance: &str) -> String {
     let clean: String = instance
@@ -67,6 +68,7 @@ pub fn client_name(instance: &str) -> String {
         .collect();
     format!("seatflow-reconciler:{clean}")
 }
+
 /// Indices of `cmds` grouped so that each group's keys share a hash slot:
 /// by hash tag (`{42}`), else by whole key; keyless commands alone.
 pub(super) fn group_by_slot(cmds: &[Cmd]) -> Vec<Vec<usize>> {
@@ -80,6 +82,7 @@ pub(super) fn group_by_slot(cmds: &[Cmd]) -> Vec<Vec<usize>> {
     }
     groups.into_iter().map(|(_, idx)| idx).collect()
 }
+
 /// The key a command is routed by: the first key of EVAL/EVALSHA, else the
 /// first argument; None for keyless commands (TIME, PING).
 pub(super) fn routing_key(cmd: &Cmd) -> Option<Vec<u8>> {
@@ -97,6 +100,7 @@ pub(super) fn routing_key(cmd: &Cmd) -> Option<Vec<u8>> {
         _ => args.get(1).cloned(),
     }
 }
+
 /// The part of a key Redis Cluster hashes: the first non-empty `{…}`.
 pub(super) fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{')

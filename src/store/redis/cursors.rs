@@ -1,10 +1,8 @@
 //! The sweep's cursors and the audit backlog.
 
-use redis::Value;
-
-use crate::error::{Error, Result};
-
 use super::*;
+use crate::error::{Error, Result};
+use redis::Value;
 
 /// What a cursor CAS did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +13,7 @@ pub enum CursorMove {
     /// It was of the wrong type (rule 13): replaced by the new value.
     Replaced,
 }
+
 /// A key of ours found of the wrong type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WrongType;

@@ -2,42 +2,49 @@
 //! showtime's under its hash tag `{S}`; the aside name of a key of ours
 //! found of the wrong type.
 
-use crate::model::{Shard, ShowtimeId};
-
 use super::conn::hash_tag;
+use crate::model::{Shard, ShowtimeId};
 
 /// The key layout. `{prefix}seat:{S}` is seatflow's; the rest are ours.
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
 }
+
 impl Keys {
     pub fn new(prefix: impl Into<String>) -> Self {
         Keys {
             prefix: prefix.into(),
         }
     }
+
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
+
     pub fn seat(&self, s: ShowtimeId) -> String {
         format!("{}seat:{{{s}}}", self.prefix)
     }
+
     /// The showtime's lease (the spec's per-showtime mutex; the key name
     /// `reconcile:lock:` is seatflow's interface and stays).
     pub fn lease(&self, s: ShowtimeId) -> String {
         format!("{}reconcile:lock:{{{s}}}", self.prefix)
     }
+
     pub fn suspect(&self, s: ShowtimeId) -> String {
         format!("{}reconcile:suspect:{{{s}}}", self.prefix)
     }
+
     /// Replies of recent repair operations, so a retry is answered, not redone.
     pub fn done(&self, s: ShowtimeId) -> String {
         format!("{}reconcile:done:{{{s}}}", self.prefix)
     }
+
     pub fn cursor(&self, job: &str) -> String {
         format!("{}reconcile:cursor:{job}", self.prefix)
     }
+
     /// A job's cursor in one shard's sweep (the plain one when unsharded).
     pub fn shard_cursor(&self, job: &str, shard: Shard) -> String {
         if shard.total == 1 {
@@ -46,18 +53,22 @@ impl Keys {
             format!("{}:{}", self.cursor(job), shard.name())
         }
     }
+
     /// The lease on a shard's pass among reconcilers.
     pub fn pass_lease(&self, shard: Shard) -> String {
         format!("{}reconcile:pass:{{{}}}", self.prefix, shard.name())
     }
+
     /// The record of a shard's last completed pass (same hash tag).
     pub fn pass_record(&self, shard: Shard) -> String {
         format!("{}reconcile:pass-done:{{{}}}", self.prefix, shard.name())
     }
+
     /// Audit rows of applied Redis repairs that MySQL did not take yet.
     pub fn audit_backlog(&self) -> String {
         format!("{}reconcile:audit-backlog", self.prefix)
     }
+
     /// A fresh name to move an audit backlog of the wrong type aside to.
     pub fn audit_backlog_aside(&self) -> String {
         aside_key(
@@ -66,6 +77,7 @@ impl Keys {
         )
     }
 }
+
 /// The name a key of ours found of the wrong type is moved aside to, when it
 /// may hold something an operator needs (the audit backlog):
 /// `<key>:wrong-type:<suffix>`, under the key's own prefix (ACL key

@@ -1,12 +1,10 @@
 //! Both kinds of lease: the per-showtime lease (`reconcile:lock:{S}`,
 //! rule 2) and a shard's pass lease with its done record.
 
-use redis::Cmd;
-
+use super::*;
 use crate::error::{Error, Result};
 use crate::model::{Shard, ShowtimeId};
-
-use super::*;
+use redis::Cmd;
 
 /// What trying to take one showtime's lease did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,11 +17,13 @@ pub enum LeaseTake {
     /// Someone's lease (a string): left alone.
     Busy,
 }
+
 impl LeaseTake {
     pub fn is_taken(self) -> bool {
         self != LeaseTake::Busy
     }
 }
+
 /// The instance in a pass lease's value (`token instance`).
 fn lease_holder(value: &str) -> String {
     value
@@ -32,6 +32,7 @@ fn lease_holder(value: &str) -> String {
         .unwrap_or(value)
         .to_string()
 }
+
 /// What claiming a shard's pass found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PassClaim {
@@ -46,6 +47,7 @@ pub enum PassClaim {
     /// This schedule slot's pass was already completed.
     Done { record: PassRecord },
 }
+
 /// A completed pass: the schedule slot it served, when it finished, by whom.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassRecord {
@@ -53,6 +55,7 @@ pub struct PassRecord {
     pub finished_ms: i64,
     pub instance: String,
 }
+
 impl PassRecord {
     pub fn encode(&self) -> String {
         format!("{} {} {}", self.slot_ms, self.finished_ms, self.instance)

@@ -1,6 +1,7 @@
 //! Redis: key layout, pipelined reads, and every write as a Lua
 //! compare-and-set (safety rule 1). Keys of one showtime share the hash tag
 //! `{S}`, so one script can touch the seat hash, our lease and our suspects.
+
 use crate::error::{Error, Result};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
@@ -19,11 +20,13 @@ pub use cursors::{CursorMove, WrongType};
 pub use keys::{Keys, aside_key};
 pub use leases::{LeaseTake, PassClaim, PassRecord};
 pub use seats::{Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp};
+
 /// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
 pub struct Lua {
     code: &'static str,
     script: LazyLock<Script>,
 }
+
 macro_rules! lua {
     ($name:ident, $file:literal) => {
         static $name: Lua = Lua {
@@ -32,17 +35,29 @@ macro_rules! lua {
         };
     };
 }
+
 lua!(REPAIR_SEATS, "../lua/repair_seats.lua");
+
 lua!(REBUILD_HASH, "../lua/rebuild_hash.lua");
+
 lua!(RECORD_SUSPECTS, "../lua/record_suspects.lua");
+
 lua!(LEASE_ACQUIRE, "../lua/lease_acquire.lua");
+
 lua!(LEASE_RENEW, "../lua/lease_renew.lua");
+
 lua!(LEASE_RELEASE, "../lua/lease_release.lua");
+
 lua!(CURSOR_CAS, "../lua/cursor_cas.lua");
+
 lua!(PASS_CLAIM, "../lua/pass_claim.lua");
+
 lua!(PASS_FINISH, "../lua/pass_finish.lua");
+
 lua!(BACKLOG_PUSH, "../lua/backlog_push.lua");
+
 lua!(BACKLOG_POP, "../lua/backlog_pop.lua");
+
 const ALL_SCRIPTS: [&Lua; 11] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
@@ -56,12 +71,14 @@ const ALL_SCRIPTS: [&Lua; 11] = [
     &BACKLOG_PUSH,
     &BACKLOG_POP,
 ];
+
 /// One Redis server (reconnecting on its own) or a Redis Cluster.
 #[derive(Clone)]
 pub enum RedisConn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
+
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
@@ -89,6 +106,7 @@ impl ConnectionLike for RedisConn {
         }
     }
 }
+
 #[derive(Clone)]
 pub struct RedisStore {
     conn: RedisConn,
@@ -99,6 +117,7 @@ pub struct RedisStore {
     /// Round trips made so far (a pipeline is one), for load reporting.
     round_trips: Arc<AtomicU64>,
 }
+
 fn evalsha(lua: &Lua, keys: &[String]) -> Cmd {
     let mut c = redis::cmd("EVALSHA");
     c.arg(lua.script.get_hash()).arg(keys.len());
@@ -107,9 +126,11 @@ fn evalsha(lua: &Lua, keys: &[String]) -> Cmd {
     }
     c
 }
+
 fn from_value<T: FromRedisValue>(v: Value) -> Result<T> {
     T::from_redis_value(v).map_err(|e| Error::Protocol(e.to_string()))
 }
+
 #[cfg(test)]
 mod tests {
     use super::conn::{group_by_slot, hash_tag};

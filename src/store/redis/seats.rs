@@ -1,14 +1,11 @@
 //! The seat hashes: the sweep's reads, suspect records, the fenced
 //! compare-and-set repairs and rebuilds (rules 1, 2, 4, 13).
 
-use std::collections::HashMap;
-
-use redis::{Cmd, Value};
-
+use super::*;
 use crate::error::{Error, Result};
 use crate::model::{SeatFields, SeatNo, SeatRepair, SeatState, ShowtimeId};
-
-use super::*;
+use redis::{Cmd, Value};
+use std::collections::HashMap;
 
 /// What a scan read at one showtime's seat key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +14,7 @@ pub enum HashRead {
     WrongType,
     Fields(SeatFields),
 }
+
 /// One showtime's scan result.
 #[derive(Debug, Clone)]
 pub struct ShowtimeRead {
@@ -27,6 +25,7 @@ pub struct ShowtimeRead {
     /// the next suspect write replaces it.
     pub suspects_wrong_type: bool,
 }
+
 /// Result of one fenced script call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fenced<T> {
@@ -36,6 +35,7 @@ pub enum Fenced<T> {
     /// Seatflow's seat key had the wrong type (rule 13): nothing was written.
     SeatKeyWrongType,
 }
+
 /// A script's reply and our own keys it found in the wrong shape and
 /// replaced (rule 13), for the caller to report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,7 @@ pub struct Replied<T> {
     /// Full names of the keys replaced.
     pub replaced: Vec<String>,
 }
+
 /// The repairs of one showtime, applied by one script call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeatBatch {
@@ -52,6 +53,7 @@ pub struct SeatBatch {
     pub op_id: String,
     pub repairs: Vec<SeatRepair>,
 }
+
 impl SeatBatch {
     pub fn new(showtime: ShowtimeId, repairs: Vec<SeatRepair>) -> SeatBatch {
         SeatBatch {
@@ -61,6 +63,7 @@ impl SeatBatch {
         }
     }
 }
+
 /// One change to a showtime's suspect records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SuspectOp {
@@ -74,6 +77,7 @@ pub enum SuspectOp {
         state: Option<SeatState>,
     },
 }
+
 /// One item of an HGETALL reply, as the bytes it holds (no copy).
 fn bytes(v: Value) -> Result<Vec<u8>> {
     match v {
@@ -82,6 +86,7 @@ fn bytes(v: Value) -> Result<Vec<u8>> {
         other => Err(Error::Protocol(format!("unexpected hash item {other:?}"))),
     }
 }
+
 /// HGETALL reply of a seat hash → its fields as they are. This runs for every
 /// field of every sweep: the reply's buffers are kept, nothing is decoded.
 fn seat_fields(v: Value) -> Result<SeatFields> {
@@ -102,6 +107,7 @@ fn seat_fields(v: Value) -> Result<SeatFields> {
         other => Err(Error::Protocol(format!("HGETALL replied {other:?}"))),
     }
 }
+
 /// HGETALL reply of a small hash of ours (suspect records) → map;
 /// non-UTF-8 bytes become U+FFFD and fail validation later.
 fn string_map(v: Value) -> Result<HashMap<String, String>> {

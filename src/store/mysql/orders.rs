@@ -1,0 +1,251 @@
+//! Expired orders: keyset pages, those outside the contract, and the
+//! conditional cancel (rule 3) with its audit rows in one transaction.
+
+use super::sql::*;
+use super::*;
+use crate::contract::UnknownRow;
+use crate::error::Result;
+use crate::model::{FixAction, Kind, SeatNo, ShowtimeId};
+use chrono::NaiveDateTime;
+use sqlx::{MySql, QueryBuilder, Row};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredOrder {
+    pub id: i64,
+    pub showtime_id: ShowtimeId,
+    pub expires_at: NaiveDateTime,
+    /// Spelled exactly `PENDING`. The page also holds orders the collation
+    /// calls PENDING (`pending`, `PENDING `): bad data, never cancelled.
+    pub exact: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelledOrder {
+    pub id: i64,
+    pub showtime_id: ShowtimeId,
+    /// The order's own `order_seat` rows: each seat in the row's showtime
+    /// (which a row outside the contract may set apart from the order's).
+    pub seats: Vec<(ShowtimeId, SeatNo)>,
+}
+
+impl MysqlStore {
+    /// Orders whose status the collation takes for PENDING and whose
+    /// `expires_at` is before `deadline`, after `after` in (expires_at, id)
+    /// order; `exact` tells the real PENDING ones. Orders whose
+    /// `expires_at` does not decode are not on this page:
+    /// [`MysqlStore::unknown_expired`] reports them.
+    pub async fn expired_page(
+        &self,
+        deadline: NaiveDateTime,
+        after: Option<Keyset>,
+        limit: usize,
+        only: &[ShowtimeId],
+    ) -> Result<Vec<ExpiredOrder>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT id, showtime_id, expires_at, BINARY status = 'PENDING' AS exact \
+             FROM ticket_order WHERE status = 'PENDING' AND ",
+        );
+        q.push(date_ok("expires_at")).push(" AND expires_at < ");
+        q.push_bind(deadline);
+        push_shard(&mut q, "showtime_id", self.shard);
+        push_after(&mut q, "expires_at", "id", after);
+        push_in(&mut q, "showtime_id", only);
+        q.push(" ORDER BY expires_at, id LIMIT ")
+            .push_bind(limit as u64);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ExpiredOrder {
+                    id: r.try_get("id")?,
+                    showtime_id: r.try_get("showtime_id")?,
+                    expires_at: r.try_get("expires_at")?,
+                    exact: r.try_get::<i64, _>("exact")? == 1,
+                })
+            })
+            .collect()
+    }
+
+    /// Orders the collation takes for PENDING whose `expires_at` does not
+    /// decode (a zero date under a permissive `sql_mode`), at most `limit`:
+    /// never cancelled (nobody knows their deadline), reported.
+    pub async fn unknown_expired(
+        &self,
+        only: &[ShowtimeId],
+        limit: usize,
+    ) -> Result<Vec<UnknownRow>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT id, CAST(expires_at AS CHAR) AS raw FROM ticket_order \
+             WHERE status = 'PENDING' AND NOT ",
+        );
+        q.push(date_ok("expires_at"));
+        push_shard(&mut q, "showtime_id", self.shard);
+        push_in(&mut q, "showtime_id", only);
+        q.push(" ORDER BY id LIMIT ").push_bind(limit as u64);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                let id: i64 = r.try_get("id")?;
+                Ok(UnknownRow::new(
+                    "ticket_order",
+                    id.to_string(),
+                    format!(
+                        "expires_at {} does not decode; not cancelled",
+                        r.try_get::<Option<String>, _>("raw")
+                            .ok()
+                            .flatten()
+                            .unwrap_or_else(|| "NULL".into())
+                    ),
+                ))
+            })
+            .collect()
+    }
+
+    /// Cancels those of `ids` that are still PENDING and expired before
+    /// `deadline`, with their seats' `active = NULL`, in one transaction.
+    /// Orders paid or cancelled meanwhile are skipped (rule 3): the rows are
+    /// locked first, and the UPDATE repeats the condition.
+    ///
+    /// Each cancel's audit row (`order_cancelled`) is written in the same
+    /// transaction (rule 10): a cancel without its audit row cannot commit.
+    ///
+    /// Safe to retry: orders among `ids` that the reconciler cancelled at or
+    /// after `since` (a commit whose reply was lost, audit row included) are
+    /// returned as cancelled too. The caller holds the showtimes' leases, so
+    /// those cancels are its own.
+    pub async fn cancel_expired(
+        &self,
+        ids: &[i64],
+        deadline: NaiveDateTime,
+        since: NaiveDateTime,
+        audit: &RunIdentity<'_>,
+    ) -> Result<Vec<CancelledOrder>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut earlier = self.cancelled_by_us_since(ids, since).await?;
+        let mut tx = self.pool.begin().await?;
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT id, showtime_id FROM ticket_order WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ",
+        );
+        q.push_bind(deadline);
+        push_in(&mut q, "id", ids);
+        q.push(" ORDER BY id FOR UPDATE");
+        let won: Vec<(i64, i64)> = q
+            .build()
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("showtime_id")?)))
+            .collect::<Result<_>>()?;
+        if won.is_empty() {
+            tx.rollback().await?;
+            return Ok(earlier);
+        }
+        let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
+
+        // The order's own rows, each in its own showtime (rule 15: the
+        // release goes where the row is, not where the order says).
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT order_id, showtime_id, seat_no FROM order_seat WHERE active = 1",
+        );
+        push_in(&mut q, "order_id", &won_ids);
+        q.push(" ORDER BY order_id, seat_no");
+        let mut seats: HashMap<i64, Vec<(ShowtimeId, SeatNo)>> = HashMap::new();
+        for r in q.build().fetch_all(&mut *tx).await? {
+            seats
+                .entry(r.try_get("order_id")?)
+                .or_default()
+                .push((r.try_get("showtime_id")?, lossy(&r, "seat_no")));
+        }
+
+        let mut q = QueryBuilder::<MySql>::new(
+            "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = ",
+        );
+        q.push_bind(CANCEL_REASON)
+            .push(" WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ")
+            .push_bind(deadline);
+        push_in(&mut q, "id", &won_ids);
+        let updated = q.build().execute(&mut *tx).await?.rows_affected();
+        if updated != won_ids.len() as u64 {
+            // Impossible while we hold the row locks; refuse rather than guess.
+            tx.rollback().await?;
+            return Err(crate::error::Error::Protocol(format!(
+                "cancel updated {updated} of {} locked orders",
+                won_ids.len()
+            )));
+        }
+        let mut q =
+            QueryBuilder::<MySql>::new("UPDATE order_seat SET active = NULL WHERE active = 1");
+        push_in(&mut q, "order_id", &won_ids);
+        q.build().execute(&mut *tx).await?;
+        let mut q = QueryBuilder::<MySql>::new(
+            "INSERT IGNORE INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, \
+             order_id, before_value, after_value, fixed_at, instance) ",
+        );
+        q.push_values(&won, |mut b, (id, showtime_id)| {
+            b.push_bind(uuid::Uuid::new_v4().simple().to_string())
+                .push_bind(audit.run_id)
+                .push_bind(Kind::ExpiredOrders.label())
+                .push_bind(FixAction::OrderCancelled.label())
+                .push_bind(*showtime_id)
+                .push_bind(None::<&str>)
+                .push_bind(*id)
+                .push_bind("PENDING")
+                .push_bind("CANCELLED")
+                .push("UTC_TIMESTAMP(3)")
+                .push_bind(audit.instance);
+        });
+        q.build().execute(&mut *tx).await?;
+        tx.commit().await?;
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!(crate::race_window::CANCEL_REPLY_LOST, |_| {
+            Err(crate::error::Error::Mysql(sqlx::Error::Io(
+                std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the commit's reply was lost (failpoint)",
+                ),
+            )))
+        });
+
+        earlier.extend(won.into_iter().map(|(id, showtime_id)| CancelledOrder {
+            id,
+            showtime_id,
+            seats: seats.remove(&id).unwrap_or_default(),
+        }));
+        Ok(earlier)
+    }
+
+    /// Orders among `ids` cancelled by the reconciler at or after `since`,
+    /// with the seats they held.
+    pub(super) async fn cancelled_by_us_since(
+        &self,
+        ids: &[i64],
+        since: NaiveDateTime,
+    ) -> Result<Vec<CancelledOrder>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT o.id, o.showtime_id, os.showtime_id AS seat_showtime, os.seat_no \
+             FROM ticket_order o JOIN order_seat os ON os.order_id = o.id \
+             WHERE o.status = 'CANCELLED' AND o.cancel_reason = ",
+        );
+        q.push_bind(CANCEL_REASON)
+            .push(" AND o.cancelled_at >= ")
+            .push_bind(since);
+        push_in(&mut q, "o.id", ids);
+        q.push(" ORDER BY o.id, os.seat_no");
+        let mut out: Vec<CancelledOrder> = Vec::new();
+        for r in q.build().fetch_all(&self.pool).await? {
+            let id: i64 = r.try_get("id")?;
+            let seat = (r.try_get("seat_showtime")?, lossy(&r, "seat_no"));
+            match out.last_mut() {
+                Some(o) if o.id == id => o.seats.push(seat),
+                _ => out.push(CancelledOrder {
+                    id,
+                    showtime_id: r.try_get("showtime_id")?,
+                    seats: vec![seat],
+                }),
+            }
+        }
+        Ok(out)
+    }
+}

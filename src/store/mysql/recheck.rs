@@ -1,0 +1,226 @@
+//! The re-check right before a write, asked in MySQL's own terms (rules 4
+//! and 15): exactly the planned seats, compared with the column's collation.
+
+use super::sql::*;
+use super::*;
+use crate::contract::{self, SeatRow, UnknownRow};
+use crate::error::Result;
+use crate::model::{SeatNo, SeatTruth, ShowtimeId};
+use chrono::NaiveDateTime;
+use sqlx::{MySql, QueryBuilder, Row};
+
+/// A seat as the re-check sees it, asked in MySQL's own terms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeatHistory {
+    /// The valid occupancy, and whether a row outside the contract may hold it.
+    pub truth: SeatTruth,
+    /// Latest created/paid/cancelled time of any order on the seat (UTC ms).
+    pub last_activity_ms: Option<i64>,
+}
+
+/// `CASE <owner> WHEN S THEN FIELD(os.seat_no, <S's asked seats>) … END`:
+/// the 1-based place, among its showtime's asked seats, of the seat that
+/// MySQL's comparison of `os.seat_no` takes for the row's (0: none).
+fn push_position(
+    q: &mut QueryBuilder<MySql>,
+    owner: &str,
+    asked: &[&(ShowtimeId, Vec<usize>)],
+    seats: &[(ShowtimeId, SeatNo, bool)],
+) {
+    q.push(format_args!("CASE {owner}"));
+    for (s, idx) in asked {
+        q.push(" WHEN ")
+            .push_bind(*s)
+            .push(" THEN FIELD(os.seat_no");
+        for &i in idx {
+            q.push(", ").push_bind(seats[i].1.as_str());
+        }
+        q.push(")");
+    }
+    q.push(" ELSE 0 END");
+}
+
+/// One row whose seat number is not a template seat byte for byte, with
+/// the enabled template seats of its showtime's hall.
+#[derive(Debug, Clone, Copy)]
+pub struct SeatNameAsk<'a> {
+    pub order_id: i64,
+    pub seat_no: &'a str,
+    pub candidates: &'a [SeatNo],
+}
+
+impl MysqlStore {
+    /// Which of `candidates` each row's seat number names under MySQL's own
+    /// comparison of `order_seat.seat_no` (the column's collation, as
+    /// `uq_occupancy` compares): `a-01` and `A-01 ` name `A-01`. One row per
+    /// ask, found by its key (`order_id`, `seat_no`); `FIELD` compares the
+    /// column with the candidates in the column's collation.
+    pub async fn seats_named(&self, asks: &[SeatNameAsk<'_>]) -> Result<Vec<Option<SeatNo>>> {
+        let mut out = vec![None; asks.len()];
+        let mut from = 0;
+        while from < asks.len() {
+            // Stay well inside the 65,535 placeholders of one statement.
+            let mut to = from;
+            let mut binds = 0;
+            while to < asks.len() && (to == from || binds + asks[to].candidates.len() + 3 < 30_000)
+            {
+                binds += asks[to].candidates.len() + 3;
+                to += 1;
+            }
+            let mut q = QueryBuilder::<MySql>::new("");
+            for (i, ask) in asks[from..to].iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL ");
+                }
+                q.push("SELECT ")
+                    .push_bind((from + i) as i64)
+                    .push(" AS i, FIELD(os.seat_no");
+                for c in ask.candidates {
+                    q.push(", ").push_bind(c.as_str());
+                }
+                q.push(") AS pos FROM order_seat os WHERE os.order_id = ")
+                    .push_bind(ask.order_id)
+                    .push(" AND os.seat_no = ")
+                    .push_bind(ask.seat_no);
+            }
+            for r in q.build().fetch_all(&self.pool).await? {
+                let i: i64 = r.try_get("i")?;
+                let pos: i64 = r.try_get("pos")?;
+                let ask = &asks[i as usize];
+                if pos > 0 {
+                    out[i as usize] = ask.candidates.get(pos as usize - 1).cloned();
+                }
+            }
+            from = to;
+        }
+        Ok(out)
+    }
+
+    /// Exactly these seats, read now and asked in MySQL's own terms (the
+    /// re-check right before a write, rules 4 and 15): every row whose seat
+    /// number the column's collation takes for the seat, in the seat's
+    /// showtime, and, where `lowering`, the rows of the showtime's orders
+    /// that sit in another showtime. Returns one entry per seat, in order,
+    /// and the rows outside the contract among them.
+    pub async fn seat_history(
+        &self,
+        seats: &[(ShowtimeId, SeatNo, bool)],
+    ) -> Result<(Vec<SeatHistory>, Vec<UnknownRow>)> {
+        let mut out = vec![SeatHistory::default(); seats.len()];
+        let mut unknown = Vec::new();
+        // (showtime → its asked seats' indexes), per statement of at most
+        // `PER_STATEMENT` seats.
+        const PER_STATEMENT: usize = 2_000;
+        for part in (0..seats.len()).collect::<Vec<_>>().chunks(PER_STATEMENT) {
+            let mut by_showtime: Vec<(ShowtimeId, Vec<usize>)> = Vec::new();
+            for &i in part {
+                match by_showtime.iter_mut().find(|(s, _)| *s == seats[i].0) {
+                    Some((_, v)) => v.push(i),
+                    None => by_showtime.push((seats[i].0, vec![i])),
+                }
+            }
+            for other_showtimes in [false, true] {
+                let asked: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime
+                    .iter()
+                    .filter(|(_, v)| !other_showtimes || v.iter().any(|&i| seats[i].2))
+                    .collect();
+                if asked.is_empty() {
+                    continue;
+                }
+                let owner = if other_showtimes {
+                    "o.showtime_id"
+                } else {
+                    "os.showtime_id"
+                };
+                let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
+                q.push(", ")
+                    .push(order_dates_ok("o"))
+                    .push(" AS dates_ok, CASE WHEN ")
+                    .push(order_dates_ok("o"))
+                    .push(
+                        " THEN GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), \
+                         COALESCE(o.cancelled_at, o.created_at)) END AS touched, ",
+                    )
+                    .push(owner)
+                    .push(" AS asked_showtime, ");
+                push_position(&mut q, owner, &asked, seats);
+                if other_showtimes {
+                    q.push(
+                        " AS pos FROM ticket_order o JOIN order_seat os ON os.order_id = o.id \
+                         WHERE os.showtime_id <> o.showtime_id",
+                    );
+                    push_in(
+                        &mut q,
+                        "o.showtime_id",
+                        &asked.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+                    );
+                    q.push(" AND ");
+                    push_position(&mut q, owner, &asked, seats);
+                    q.push(" > 0");
+                } else {
+                    q.push(
+                        " AS pos FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
+                         WHERE (os.showtime_id, os.seat_no) IN (",
+                    );
+                    let mut sep = q.separated(", ");
+                    for (s, idx) in &asked {
+                        for &i in idx {
+                            sep.push("(")
+                                .push_bind_unseparated(*s)
+                                .push_unseparated(", ")
+                                .push_bind_unseparated(seats[i].1.as_str())
+                                .push_unseparated(")");
+                        }
+                    }
+                    q.push(")");
+                }
+                for r in q.build().fetch_all(&self.pool).await? {
+                    let asked_showtime: i64 = r.try_get("asked_showtime")?;
+                    let pos: Option<i64> = r.try_get("pos")?;
+                    let Some(i) = asked
+                        .iter()
+                        .find(|(s, _)| *s == asked_showtime)
+                        .and_then(|(_, idx)| idx.get(pos.unwrap_or(0).max(1) as usize - 1))
+                        .filter(|_| pos.unwrap_or(0) > 0)
+                        .copied()
+                    else {
+                        continue;
+                    };
+                    let facts = seat_row_facts(&r)?;
+                    let mut reading = contract::read_seat_row(&facts);
+                    if matches!(reading, SeatRow::Occupies(_)) && facts.seat_no != seats[i].1 {
+                        // A valid occupancy is spelled as the template spells
+                        // the seat; MySQL's comparison only found this one.
+                        reading = SeatRow::Unknown(format!(
+                            "seat_no {:?} is the template's {:?} only under the collation",
+                            facts.seat_no, seats[i].1
+                        ));
+                    }
+                    let entry = &mut out[i];
+                    if let SeatRow::Unknown(why) = &reading {
+                        unknown.push(UnknownRow::new(
+                            "order_seat",
+                            contract::seat_row_id(facts.order_id, &facts.seat_no),
+                            why.clone(),
+                        ));
+                    }
+                    if let Some(holding) = reading.holding(facts.order_id) {
+                        entry.truth.add(holding);
+                    }
+                    // An order's time that does not decode counts as "just
+                    // now": the grace period can only start later (rule 4).
+                    let ms = match r.try_get::<Option<NaiveDateTime>, _>("touched") {
+                        Ok(Some(t)) => Some(t.and_utc().timestamp_millis()),
+                        Ok(None) if facts.order.is_none() => None,
+                        _ => Some(i64::MAX),
+                    };
+                    if let Some(ms) = ms {
+                        entry.last_activity_ms =
+                            Some(entry.last_activity_ms.map_or(ms, |m: i64| m.max(ms)));
+                    }
+                }
+            }
+        }
+        Ok((out, unknown))
+    }
+}
