@@ -1,0 +1,224 @@
+//! Safety rule 4, pure: orphans are suspects first. A seat seen orphaned is
+//! recorded with its first sighting (Redis clock) and repaired only after
+//! `reconcile.orphan_grace` of continuous orphanhood; order activity on the
+//! seat since then restarts the clock.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::{Kind, SeatNo, SeatRepair, SeatState};
+
+/// How far apart the Redis clock (suspect times) and the application's clock
+/// (order timestamps in MySQL) may be, at most.
+pub const CLOCK_SLACK_MS: i64 = 5_000;
+
+/// True when no order came or went on a seat since it was first seen
+/// orphaned (with clock slack): only then was it orphaned *continuously*.
+/// Without this, a hold that was released and taken again between two runs
+/// (A holds, A's order commits and is cancelled, B holds) would inherit A's
+/// old first-seen time and B's in-flight hold could be released.
+pub fn orphaned_throughout(first_seen_ms: i64, last_activity_ms: Option<i64>) -> bool {
+    last_activity_ms.is_none_or(|t| t < first_seen_ms - CLOCK_SLACK_MS)
+}
+
+/// A suspect record: the orphaned value first seen at `first_seen_ms`
+/// (Redis server time). Stored as `"<value>@<ms>"` in `{prefix}reconcile:suspect:{S}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Suspect {
+    pub state: SeatState,
+    pub first_seen_ms: i64,
+}
+
+impl Suspect {
+    pub fn encode(&self) -> String {
+        format!("{}@{}", self.state.as_redis(), self.first_seen_ms)
+    }
+
+    pub fn decode(raw: &str) -> Option<Suspect> {
+        let (state, ms) = raw.split_once('@')?;
+        Some(Suspect {
+            state: SeatState::from_redis(state)?,
+            first_seen_ms: ms.parse().ok()?,
+        })
+    }
+}
+
+/// The orphaned value a grace-period job watches.
+pub fn suspect_state(kind: Kind) -> Option<SeatState> {
+    match kind {
+        Kind::OrphanLocks => Some(SeatState::Locked),
+        Kind::SoldOrphans => Some(SeatState::Sold),
+        _ => None,
+    }
+}
+
+/// What to do with one showtime's orphan candidates of one kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GracePlan {
+    /// Orphaned continuously for at least the grace period: repair now.
+    pub ready: Vec<SeatRepair>,
+    /// Still inside the grace period.
+    pub deferred: Vec<SeatRepair>,
+    /// New or restarted suspect records to write.
+    pub record: Vec<(SeatNo, Suspect)>,
+    /// Suspect records of this kind whose seat is no longer an orphan.
+    pub clear: Vec<SeatNo>,
+}
+
+/// Splits candidates into ready and deferred. A candidate is ready when a
+/// suspect record with the same orphaned value is at least `grace_ms` old (or
+/// the grace is zero). Records of this kind whose seat is no longer a
+/// candidate, and unreadable records, are cleared.
+pub fn apply_grace(
+    kind: Kind,
+    candidates: Vec<SeatRepair>,
+    suspects: &HashMap<SeatNo, String>,
+    now_ms: i64,
+    grace_ms: i64,
+) -> GracePlan {
+    let mut plan = GracePlan::default();
+    let Some(watched) = suspect_state(kind) else {
+        plan.ready = candidates;
+        return plan;
+    };
+    let candidate_seats: HashSet<&str> = candidates.iter().map(|c| c.seat.as_str()).collect();
+    for (seat, raw) in suspects {
+        let stale = match Suspect::decode(raw) {
+            None => true,
+            Some(s) => s.state == watched && !candidate_seats.contains(seat.as_str()),
+        };
+        if stale {
+            plan.clear.push(seat.clone());
+        }
+    }
+    plan.clear.sort();
+    for candidate in candidates {
+        let known = suspects
+            .get(&candidate.seat)
+            .and_then(|raw| Suspect::decode(raw))
+            .filter(|s| Some(s.state) == candidate.observed);
+        match known {
+            _ if grace_ms <= 0 => plan.ready.push(candidate),
+            Some(s) if now_ms.saturating_sub(s.first_seen_ms) >= grace_ms => {
+                plan.ready.push(candidate)
+            }
+            Some(_) => plan.deferred.push(candidate),
+            None => {
+                let state = candidate.observed.unwrap_or(watched);
+                plan.record.push((
+                    candidate.seat.clone(),
+                    Suspect {
+                        state,
+                        first_seen_ms: now_ms,
+                    },
+                ));
+                plan.deferred.push(candidate);
+            }
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use SeatState::*;
+
+    fn hash(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn orphan(seat: &str) -> SeatRepair {
+        SeatRepair {
+            kind: Kind::OrphanLocks,
+            seat: seat.into(),
+            observed: Some(Locked),
+            target: Free,
+        }
+    }
+
+    #[test]
+    fn grace_defers_new_suspects_and_releases_old_ones() {
+        let suspects = hash(&[
+            ("A-1", "1@1000"),
+            ("A-2", "1@9000"),
+            ("A-9", "1@1"),
+            ("B-1", "2@1"),
+        ]);
+        let plan = apply_grace(
+            Kind::OrphanLocks,
+            vec![orphan("A-1"), orphan("A-2"), orphan("A-3")],
+            &suspects,
+            10_000,
+            5_000,
+        );
+        assert_eq!(plan.ready, vec![orphan("A-1")]);
+        assert_eq!(plan.deferred, vec![orphan("A-2"), orphan("A-3")]);
+        assert_eq!(
+            plan.record,
+            vec![(
+                "A-3".into(),
+                Suspect {
+                    state: Locked,
+                    first_seen_ms: 10_000
+                }
+            )]
+        );
+        // A-9 is no longer an orphan lock; B-1 belongs to sold-orphans.
+        assert_eq!(plan.clear, vec!["A-9".to_string()]);
+    }
+
+    #[test]
+    fn a_suspect_of_another_value_restarts_the_clock() {
+        let suspects = hash(&[("A-1", "2@0")]);
+        let plan = apply_grace(
+            Kind::OrphanLocks,
+            vec![orphan("A-1")],
+            &suspects,
+            10_000,
+            5_000,
+        );
+        assert!(plan.ready.is_empty());
+        assert_eq!(plan.record[0].1.first_seen_ms, 10_000);
+    }
+
+    #[test]
+    fn zero_grace_repairs_at_once() {
+        let plan = apply_grace(
+            Kind::OrphanLocks,
+            vec![orphan("A-1")],
+            &HashMap::new(),
+            5,
+            0,
+        );
+        assert_eq!(plan.ready, vec![orphan("A-1")]);
+        assert!(plan.record.is_empty());
+    }
+
+    #[test]
+    fn order_activity_after_first_seen_breaks_continuity() {
+        assert!(orphaned_throughout(100_000, None));
+        assert!(orphaned_throughout(
+            100_000,
+            Some(100_000 - CLOCK_SLACK_MS - 1)
+        ));
+        assert!(!orphaned_throughout(
+            100_000,
+            Some(100_000 - CLOCK_SLACK_MS)
+        ));
+        assert!(!orphaned_throughout(100_000, Some(150_000)));
+    }
+
+    #[test]
+    fn suspects_round_trip() {
+        let s = Suspect {
+            state: Sold,
+            first_seen_ms: 1_700_000_000_123,
+        };
+        assert_eq!(Suspect::decode(&s.encode()), Some(s));
+        assert_eq!(Suspect::decode("garbage"), None);
+        assert_eq!(Suspect::decode("7@1"), None);
+    }
+}
