@@ -4,7 +4,6 @@
 //! Every job's decisions come from here, so they are property-tested without
 //! any server (see the tests at the bottom and `tests/planner_props.rs`).
 
-
 use crate::model::{
     Holding, Kind, SeatFields, SeatNo, SeatRepair, SeatState, SeatTruth, ShowtimeOccupancy,
     Template,
