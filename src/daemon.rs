@@ -15,27 +15,33 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::model::Kind;
-use crate::runner::Runner;
-use crate::schedule::next_fire_after;
+use crate::runner::{Fire, Runner};
+use crate::schedule::Schedule;
 
-/// Fires `kind` (a seat job stands for the pass) at each time `schedule`
-/// names, with that time as the fire's slot, until `stop`.
+/// Fires `fire` at each time `schedule` names, with that time as the
+/// fire's slot, until `stop`.
 async fn fire_on_schedule(
     runner: Arc<Runner>,
-    kind: Kind,
-    schedule: String,
+    fire: Fire,
+    schedule: Schedule,
     stop: CancellationToken,
 ) {
     let mut after = Utc::now();
-    while let Some(at) = next_fire_after(&schedule, after) {
+    while let Some(at) = schedule.next_after(after) {
         let wait = (at - Utc::now()).to_std().unwrap_or_default();
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled() => return,
         }
-        runner.fire(kind, at);
+        runner.fire(fire, at);
         after = at;
     }
+}
+
+/// `schedule`, parsed once at start.
+fn parsed(schedule: &str) -> anyhow::Result<Schedule> {
+    Schedule::new(schedule)
+        .map_err(|e| anyhow::anyhow!("invalid cron expression {schedule:?}: {e}"))
 }
 
 /// Keeps `seatflow_reconciler_dependency_up` current between readiness probes.
@@ -82,10 +88,7 @@ pub async fn run_on(
         .filter(|k| settings.job(*k).enabled)
         .map(Kind::label)
         .collect();
-    if let Some(first) = Kind::SEAT_JOBS
-        .into_iter()
-        .find(|k| settings.job(*k).enabled)
-    {
+    if !pass_jobs.is_empty() {
         let schedule = settings.sweep.schedule.clone();
         tracing::info!(
             jobs = pass_jobs.join(","),
@@ -95,8 +98,8 @@ pub async fn run_on(
         );
         tasks.push(tokio::spawn(fire_on_schedule(
             runner.clone(),
-            first,
-            schedule,
+            Fire::Pass,
+            parsed(&schedule)?,
             fire_stop.clone(),
         )));
     }
@@ -109,8 +112,8 @@ pub async fn run_on(
         );
         tasks.push(tokio::spawn(fire_on_schedule(
             runner.clone(),
-            Kind::ExpiredOrders,
-            schedule,
+            Fire::Job(Kind::ExpiredOrders),
+            parsed(&schedule)?,
             fire_stop.clone(),
         )));
     }
