@@ -40,8 +40,9 @@ enum Output {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The daemon: each job on its cron schedule, HTTP on http.listen
-    /// (/metrics, /healthz, /readyz, /status, POST /jobs/{job}/run).
+    /// The daemon: the seat jobs' pass and expired-orders, each on its cron
+    /// schedule; HTTP on http.listen (/metrics, /healthz, /readyz, /status,
+    /// POST /jobs/{job}/run).
     Run,
     /// Run every job once and exit: 0 all completed, 1 a job failed or was
     /// partial, 2 bad configuration or usage, 3 MySQL or Redis unreachable.

@@ -21,7 +21,7 @@ use crate::jobs::{self, RunOptions};
 use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
 use crate::pace::Pacer;
-use crate::schedule::{next_fire, next_fire_after};
+use crate::schedule::{Schedule, next_fire};
 
 /// How long a dependency probe waits for each store.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -68,6 +68,37 @@ pub struct ShardStatus {
     pub overruns: u64,
 }
 
+/// What a schedule fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fire {
+    /// The enabled seat jobs' shared pass, on `sweep.schedule`.
+    Pass,
+    /// A job on a schedule of its own (`expired-orders`; a seat job given
+    /// here runs alone, as a pass of its own).
+    Job(Kind),
+}
+
+impl Fire {
+    /// The jobs this fire runs: the pass serves every enabled seat job.
+    fn kinds(self, settings: &crate::config::Settings) -> Vec<Kind> {
+        match self {
+            Fire::Pass => Kind::SEAT_JOBS
+                .into_iter()
+                .filter(|k| settings.job(*k).enabled)
+                .collect(),
+            Fire::Job(kind) => vec![kind],
+        }
+    }
+
+    /// For log lines: `pass`, or the job's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fire::Pass => "pass",
+            Fire::Job(kind) => kind.label(),
+        }
+    }
+}
+
 /// Runs jobs on request (schedule or admin endpoint).
 pub struct Runner {
     pub ctx: Context,
@@ -76,9 +107,14 @@ pub struct Runner {
     /// Paces the passes' reads (`sweep.pace`); one per process, so that a
     /// back-off carries over from one pass to the next.
     pacer: Option<Arc<Pacer>>,
+    /// `sweep.schedule`, parsed once: each scheduled pass's deadline.
+    pass_schedule: Option<Schedule>,
     stop: CancellationToken,
     tracker: TaskTracker,
-    /// One pass at a time; one `expired-orders` run at a time.
+    /// One pass at a time; one `expired-orders` run at a time. Each guard
+    /// belongs to one schedule's job and is held (`try_lock_owned`) by its
+    /// run: the scheduler fires whether or not the previous run is still
+    /// going, and such a fire is skipped and counted (`skipped_overlap`).
     pass_guard: Arc<tokio::sync::Mutex<()>>,
     expired_guard: Arc<tokio::sync::Mutex<()>>,
     status: Mutex<BTreeMap<Kind, JobStatus>>,
@@ -131,11 +167,15 @@ impl Runner {
         pass_metrics
             .pace
             .set(pacer.as_ref().map_or(0.0, |p| p.rate()));
+        // Checked with the settings: a schedule that does not parse has no
+        // deadline, as it has no fire.
+        let pass_schedule = Schedule::new(&settings.sweep.schedule).ok();
         Arc::new(Runner {
             ctx,
             metrics,
             pass_metrics,
             pacer,
+            pass_schedule,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
             pass_guard: Default::default(),
@@ -166,25 +206,20 @@ impl Runner {
 
     /// The enabled seat jobs: the pass's.
     fn pass_kinds(&self) -> Vec<Kind> {
-        Kind::SEAT_JOBS
-            .into_iter()
-            .filter(|k| self.ctx.settings.job(*k).enabled)
-            .collect()
+        Fire::Pass.kinds(&self.ctx.settings)
     }
 
-    /// A scheduled fire of `kind` (`expired-orders`), or of the pass (a
-    /// seat job) for the schedule slot `slot`: skipped and counted if the
-    /// previous run still goes.
+    /// A scheduled fire (the pass, or `expired-orders`) for the schedule
+    /// slot `slot`: skipped and counted if the previous run still goes.
     #[allow(
         clippy::expect_used,
         reason = "the status map holds every kind from the start"
     )]
-    pub fn fire(self: &Arc<Self>, kind: Kind, slot: DateTime<Utc>) {
-        let kinds = if kind.is_seat_job() {
-            self.pass_kinds()
-        } else {
-            vec![kind]
-        };
+    pub fn fire(self: &Arc<Self>, fire: Fire, slot: DateTime<Utc>) {
+        let kinds = fire.kinds(&self.ctx.settings);
+        if kinds.is_empty() {
+            return;
+        }
         if let Err(NotStarted::AlreadyRunning) = self.start_run(kinds.clone(), Some(slot), true) {
             for k in &kinds {
                 self.metrics.record_skipped_overlap(*k);
@@ -193,8 +228,10 @@ impl Runner {
                     .expect("kind")
                     .skipped_overlaps += 1;
             }
+            let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
             tracing::warn!(
-                kind = kind.label(),
+                fire = fire.label(),
+                kinds = labels.join(","),
                 "previous run still going; this fire is skipped"
             );
         }
@@ -279,7 +316,9 @@ impl Runner {
     async fn run_pass(&self, kinds: &[Kind], slot: Option<DateTime<Utc>>) {
         let settings = &self.ctx.settings;
         let own = settings.shard();
-        let deadline = slot.and_then(|s| pass_deadline(&settings.sweep.schedule, s));
+        let deadline = slot
+            .zip(self.pass_schedule.as_ref())
+            .and_then(|(s, schedule)| pass_deadline(schedule, s));
         // Dry runs take no lease, so they keep to their own shard.
         let shards = if slot.is_some() && !settings.reconcile.dry_run {
             own.all_from_here()
@@ -478,12 +517,33 @@ impl Runner {
 
 /// When a pass for `slot` must stop scanning: shortly before the next fire,
 /// so that it never overlaps the next pass.
-fn pass_deadline(schedule: &str, slot: DateTime<Utc>) -> Option<tokio::time::Instant> {
-    let next = next_fire_after(schedule, slot)?;
+fn pass_deadline(schedule: &Schedule, slot: DateTime<Utc>) -> Option<tokio::time::Instant> {
+    let next = schedule.next_after(slot)?;
     let interval = (next - slot).to_std().ok()?;
     // Room for the pass's tail (audit flush, cursors): a twentieth of the
     // interval, at most 2 s.
     let margin = (interval / 20).min(Duration::from_secs(2));
     let left = (next - Utc::now()).to_std().unwrap_or_default();
     Some(tokio::time::Instant::now() + left.saturating_sub(margin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    #[test]
+    fn the_pass_fires_every_enabled_seat_job_and_a_job_fires_itself() {
+        let vars = [("SEATFLOW__JOBS__MISSING_HASHES__ENABLED", "false")];
+        let env = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        let settings = Settings::load_with_env(None, env).unwrap();
+        assert_eq!(
+            Fire::Pass.kinds(&settings),
+            [Kind::PaidSeats, Kind::OrphanLocks, Kind::SoldOrphans]
+        );
+        let expired = Fire::Job(Kind::ExpiredOrders);
+        assert_eq!(expired.kinds(&settings), [Kind::ExpiredOrders]);
+        assert_eq!(Fire::Pass.label(), "pass");
+        assert_eq!(expired.label(), "expired_orders");
+    }
 }

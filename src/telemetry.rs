@@ -25,8 +25,9 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::config::{LogFormat, LogSettings};
 
 /// Dependencies that log routine internals at INFO (sqlx's statement
-/// logs): WARN and up only, unless the filter names them.
-pub const NOISY: [&str; 2] = ["sqlx", "tower_http"];
+/// logs, the scheduler's "Job creator created"): WARN and up only, unless
+/// the filter names them.
+pub const NOISY: [&str; 3] = ["sqlx", "tower_http", "tokio_cron_scheduler"];
 
 /// The filter: `RUST_LOG` when set, else `log.level`; either way, with the
 /// [`NOISY`] targets at `warn` unless the filter mentions them.
@@ -196,6 +197,7 @@ mod tests {
         }
         let f = filter("info").to_string();
         assert!(f.contains("sqlx=warn"), "{f}");
+        assert!(f.contains("tokio_cron_scheduler=warn"), "{f}");
         let f = filter("info,sqlx=debug").to_string();
         assert!(f.contains("sqlx=debug") && !f.contains("sqlx=warn"), "{f}");
     }

@@ -30,8 +30,10 @@ pub struct RunOptions {
     /// Draw progress on stderr (set when stderr is a terminal).
     pub progress: bool,
     /// The seat job that counts and logs bad data. None: the first seat job
-    /// of the run. The daemon runs each job on its own, so it names one
-    /// (the first enabled) lest every seat job report the same bad value.
+    /// of the run. The daemon names the first enabled seat job for every
+    /// run it starts (its passes, which serve every enabled seat job, and a
+    /// seat job started alone from the admin endpoint), so that bad data is
+    /// always counted under the same job.
     pub bad_data_reporter: Option<Kind>,
     /// Paces the seat hash reads (the daemon's passes); None: full speed.
     pub pacer: Option<Arc<crate::pace::Pacer>>,
