@@ -33,7 +33,7 @@ pub enum Mode {
     /// The daemon (`seatflow-reconciler run`) on its defaults over the estate for
     /// many minutes, with drift injected and a seat-hold workload alongside, on a
     /// private redis-server (see benches/README.md, "Soak").
-    Soak(crate::soak::SoakArgs),
+    Soak(SoakArgs),
 }
 
 /// The estate both benchmarks seed, and where.
@@ -187,5 +187,65 @@ mod tests {
     fn sweep_options_before_soak_are_refused() {
         let err = Cli::try_parse_from(["seatflow-bench", "--repeat", "2", "soak"]);
         assert!(err.is_err());
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SoakArgs {
+    #[command(flatten)]
+    pub estate: EstateArgs,
+    /// How long the daemons run (fractions allowed for development).
+    #[arg(long, default_value_t = 30.0)]
+    pub minutes: f64,
+    /// The idle baseline: the hold workload alone, before any daemon starts.
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// Daemons started on the same data.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// A setting given to every daemon besides the defaults, as
+    /// `SECTION__KEY=VALUE` (`SWEEP__MAX_HASHES_PER_SECOND=1000`): for
+    /// tuning experiments only; the recorded results use none.
+    #[arg(long = "daemon-setting", value_name = "SECTION__KEY=VALUE")]
+    pub daemon_settings: Vec<String>,
+    /// Share of all seats drifted each minute (plus a deleted hash every
+    /// `--delete-hash-every` minutes).
+    #[arg(long, default_value_t = 0.001)]
+    pub inject: f64,
+    /// Delete one seat hash on injection round 2 and every this many rounds after (0: never).
+    #[arg(long, default_value_t = 5)]
+    pub delete_hash_every: u64,
+    /// Milliseconds between two calls of the hold script.
+    #[arg(long, default_value_t = 2.0)]
+    pub hold_interval_ms: f64,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// The reconciler to run; default: `seatflow-reconciler` next to this binary.
+    #[arg(long, value_name = "PATH")]
+    pub reconciler: Option<PathBuf>,
+}
+
+impl SoakArgs {
+    pub fn database(&self) -> &str {
+        self.estate.database_or("seatflow_soak")
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        self.estate.validate(self.database())?;
+        ensure!(self.minutes > 0.0, "--minutes must be more than 0");
+        ensure!(
+            (1..=16).contains(&self.replicas),
+            "--replicas must be in 1..=16"
+        );
+        ensure!(
+            (0.0..=0.05).contains(&self.inject),
+            "--inject must be in 0..=0.05"
+        );
+        ensure!(
+            self.hold_interval_ms >= 0.1,
+            "--hold-interval-ms must be at least 0.1"
+        );
+        Ok(())
     }
 }

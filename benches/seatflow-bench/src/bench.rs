@@ -3,7 +3,6 @@
 //! cleanup.
 
 use std::ops::Range;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -16,11 +15,8 @@ use seatflow_reconciler::fixtures;
 use seatflow_reconciler::store::mysql::MysqlStore;
 use seatflow_reconciler::store::redis::Keys;
 
-use crate::args::{Args, EstateArgs};
-use crate::estate::{Drift, Estate};
-use crate::report::{Report, Run, thousands};
-use crate::seeding::{SEED_IN_FLIGHT, SeedStats, Seeder};
-use crate::services::{load_average, local_server_pid};
+use crate::args::EstateArgs;
+use crate::process::local_server_pid;
 
 /// Both services, the throwaway names and the estate's size: what every phase
 /// needs. Cheap to clone (pool and connection are shared handles), so the
@@ -80,84 +76,6 @@ impl Bench {
         bench.delete_keys().await?;
         Ok(bench)
     }
-
-    pub async fn seed_and_measure(&self, args: &Args, reconciler: &Path) -> Result<Report> {
-        let estate = Estate::new(&args.estate, args.drift);
-        eprintln!(
-            "seeding {} showtimes × {} seats into database {} and keys {}* …",
-            thousands(args.estate.showtimes as u64),
-            args.estate.seats,
-            self.database,
-            self.keys.prefix()
-        );
-        let (seeding, drift) = Seeder::new(self, &estate).run().await?;
-        eprintln!(
-            "seeded in {:.1} s: {} orders, {} order_seat rows, {} hash fields, {} drifted seats",
-            seeding.seconds,
-            thousands(seeding.orders),
-            thousands(seeding.order_seats),
-            thousands(seeding.hash_fields),
-            thousands(seeding.drift_total())
-        );
-        let mut report = Report::new(args, self, seeding).await?;
-        for rep in 1..=args.repeat {
-            if rep > 1 {
-                self.reinject(&drift, &estate).await?;
-            }
-            eprintln!("measuring, run {rep}/{} …", args.repeat);
-            let run = self.measure(&estate, reconciler, &report.seeding).await?;
-            report.runs.push(run);
-        }
-        report.judge();
-        Ok(report)
-    }
-
-    /// One measurement: floor (after a warm-up), check, sweep, sweep again, check.
-    pub async fn measure(
-        &self,
-        estate: &Estate,
-        reconciler: &Path,
-        seeding: &SeedStats,
-    ) -> Result<Run> {
-        let seats = estate.total_seats();
-        let idle = self.idle_load().await?;
-        self.floor().await?; // warm-up: page cache, buffer pool, allocator
-        let floor = self.fastest_floor().await?;
-        let before = self.verify(estate).await?;
-        let repair = self.sweep(reconciler, seeding).await?;
-        let converged = self.sweep(reconciler, seeding).await?;
-        let after = self.verify(estate).await?;
-        let floor_s = floor.seconds;
-        Ok(Run {
-            load_average: load_average(),
-            idle,
-            phases: vec![
-                floor.into_phase(seats, self.showtimes),
-                repair.into_phase("sweep, drift", seats, floor_s, self),
-                converged.into_phase("sweep, converged", seats, floor_s, self),
-            ],
-            verify_before: before,
-            verify_after: after,
-        })
-    }
-
-    /// Puts the drift back (between repetitions): Redis only, MySQL is unchanged.
-    async fn reinject(&self, drift: &[Drift], estate: &Estate) -> Result<()> {
-        let mut conn = self.redis.clone();
-        for batch in drift.chunks(10_000) {
-            let mut pipe = redis::pipe();
-            for d in batch {
-                pipe.cmd("HSET")
-                    .arg(self.keys.seat(d.showtime))
-                    .arg(&estate.seat_names[d.seat])
-                    .arg(std::slice::from_ref(&d.kind.injected()))
-                    .ignore();
-            }
-            pipe.query_async::<()>(&mut conn).await?;
-        }
-        Ok(())
-    }
-
     pub async fn teardown(&self) -> Result<()> {
         self.delete_keys().await?;
         self.drop_database().await?;
@@ -168,7 +86,6 @@ impl Bench {
         );
         Ok(())
     }
-
     pub async fn drop_database(&self) -> Result<()> {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS `{}`",
@@ -178,7 +95,6 @@ impl Bench {
         .await?;
         Ok(())
     }
-
     /// Every key under the prefix: SCAN (never KEYS) and UNLINK (freed in the
     /// background, so a 3 GB estate does not block Redis).
     async fn delete_keys(&self) -> Result<()> {
@@ -214,6 +130,9 @@ pub fn id_chunks(n: usize, chunk: usize) -> impl Iterator<Item = Range<i64>> {
         .step_by(chunk)
         .map(move |first| first..(first + chunk as i64).min(n as i64 + 1))
 }
+
+/// Seeding statements and pipelines in flight at once (and MySQL connections).
+pub const SEED_IN_FLIGHT: usize = 4;
 
 #[cfg(test)]
 mod tests {

@@ -11,14 +11,10 @@ use sqlx::Row;
 use crate::bench::{Bench, id_chunks};
 use crate::report::{FloorDetail, Phase};
 use crate::services::Load;
+use crate::verify::OCCUPANCY_SQL;
 
 /// Floor measurements per run (after one warm-up); the fastest is kept.
 const FLOOR_SAMPLES: usize = 3;
-
-/// Every valid occupancy: the read the floor streams (the contract's definition).
-pub const OCCUPANCY_SQL: &str = "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
-     JOIN ticket_order o ON o.id = os.order_id \
-     WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID')";
 
 impl Bench {
     /// A floor is a lower bound, so the fastest of FLOOR_SAMPLES reads is

@@ -13,6 +13,7 @@
 
 use std::io::Read as _;
 use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
@@ -156,6 +157,13 @@ pub fn tail(text: &str, lines: usize) -> String {
 
 pub fn timeval_s(t: libc::timeval) -> f64 {
     t.tv_sec as f64 + t.tv_usec as f64 / 1e6
+}
+
+/// The repository root: the reconciler's source tree, two levels above this
+/// crate (`benches/seatflow-bench`).
+pub fn repo_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().and_then(Path::parent).unwrap_or(manifest)
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@ use seatflow_reconciler::config::redact_url;
 
 use crate::args::Args;
 use crate::bench::Bench;
+use crate::launcher::repo_root;
+use crate::numbers::thousands;
 use crate::seeding::SeedStats;
 use crate::services::{Load, Machine, machine};
-use crate::sweep::repo_root;
 use crate::verify::Verification;
 
 #[derive(Debug, Serialize)]
@@ -249,19 +250,6 @@ pub fn git_commit() -> String {
     }
 }
 
-/// 3000000 → `3,000,000`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The verdict on the seat-by-seat checks after each run's repair sweep:
 /// `None` when every seat matched MySQL, else a message with how many seats
 /// were still wrong in which run and an example key.
@@ -287,7 +275,8 @@ pub fn unrepaired<'a>(after: impl ExactSizeIterator<Item = &'a Verification>) ->
 
 #[cfg(test)]
 mod tests {
-    use super::{thousands, unrepaired};
+    use super::unrepaired;
+    use crate::numbers::thousands;
     use crate::verify::Verification;
 
     #[test]

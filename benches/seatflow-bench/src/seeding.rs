@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use seatflow_reconciler::fixtures::row_label;
 
-use crate::bench::Bench;
+use crate::bench::{Bench, SEED_IN_FLIGHT};
 use crate::estate::{Drift, DriftKind, Estate, SEATS_PER_ROW, ShowtimeSeed, Status};
 
 /// Showtimes generated, and written to Redis in one pipeline, per seeding step.
@@ -18,8 +18,6 @@ const SEED_STEP: usize = 500;
 /// A multi-row INSERT is sent once its text reaches this size: tens of
 /// thousands of `order_seat` rows per statement, far below max_allowed_packet.
 const MAX_STATEMENT_BYTES: usize = 1 << 20;
-/// Seeding statements and pipelines in flight at once (and MySQL connections).
-pub const SEED_IN_FLIGHT: usize = 4;
 
 /// One multi-row INSERT being built as literal SQL text. Literal values (all
 /// generated here: integers and `[A-Z0-9-]` names) keep the statement far

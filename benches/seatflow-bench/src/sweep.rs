@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail, ensure};
 
 use crate::bench::Bench;
-use crate::launcher::{LAUNCHER_ENV, Measured, run_reconciler, tail};
+use crate::launcher::{LAUNCHER_ENV, Measured, repo_root, run_reconciler, tail};
 use crate::report::Phase;
 use crate::seeding::SeedStats;
 use crate::services::Load;
@@ -18,13 +18,6 @@ const SEAT_JOBS: [(&str, &str); 3] = [
     ("ORPHAN_LOCKS", "orphan-locks"),
     ("SOLD_ORPHANS", "sold-orphans"),
 ];
-
-/// The repository root: the reconciler's source tree, two levels above this
-/// crate (`benches/seatflow-bench`).
-pub fn repo_root() -> &'static Path {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().and_then(Path::parent).unwrap_or(manifest)
-}
 
 /// The reconciler binary: `--reconciler`, else the one built next to us (in
 /// a workspace both land in the same target directory, `CARGO_TARGET_DIR`

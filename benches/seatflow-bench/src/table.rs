@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::estate::DriftKind;
-use crate::report::{Phase, Report, Run, thousands};
+use crate::numbers::thousands;
+use crate::report::{Phase, Report, Run};
 
 /// One row of the results table: its label, and how to read it off a phase.
 type TableRow<'a> = (&'static str, &'a dyn Fn(&Phase) -> String);

@@ -11,7 +11,6 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use crate::bench::{Bench, id_chunks};
 use crate::estate::Estate;
-use crate::floor::OCCUPANCY_SQL;
 
 /// Showtimes per step of the seat-by-seat verification.
 const VERIFY_CHUNK: usize = 1000;
@@ -98,3 +97,8 @@ impl Bench {
         Ok(out)
     }
 }
+
+/// Every valid occupancy: the read the floor streams (the contract's definition).
+pub const OCCUPANCY_SQL: &str = "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
+     JOIN ticket_order o ON o.id = os.order_id \
+     WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID')";

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 use seatflow_reconciler::demo::servers::free_port;
 
-use crate::services::process_cpu_s;
+use crate::process::process_cpu_s;
 
 /// How long a daemon may take to answer `/healthz` after it starts.
 const READY_WITHIN: Duration = Duration::from_secs(60);

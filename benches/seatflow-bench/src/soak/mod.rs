@@ -23,17 +23,18 @@ mod report;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, bail};
 use chrono::Utc;
 use tokio::signal::unix::{SignalKind, signal};
 
 use seatflow_reconciler::config::{Settings, redact_url};
 use seatflow_reconciler::demo::servers::{PrivateServer, TempDir, require_binary};
 
-use crate::args::EstateArgs;
+use crate::args::SoakArgs;
 use crate::bench::Bench;
 use crate::estate::Estate;
-use crate::report::{git_commit, thousands};
+use crate::numbers::thousands;
+use crate::report::git_commit;
 use crate::seeding::Seeder;
 use crate::services::machine;
 use crate::sweep::reconciler_path;
@@ -51,66 +52,6 @@ const RSS_EVERY: Duration = Duration::from_secs(10);
 const INJECT_EVERY: Duration = Duration::from_secs(60);
 /// Unrepaired drift injected this close to the end is reported apart.
 const RECENT_S: f64 = 180.0;
-
-#[derive(clap::Args, Debug)]
-pub struct SoakArgs {
-    #[command(flatten)]
-    pub estate: EstateArgs,
-    /// How long the daemons run (fractions allowed for development).
-    #[arg(long, default_value_t = 30.0)]
-    pub minutes: f64,
-    /// The idle baseline: the hold workload alone, before any daemon starts.
-    #[arg(long, default_value_t = 60)]
-    pub idle_seconds: u64,
-    /// Daemons started on the same data.
-    #[arg(long, default_value_t = 1)]
-    pub replicas: usize,
-    /// A setting given to every daemon besides the defaults, as
-    /// `SECTION__KEY=VALUE` (`SWEEP__MAX_HASHES_PER_SECOND=1000`): for
-    /// tuning experiments only; the recorded results use none.
-    #[arg(long = "daemon-setting", value_name = "SECTION__KEY=VALUE")]
-    pub daemon_settings: Vec<String>,
-    /// Share of all seats drifted each minute (plus a deleted hash every
-    /// `--delete-hash-every` minutes).
-    #[arg(long, default_value_t = 0.001)]
-    pub inject: f64,
-    /// Delete one seat hash on injection round 2 and every this many rounds after (0: never).
-    #[arg(long, default_value_t = 5)]
-    pub delete_hash_every: u64,
-    /// Milliseconds between two calls of the hold script.
-    #[arg(long, default_value_t = 2.0)]
-    pub hold_interval_ms: f64,
-    /// Also write the results as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// The reconciler to run; default: `seatflow-reconciler` next to this binary.
-    #[arg(long, value_name = "PATH")]
-    pub reconciler: Option<PathBuf>,
-}
-
-impl SoakArgs {
-    pub fn database(&self) -> &str {
-        self.estate.database_or("seatflow_soak")
-    }
-
-    pub fn validate(&self) -> Result<()> {
-        self.estate.validate(self.database())?;
-        ensure!(self.minutes > 0.0, "--minutes must be more than 0");
-        ensure!(
-            (1..=16).contains(&self.replicas),
-            "--replicas must be in 1..=16"
-        );
-        ensure!(
-            (0.0..=0.05).contains(&self.inject),
-            "--inject must be in 0..=0.05"
-        );
-        ensure!(
-            self.hold_interval_ms >= 0.1,
-            "--hold-interval-ms must be at least 0.1"
-        );
-        Ok(())
-    }
-}
 
 /// Everything the soak starts, torn down by `cleanup` whatever happened.
 /// Field order is drop order: processes before the directory they log into.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::report::thousands;
+use crate::numbers::thousands;
 use crate::seeding::SeedStats;
 use crate::services::{CmdStat, Load, Machine};
 
