@@ -14,9 +14,13 @@ pub enum Error {
     /// Our lease on a showtime expired or was taken over: writes were fenced.
     #[error("lease on showtime {0} lost")]
     LeaseLost(i64),
-    /// A reply we could not interpret (a bug or an incompatible server).
+    /// A Redis reply we could not interpret (a bug or an incompatible server).
     #[error("unexpected reply: {0}")]
     Protocol(String),
+    /// MySQL broke an invariant it should keep (a statement changed other
+    /// rows than the ones we hold locked): refused rather than guessed.
+    #[error("mysql: {0}")]
+    MysqlInvariant(String),
     /// A TLS file that could not be read when connecting (`what` names it).
     #[error("{what}: {source}")]
     TlsFile {
@@ -66,7 +70,7 @@ impl Error {
     /// The `stage` label of `seatflow_reconcile_errors_total`.
     pub fn stage(&self) -> Stage {
         match self {
-            Error::Mysql(_) | Error::Migrate(_) => Stage::Mysql,
+            Error::Mysql(_) | Error::Migrate(_) | Error::MysqlInvariant(_) => Stage::Mysql,
             Error::Redis(_) | Error::Protocol(_) => Stage::Redis,
             Error::LeaseLost(_) => Stage::Lock,
             Error::TlsFile { stage, .. } => *stage,
@@ -86,6 +90,7 @@ impl Error {
             Error::Migrate(_)
             | Error::LeaseLost(_)
             | Error::Protocol(_)
+            | Error::MysqlInvariant(_)
             | Error::TlsFile { .. } => false,
         }
     }
@@ -97,7 +102,10 @@ impl Error {
             Error::TlsFile { .. } => Some(TlsProblem::Setup),
             Error::Mysql(e) => mysql_tls_problem(e),
             Error::Redis(e) => chain_problem(e).or_else(|| text_problem(&e.to_string())),
-            Error::Migrate(_) | Error::LeaseLost(_) | Error::Protocol(_) => None,
+            Error::Migrate(_)
+            | Error::LeaseLost(_)
+            | Error::Protocol(_)
+            | Error::MysqlInvariant(_) => None,
         }
     }
 
@@ -303,4 +311,22 @@ fn redis_transient(e: &redis::RedisError) -> bool {
             e.code(),
             Some("LOADING" | "TRYAGAIN" | "BUSY" | "MASTERDOWN")
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Errors are counted under the store they came from: a broken MySQL
+    /// invariant is a `mysql` error, an unreadable Redis reply a `redis` one.
+    #[test]
+    fn errors_are_counted_under_their_true_stage() {
+        assert_eq!(
+            Error::MysqlInvariant("updated 1 of 2".into()).stage(),
+            Stage::Mysql
+        );
+        assert_eq!(Error::Protocol("odd".into()).stage(), Stage::Redis);
+        assert_eq!(Error::LeaseLost(1).stage(), Stage::Lock);
+        assert!(!Error::MysqlInvariant("x".into()).is_transient());
+    }
 }

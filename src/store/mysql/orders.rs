@@ -170,7 +170,7 @@ impl MysqlStore {
         if updated != won_ids.len() as u64 {
             // Impossible while we hold the row locks; refuse rather than guess.
             tx.rollback().await?;
-            return Err(crate::error::Error::Protocol(format!(
+            return Err(crate::error::Error::MysqlInvariant(format!(
                 "cancel updated {updated} of {} locked orders",
                 won_ids.len()
             )));
