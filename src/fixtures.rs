@@ -53,7 +53,6 @@ impl Fixtures {
         q.build().execute(&self.pool).await?;
         Ok(seats)
     }
-
     /// A showtime starting `starts_in_min` minutes from now.
     pub async fn showtime(
         &self,
@@ -74,7 +73,6 @@ impl Fixtures {
         .await?;
         Ok(())
     }
-
     /// An order with its seats, created (and paid, if PAID or REFUNDED) a
     /// minute ago. `active` follows the contract: 1 for PENDING/PAID, NULL
     /// for CANCELLED/REFUNDED. `expires_in_s` may be negative.
@@ -113,19 +111,6 @@ impl Fixtures {
         tx.commit().await?;
         Ok(id)
     }
-
-    /// Pays a PENDING order (seatflow's conditional update), without touching Redis.
-    pub async fn pay(&self, order_id: i64) -> AnyResult<bool> {
-        let n = sqlx::query(
-            "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'PENDING'",
-        )
-        .bind(order_id)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(n == 1)
-    }
-
     /// Warms a seat hash with explicit values (the app's "open sales").
     pub async fn warm(&self, showtime: ShowtimeId, values: &[(&str, &str)]) -> AnyResult<()> {
         let mut c = self.redis.clone();
@@ -149,7 +134,6 @@ impl Fixtures {
         values.extend_from_slice(overrides);
         self.warm(showtime, &values).await
     }
-
     pub async fn seat_value(&self, showtime: ShowtimeId, seat: &str) -> AnyResult<Option<String>> {
         let mut c = self.redis.clone();
         Ok(redis::cmd("HGET")
@@ -158,7 +142,6 @@ impl Fixtures {
             .query_async(&mut c)
             .await?)
     }
-
     pub async fn hash(&self, showtime: ShowtimeId) -> AnyResult<HashMap<String, String>> {
         let mut c = self.redis.clone();
         Ok(redis::cmd("HGETALL")
@@ -166,7 +149,6 @@ impl Fixtures {
             .query_async(&mut c)
             .await?)
     }
-
     pub async fn order_status(&self, order_id: i64) -> AnyResult<String> {
         Ok(
             sqlx::query_scalar("SELECT status FROM ticket_order WHERE id = ?")
@@ -175,7 +157,6 @@ impl Fixtures {
                 .await?,
         )
     }
-
     /// Deletes every key under the prefix (SCAN, never KEYS).
     pub async fn delete_prefix(&self) -> AnyResult<()> {
         let mut c = self.redis.clone();

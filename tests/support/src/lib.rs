@@ -41,7 +41,7 @@ pub fn redis_url() -> String {
 
 pub struct TestEnv {
     pub ctx: Context,
-    pub fx: Fixtures,
+    pub fx: Fx,
     pub db: String,
     pub db_url: String,
     pub prefix: String,
@@ -97,11 +97,11 @@ impl TestEnv {
             )
         });
         ctx.mysql.migrate(true).await.expect("migrations");
-        let fx = Fixtures {
+        let fx = Fx(Fixtures {
             pool: ctx.mysql.pool().clone(),
             redis: ctx.redis.connection(),
             keys: ctx.redis.keys.clone(),
-        };
+        });
         TestEnv {
             ctx,
             fx,
@@ -364,5 +364,31 @@ impl Drop for AclUser {
                 .arg(&self.name)
                 .query(&mut c);
         }
+    }
+}
+
+/// The product's fixtures (seatflow's side of the data, shared with the
+/// demo) and the moves only tests make (a payment without its Redis step).
+pub struct Fx(pub Fixtures);
+
+impl std::ops::Deref for Fx {
+    type Target = Fixtures;
+
+    fn deref(&self) -> &Fixtures {
+        &self.0
+    }
+}
+
+impl Fx {
+    /// Pays a PENDING order (seatflow's conditional update), without touching Redis.
+    pub async fn pay(&self, order_id: i64) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+        let n = sqlx::query(
+            "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'PENDING'",
+        )
+        .bind(order_id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n == 1)
     }
 }
