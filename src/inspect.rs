@@ -11,7 +11,7 @@ use crate::context::Context;
 use crate::error::Result;
 use std::sync::Arc;
 
-use crate::contract::{SeatRow, UnknownRow};
+use crate::model::contract::{SeatRow, UnknownRow};
 use crate::jobs::strict;
 use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatFields, ShowtimeId, Template};
 use crate::plan::{self, Anomaly, HashObservation, ShowtimeInput, Suspect};
@@ -96,7 +96,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
             format!("starts_at {} does not decode", showtime.starts_at_raw),
         ));
     }
-    if !crate::contract::SHOWTIME_STATUSES.contains(&showtime.status.as_str()) {
+    if !crate::model::contract::SHOWTIME_STATUSES.contains(&showtime.status.as_str()) {
         unknown.push(UnknownRow::new(
             "showtime",
             id.to_string(),
@@ -111,7 +111,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         if let SeatRow::Unknown(why) = &o.reading {
             unknown.push(UnknownRow::new(
                 "order_seat",
-                crate::contract::seat_row_id(o.order_id, &o.seat_no),
+                crate::model::contract::seat_row_id(o.order_id, &o.seat_no),
                 why.clone(),
             ));
         }

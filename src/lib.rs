@@ -12,7 +12,6 @@ pub mod race_window;
 
 pub mod config;
 pub mod context;
-pub mod contract;
 pub mod daemon;
 pub mod demo;
 pub mod error;

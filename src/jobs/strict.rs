@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use crate::contract::{self, UnknownRow};
+use crate::model::contract::{self, UnknownRow};
 use crate::error::Error;
 use crate::model::{Holding, OccupancyBuilder, ShowtimeId, Template};
 use crate::store::mysql::{OccupancyRead, SeatNameAsk, ShowtimeRow};

@@ -6,6 +6,7 @@ use std::fmt;
 
 use std::str::FromStr;
 
+pub mod contract;
 mod occupancy;
 
 pub use occupancy::{

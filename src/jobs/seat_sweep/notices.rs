@@ -13,7 +13,7 @@ use super::Sweep;
 impl<'a> Sweep<'a, '_> {
     /// Rows outside the contract (rules 12, 15): counted by the job that
     /// reports bad data, once per run.
-    pub(super) fn unknown(&mut self, rows: &[crate::contract::UnknownRow]) {
+    pub(super) fn unknown(&mut self, rows: &[crate::model::contract::UnknownRow]) {
         if rows.is_empty() {
             return;
         }

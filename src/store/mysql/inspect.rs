@@ -3,7 +3,7 @@
 
 use super::sql::*;
 use super::*;
-use crate::contract::{self, SeatRow};
+use crate::model::contract::{self, SeatRow};
 use crate::error::Result;
 use crate::model::{SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;

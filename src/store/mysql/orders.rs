@@ -3,7 +3,7 @@
 
 use super::sql::*;
 use super::*;
-use crate::contract::UnknownRow;
+use crate::model::contract::UnknownRow;
 use crate::error::Result;
 use crate::model::{FixAction, Kind, SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;

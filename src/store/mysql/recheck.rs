@@ -3,7 +3,7 @@
 
 use super::sql::*;
 use super::*;
-use crate::contract::{self, SeatRow, UnknownRow};
+use crate::model::contract::{self, SeatRow, UnknownRow};
 use crate::error::Result;
 use crate::model::{SeatNo, SeatTruth, ShowtimeId};
 use chrono::NaiveDateTime;

@@ -2,7 +2,7 @@
 //! (`contract`), dates that decode, keyset, shard and IN-list clauses.
 
 use super::*;
-use crate::contract::{Column, OrderFacts, SeatRowFacts};
+use crate::model::contract::{Column, OrderFacts, SeatRowFacts};
 use crate::error::Result;
 use crate::model::Shard;
 use sqlx::mysql::MySqlRow;
