@@ -11,8 +11,8 @@ use crate::context::Context;
 use crate::error::Result;
 use std::sync::Arc;
 
-use crate::model::contract::{SeatRow, UnknownRow};
 use crate::jobs::strict;
+use crate::model::contract::{SeatRow, UnknownRow};
 use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatFields, ShowtimeId, Template};
 use crate::plan::{self, Anomaly, HashObservation, ShowtimeInput, Suspect};
 use crate::store::mysql::{AuditEntry, OccupancyRead, ShowtimeInfo, ShowtimeRow};

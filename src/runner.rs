@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::context::Context;
-use crate::jobs::pass_run::{PassLease, run_with_pass};
+use crate::jobs::pass_run::{PassOutcome, run_with_pass};
 use crate::jobs::report::{JobReport, Outcome, RunReport};
 use crate::jobs::{self, RunOptions};
 use crate::metrics::{Metrics, PassMetrics};
@@ -346,8 +346,8 @@ impl Runner {
             let started_at = Utc::now();
             let slot_ms = slot.map_or(0, |s| s.timestamp_millis());
             let run = run_with_pass(&ctx, kinds, &self.options(deadline), slot_ms).await;
-            ran_any |= !matches!(run.lease, PassLease::StoodBy { .. });
-            self.record_pass(shard, &run.lease, &run.report);
+            ran_any |= !matches!(run.outcome, PassOutcome::StoodBy { .. });
+            self.record_pass(shard, &run.outcome, &run.report);
             self.record(run.report, started_at);
         }
         if !ran_any && !self.stop.is_cancelled() {
@@ -386,7 +386,7 @@ impl Runner {
         }
     }
 
-    fn record_pass(&self, shard: Shard, lease: &PassLease, report: &RunReport) {
+    fn record_pass(&self, shard: Shard, outcome: &PassOutcome, report: &RunReport) {
         let label = shard.index.to_string();
         let m = &self.pass_metrics;
         let mut shards = lock(&self.shards);
@@ -403,13 +403,13 @@ impl Runner {
                 );
             }
         };
-        match lease {
-            PassLease::NotNeeded => {
+        match outcome {
+            PassOutcome::NotNeeded => {
                 ran(st);
                 st.last_fire = Some(if report.dry_run { "dry_run" } else { "ran" });
                 self.completed(st, &label);
             }
-            PassLease::Ran {
+            PassOutcome::Ran {
                 took_over_from,
                 recorded,
                 ..
@@ -424,11 +424,11 @@ impl Runner {
                     self.completed(st, &label);
                 }
             }
-            PassLease::ClaimFailed => {
+            PassOutcome::ClaimFailed => {
                 st.active = false;
                 st.last_fire = Some("claim_failed");
             }
-            PassLease::StoodBy {
+            PassOutcome::StoodBy {
                 holder,
                 already_done,
                 stuck,

@@ -11,9 +11,10 @@ use crate::model::Kind;
 use crate::pass::{self, Claimed};
 use crate::store::redis::PassRecord;
 
-/// What became of the pass lease.
+/// What a run under the pass lease came to: ran, stood by, could not
+/// claim, or needed no lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PassLease {
+pub enum PassOutcome {
     /// None taken: no seat job, a dry run, or given showtimes.
     NotNeeded,
     /// Ours: the seat jobs ran. `took_over_from`: the instance that ran the
@@ -37,7 +38,7 @@ pub enum PassLease {
 
 pub struct PassRun {
     pub report: RunReport,
-    pub lease: PassLease,
+    pub outcome: PassOutcome,
 }
 
 /// Runs `kinds` once; the seat jobs only if this process gets the pass of
@@ -52,7 +53,7 @@ pub async fn run_with_pass(
     if !seat_jobs || opts.dry_run || !opts.showtimes.is_empty() {
         return PassRun {
             report: run_once(ctx, kinds, opts).await,
-            lease: PassLease::NotNeeded,
+            outcome: PassOutcome::NotNeeded,
         };
     }
     let shard = ctx.mysql.shard();
@@ -73,7 +74,7 @@ pub async fn run_with_pass(
             }
             return PassRun {
                 report,
-                lease: PassLease::ClaimFailed,
+                outcome: PassOutcome::ClaimFailed,
             };
         }
     };
@@ -131,7 +132,7 @@ pub async fn run_with_pass(
     };
     PassRun {
         report,
-        lease: PassLease::Ran {
+        outcome: PassOutcome::Ran {
             took_over_from,
             last,
             recorded,
@@ -182,7 +183,7 @@ async fn stand_by(
     };
     PassRun {
         report,
-        lease: PassLease::StoodBy {
+        outcome: PassOutcome::StoodBy {
             holder,
             already_done,
             stuck,

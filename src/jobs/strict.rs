@@ -6,8 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use crate::model::contract::{self, UnknownRow};
 use crate::error::Error;
+use crate::model::contract::{self, UnknownRow};
 use crate::model::{Holding, OccupancyBuilder, ShowtimeId, Template};
 use crate::store::mysql::{OccupancyRead, SeatNameAsk, ShowtimeRow};
 

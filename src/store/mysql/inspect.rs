@@ -3,8 +3,8 @@
 
 use super::sql::*;
 use super::*;
-use crate::model::contract::{self, SeatRow};
 use crate::error::Result;
+use crate::model::contract::{self, SeatRow};
 use crate::model::{SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};

@@ -3,8 +3,8 @@
 
 use super::sql::*;
 use super::*;
-use crate::model::contract::UnknownRow;
 use crate::error::Result;
+use crate::model::contract::UnknownRow;
 use crate::model::{FixAction, Kind, SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};

@@ -2,9 +2,9 @@
 //! (`contract`), dates that decode, keyset, shard and IN-list clauses.
 
 use super::*;
-use crate::model::contract::{Column, OrderFacts, SeatRowFacts};
 use crate::error::Result;
 use crate::model::Shard;
+use crate::model::contract::{Column, OrderFacts, SeatRowFacts};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 

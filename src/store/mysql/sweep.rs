@@ -3,8 +3,8 @@
 
 use super::sql::*;
 use super::*;
-use crate::model::contract::{self, SeatRow, UnknownRow};
 use crate::error::Result;
+use crate::model::contract::{self, SeatRow, UnknownRow};
 use crate::model::{OccupancyBuilder, SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;
 use futures_util::TryStreamExt;
