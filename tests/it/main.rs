@@ -17,9 +17,11 @@
 //! would turn flaky and the failpoint test would check nothing. So every
 //! test that arms a failpoint is in `tests/failpoints` (the race tests,
 //! `races.rs`, and the own-keys test that pauses a run), a process where each
-//! test holds a `Races`; two links instead of twenty-one. (One binary made
-//! airtight would need every test of every module to hold a lock against
-//! the failpoint tests.)
+//! test holds a `Races`; two links instead of twenty-one. `Races::new`
+//! refuses to run in any other test binary, so a failpoint test added here
+//! fails at once rather than making others flaky. (One binary made airtight
+//! would need every test of every module to hold a lock against the
+//! failpoint tests.)
 //!
 //! # Other state of the process, checked when the crates were merged
 //!
