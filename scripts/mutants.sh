@@ -19,18 +19,31 @@
 # - store-scripts: the store functions that call the Lua scripts (repairs,
 #   rebuilds, suspects, leases) and decode their replies.
 # - pass: the daemon's pass lease (src/pass.rs and its Redis calls), by the
-#   real-daemon tests in tests/passes.rs.
+#   real-daemon tests in tests/it/passes.rs.
+#
+# The integration tests are two test targets: `it` (tests/it/) and
+# `failpoints` (tests/failpoints/, the tests that arm failpoints). Either
+# names a test `<file>::<test>` after its file, so a group picks its test
+# targets (--cargo-arg=--lib, --cargo-arg=--test=...) and, within them, its
+# tests by name: libtest runs those whose name contains one of the group's
+# filters (`::tests::` is every unit test of the library, `races::` the race
+# tests, `safety::` tests/it/safety.rs, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-run() { # group, then cargo-mutants filters and --cargo-arg=<test target>s
-  local group=$1; shift
+run() { # group, test-name filters (comma-separated), then cargo-mutants filters and --cargo-arg=<test target>s
+  local group=$1 list=$2; shift 2
+  local names filters=() name
+  IFS=, read -ra names <<< "$list"
+  for name in "${names[@]}"; do filters+=("--cargo-test-arg=$name"); done
   echo "== mutants: $group =="
   mkdir -p "mutants.out/$group"
-  # Test targets go in --cargo-arg, so each mutant builds only those.
+  # Test targets go in --cargo-arg, so each mutant builds only those; the
+  # name filters go to the test binaries, after `--`.
   cargo mutants --in-place --baseline skip --profile mutants --no-shuffle ${ITERATE:+--iterate} \
     --timeout 150 --build-timeout 600 --output "mutants.out/$group" "$@" \
-    --cargo-test-arg=--no-fail-fast || true # non-zero when a mutant is missed
+    --cargo-test-arg=--no-fail-fast --cargo-test-arg=-- "${filters[@]}" \
+    || true # non-zero when a mutant is missed
   for outcome in caught missed timeout unviable; do
     printf '%-9s %s\n' "$outcome" "$(wc -l < "mutants.out/$group/mutants.out/$outcome.txt")"
   done
@@ -41,26 +54,26 @@ groups=("$@")
 for group in "${groups[@]}"; do
   case $group in
     planner)
-      run planner --file src/plan.rs \
-        --cargo-arg=--lib --cargo-arg=--test=planner_props --cargo-arg=--test=safety --cargo-arg=--test=races ;;
+      run planner ::tests::,planner_props::,safety::,races:: --file src/plan.rs \
+        --cargo-arg=--lib --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     repair-path)
-      run repair-path \
+      run repair-path races::,safety::,own_keys:: \
         --file src/jobs/seat_sweep.rs --file src/jobs/expired_orders.rs \
         --file src/lease.rs --file src/store/mysql.rs \
         --re "Sweep<'a, '_>::(apply|repair_seats|rebuild)\b" \
         --re '\b(cancel_chunk|cancel_locked)\b' \
         --re 'RunLeases::(acquire|renew_due|release)\b' \
         --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history)\b' \
-        --cargo-arg=--test=races --cargo-arg=--test=safety --cargo-arg=--test=own_keys ;;
+        --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     store-scripts)
-      run store-scripts --file src/store/redis.rs \
+      run store-scripts races::,safety::,own_keys:: --file src/store/redis.rs \
         --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
-        --cargo-arg=--test=races --cargo-arg=--test=safety --cargo-arg=--test=own_keys ;;
+        --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     pass)
-      run pass --file src/pass.rs --file src/store/redis.rs \
+      run pass ::tests::,passes:: --file src/pass.rs --file src/store/redis.rs \
         --re 'src/pass\.rs' \
         --re 'RedisStore::(claim_pass|renew_pass|release_pass|finish_pass)\b' \
-        --cargo-arg=--lib --cargo-arg=--test=passes ;;
+        --cargo-arg=--lib --cargo-arg=--test=it ;;
     *) echo "unknown group $group (planner, repair-path, store-scripts, pass)" >&2; exit 2 ;;
   esac
 done

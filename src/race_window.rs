@@ -1,7 +1,7 @@
 //! Race windows: the points between a decision and the write it leads to,
 //! where seatflow (or a second reconciler) can move under a run. Tests pause
 //! a run at one of them, make the application's move there and check that
-//! the guarding safety rule held (tests/races.rs).
+//! the guarding safety rule held (tests/failpoints/races.rs).
 //!
 //! Each window is a failpoint of the `fail` crate, compiled in only with the
 //! `failpoints` feature, which only the test support crate turns on: in a

@@ -34,7 +34,7 @@
 #                    passes `promtool check rules` as a recording rule
 #
 # The queries against a real Prometheus, a real scrape of the binary and the
-# Pushgateway are tested by `cargo test --test observability`.
+# Pushgateway are tested by `cargo test --test it observability::`.
 #
 # Tools: promtool (Debian package `prometheus`), jsonnet (Debian `jsonnet`)
 # and python3 with PyYAML (Debian `python3-yaml`); installed with apt-get when

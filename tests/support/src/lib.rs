@@ -5,6 +5,7 @@
 //! seatflow's traffic.
 
 pub mod daemon;
+pub mod own_keys;
 pub mod races;
 pub mod servers;
 pub mod simulator;

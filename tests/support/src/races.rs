@@ -23,13 +23,28 @@ const HANG_GUARD: Duration = Duration::from_secs(120);
 /// The failpoints of one test. Failpoints are global to the process, so
 /// `Races` also serialises the tests that use them (`fail::FailScenario`);
 /// dropping it removes every window it armed.
+///
+/// It serialises only the tests that hold one: an armed window would catch a
+/// run of any other test of the process. So `Races` works only in the test
+/// binary of the failpoint tests (`tests/failpoints`), where every test holds
+/// one (see `tests/it/main.rs`).
 pub struct Races {
     _scenario: fail::FailScenario<'static>,
 }
 
+/// The crate whose test binary alone may arm failpoints.
+const FAILPOINT_TESTS: &str = "failpoints";
+
 impl Races {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Races {
+        let binary = test_binary();
+        assert_eq!(
+            binary, FAILPOINT_TESTS,
+            "failpoints are global to the process: a test that arms one belongs \
+             in tests/{FAILPOINT_TESTS}/, the only test binary whose every test \
+             holds a `Races` (see tests/it/main.rs)"
+        );
         Races {
             _scenario: fail::FailScenario::setup(),
         }
@@ -82,6 +97,18 @@ impl Races {
             resume: Some(resume_tx),
         }
     }
+}
+
+/// The crate of the running test binary: cargo names it `<crate>-<hash>`.
+fn test_binary() -> String {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let name = exe
+        .file_stem()
+        .and_then(|n| n.to_str())
+        .expect("a test binary named in UTF-8");
+    name.rsplit_once('-')
+        .map_or(name, |(krate, _hash)| krate)
+        .to_string()
 }
 
 /// One armed window.

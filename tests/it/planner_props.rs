@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use seatflow_reconciler::model::{
     Holding, Kind, Occupancy, OrderStatus, SeatFields, SeatRepair, SeatState, SeatTruth, Template,
 };
@@ -154,7 +155,14 @@ fn apply(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    // Cases that failed once are kept beside this file (proptest's default
+    // would now be tests/proptest-regressions/, tests/it having a main.rs).
+    #![proptest_config(ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions"
+        ))),
+        ..ProptestConfig::with_cases(2000)
+    })]
 
     #[test]
     fn repairs_reach_the_expected_state(c in case()) {

@@ -4,6 +4,8 @@
 //! audit backlog is moved aside, never lost; none of them blocks a repair or
 //! a run; a lease without expiry that is not ours is reported as stuck and
 //! left alone. Each test fails without its part of the rule.
+//! (The one that pauses a run in a race window while the backlog's key
+//! changes type is a failpoint test: `tests/failpoints/own_keys.rs`.)
 
 use std::process::Command;
 use std::time::Duration;
@@ -12,19 +14,14 @@ use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::{JobReport, Outcome};
 use seatflow_reconciler::metrics::Metrics;
 use seatflow_reconciler::model::{Kind, SeatRepair, SeatState};
-use seatflow_reconciler::race_window::SEAT_BEFORE_REPAIR;
 use seatflow_reconciler::runner::Runner;
 use seatflow_reconciler::store::redis::{CursorMove, Fenced, LeaseTake, SeatBatch, SuspectOp};
-use seatflow_test_support::races::Races;
+use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock};
 use seatflow_test_support::{TestEnv, audit_row, seed_expired};
 
 /// A string where a hash of ours belongs (or any other wrong type).
 async fn corrupt(env: &TestEnv, key: &str) {
     let _: () = env.redis(redis::cmd("SET").arg(key).arg("garbage")).await;
-}
-
-async fn key_type(env: &TestEnv, key: &str) -> String {
-    env.redis::<String>(redis::cmd("TYPE").arg(key)).await
 }
 
 /// Commands that write `key` as each Redis type other than a string.
@@ -47,28 +44,6 @@ fn other_types(key: &str) -> Vec<(&'static str, redis::Cmd)> {
                 .clone(),
         ),
     ]
-}
-
-async fn sql(env: &TestEnv, statement: &'static str) {
-    sqlx::raw_sql(statement)
-        .execute(env.ctx.mysql.pool())
-        .await
-        .unwrap();
-}
-
-/// Keys the audit backlog was moved aside to.
-async fn backlog_aside(env: &TestEnv) -> Vec<String> {
-    let pattern = format!("{}:wrong-type:*", env.ctx.redis.keys.audit_backlog());
-    let mut keys: Vec<String> = env.redis(redis::cmd("KEYS").arg(pattern)).await;
-    keys.sort();
-    keys
-}
-
-/// One showtime (id 1) of a 1 x 3 hall whose A-1 is an orphan lock.
-async fn orphan_lock(env: &TestEnv) {
-    let seats = env.fx.hall(1, 1, 3).await.unwrap();
-    env.fx.showtime(1, 1, 10, "ON_SALE").await.unwrap();
-    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
 }
 
 fn invalid(r: &JobReport) -> u64 {
@@ -669,52 +644,4 @@ async fn wrong_typed_lock_and_backlog_keys_are_reported_and_the_run_goes_on() {
     members.sort();
     assert_eq!(members, ["m1", "m2"]);
     assert_eq!(key_type(&env, &backlog).await, "none");
-}
-
-/// A backlog key of the wrong type while MySQL refuses the audit: the rows
-/// of repairs already applied used to be lost (RPUSH failed) and every later
-/// run warned. Now the key is moved aside, members intact, the rows go to a
-/// fresh backlog and the next run writes them.
-#[tokio::test]
-async fn audit_rows_survive_a_backlog_key_of_the_wrong_type() {
-    let env = TestEnv::new().await;
-    orphan_lock(&env).await;
-    let backlog = env.ctx.redis.keys.audit_backlog();
-    sql(&env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
-    // The set appears after the run drained the backlog, before the repair.
-    let races = Races::new();
-    let first = races
-        .run_with_move(
-            &env.ctx.settings,
-            SEAT_BEFORE_REPAIR,
-            &[Kind::OrphanLocks],
-            async || {
-                let _: () = env
-                    .redis(redis::cmd("SADD").arg(&backlog).arg("m1").arg("m2"))
-                    .await;
-            },
-        )
-        .await;
-    sql(&env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
-    assert_eq!(first.jobs[0].fixed, 1, "{}", first.to_text());
-    assert_eq!(key_type(&env, &backlog).await, "list", "a fresh backlog");
-    let kept: i64 = env.redis(redis::cmd("LLEN").arg(&backlog)).await;
-    assert_eq!(kept, 1, "the repair's row waits in Redis");
-    let aside = backlog_aside(&env).await;
-    assert_eq!(aside.len(), 1, "{aside:?}");
-    assert_eq!(key_type(&env, &aside[0]).await, "set");
-    let mut members: Vec<String> = env.redis(redis::cmd("SMEMBERS").arg(&aside[0])).await;
-    members.sort();
-    assert_eq!(members, ["m1", "m2"]);
-
-    let second = env.once(&[Kind::OrphanLocks]).await;
-    assert_eq!(second.jobs[0].fixed, 0, "{}", second.to_text());
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_fix WHERE run_id = ?")
-        .bind(&first.run_id)
-        .fetch_one(env.ctx.mysql.pool())
-        .await
-        .unwrap();
-    assert_eq!(rows, 1, "the next run wrote the repair's audit row");
-    assert_eq!(key_type(&env, &backlog).await, "none");
-    assert_eq!(backlog_aside(&env).await, aside, "left for an operator");
 }

@@ -1,6 +1,6 @@
 //! Safety rules 4 and 9 in real time: in-flight holds across the grace
 //! period, and a Redis restart under the daemon. (Two reconcilers on the
-//! same showtimes: tests/races.rs, where a failpoint makes them overlap.)
+//! same showtimes: tests/failpoints/races.rs, where a failpoint makes them overlap.)
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -636,7 +636,7 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
     );
 }
 
-/// Seeds drift in showtime 1 the way tests/daemon.rs does, plus an expired
+/// Seeds drift in showtime 1 the way tests/it/daemon.rs does, plus an expired
 /// order: one orphan lock, one paid seat not "2", one expired PENDING order.
 /// The hash is written before the showtime row, so a running daemon never
 /// sees a half-seeded showtime.

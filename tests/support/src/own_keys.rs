@@ -1,0 +1,26 @@
+//! Helpers of the tests of the reconciler's own keys (rule 13): those in
+//! `tests/it/own_keys.rs` and the one that pauses a run in a race window,
+//! `tests/failpoints/own_keys.rs` (a failpoint test, so in the failpoint
+//! tests' own crate).
+
+use crate::TestEnv;
+
+/// Redis's `TYPE` of `key`.
+pub async fn key_type(env: &TestEnv, key: &str) -> String {
+    env.redis::<String>(redis::cmd("TYPE").arg(key)).await
+}
+
+/// Keys the audit backlog was moved aside to.
+pub async fn backlog_aside(env: &TestEnv) -> Vec<String> {
+    let pattern = format!("{}:wrong-type:*", env.ctx.redis.keys.audit_backlog());
+    let mut keys: Vec<String> = env.redis(redis::cmd("KEYS").arg(pattern)).await;
+    keys.sort();
+    keys
+}
+
+/// One showtime (id 1) of a 1 x 3 hall whose A-1 is an orphan lock.
+pub async fn orphan_lock(env: &TestEnv) {
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 10, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+}
