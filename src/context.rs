@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::config::{MysqlTlsMode, Settings};
 use crate::error::{Error, Result, Stage};
 use crate::lease::LeaseBook;
+use crate::model::{Scope, Shard, ShowtimeId};
 use crate::retry::with_retry;
 use crate::store::mysql::{MySqlSslMode, MysqlStore, MysqlTls};
 use crate::store::redis::{RedisEndpoint, RedisStore, RedisTls};
@@ -18,6 +19,9 @@ pub struct Context {
     pub settings: Arc<Settings>,
     pub mysql: MysqlStore,
     pub redis: RedisStore,
+    /// The shard this context's runs sweep: the process's own
+    /// (`settings.shard()`), or another one a replica took over.
+    pub shard: Shard,
     /// Every showtime lease this process holds, so shutdown can release them.
     pub leases: LeaseBook,
     /// The database's clock when this process connected: runs this instance
@@ -34,12 +38,12 @@ impl Context {
             &mysql_tls(&settings),
             m.max_connections,
             m.connect_timeout,
-            settings.shard(),
         )
         .await?;
         let redis = connect_redis(&settings).await?;
         let connected_at = mysql.now_utc().await?;
         Ok(Context {
+            shard: settings.shard(),
             settings: Arc::new(settings),
             mysql,
             redis,
@@ -49,10 +53,19 @@ impl Context {
     }
 
     /// The same connections, sweeping another shard's showtimes.
-    pub fn for_shard(&self, shard: crate::model::Shard) -> Context {
+    pub fn for_shard(&self, shard: Shard) -> Context {
         Context {
-            mysql: self.mysql.with_shard(shard),
+            shard,
             ..self.clone()
+        }
+    }
+
+    /// What a run reads: this context's shard, within `only` when it names
+    /// showtimes.
+    pub fn scope<'a>(&self, only: &'a [ShowtimeId]) -> Scope<'a> {
+        Scope {
+            shard: self.shard,
+            only,
         }
     }
 

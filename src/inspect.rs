@@ -497,13 +497,16 @@ pub struct Difference {
     pub expected: &'static str,
 }
 
-/// Every difference across all ON_SALE showtimes, page by page: the
+/// Every difference across the context's ON_SALE showtimes, page by page: the
 /// contract's invariant as a check (the demo's and the chaos test's verdict).
 pub async fn differences(ctx: &Context) -> Result<Vec<Difference>> {
     let mut out = Vec::new();
     let mut after = None;
     loop {
-        let page = ctx.mysql.on_sale_page(after, None, 500, &[]).await?;
+        let page = ctx
+            .mysql
+            .on_sale_page(after, None, 500, ctx.scope(&[]))
+            .await?;
         let Some(last) = page.last() else { break };
         after = Some(crate::store::mysql::Keyset {
             at: last.starts_at,

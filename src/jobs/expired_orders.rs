@@ -28,7 +28,7 @@ pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> 
     match ctx
         .retry("read unknown orders", || {
             ctx.mysql
-                .unknown_expired(&opts.showtimes, UNKNOWN_ORDERS_LISTED)
+                .unknown_expired(ctx.scope(&opts.showtimes), UNKNOWN_ORDERS_LISTED)
         })
         .await
     {
@@ -87,7 +87,7 @@ async fn sweep(
         let page = ctx
             .retry("read expired orders", || {
                 ctx.mysql
-                    .expired_page(deadline, after, want, &opts.showtimes)
+                    .expired_page(deadline, after, want, ctx.scope(&opts.showtimes))
             })
             .await?;
         if let Some(last) = page.last() {

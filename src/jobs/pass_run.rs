@@ -56,7 +56,7 @@ pub async fn run_with_pass(
             outcome: PassOutcome::NotNeeded,
         };
     }
-    let shard = ctx.mysql.shard();
+    let shard = ctx.shard;
     let me = &ctx.settings.reconcile.instance;
     let claimed = match pass::claim(ctx, shard, slot_ms, &opts.stop).await {
         Ok(c) => c,
@@ -149,7 +149,7 @@ async fn stand_by(
     already_done: bool,
     stuck: bool,
 ) -> PassRun {
-    let shard = ctx.mysql.shard();
+    let shard = ctx.shard;
     if stuck {
         tracing::warn!(
             key = ctx.redis.keys.pass_lease(shard),

@@ -367,6 +367,15 @@ impl Shard {
     }
 }
 
+/// The showtimes a run reads: those of one shard and, when `only` is not
+/// empty, only those ids (`--showtime`). Passed to every store read that
+/// pages over showtimes or orders, so which shard is swept is never implied.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    pub shard: Shard,
+    pub only: &'a [ShowtimeId],
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -117,16 +117,14 @@ async fn every_showtime_id_belongs_to_exactly_one_shard() {
         let mut owners = std::collections::HashMap::<i64, Vec<u32>>::new();
         for index in 0..total {
             let shard = Shard { total, index };
-            let store = seatflow_reconciler::store::mysql::MysqlStore::connect(
-                env.ctx.settings.mysql.url.expose(),
-                &Default::default(),
-                1,
-                std::time::Duration::from_secs(5),
-                shard,
-            )
-            .await
-            .unwrap();
-            for row in store.on_sale_page(None, None, 100, &[]).await.unwrap() {
+            let scope = env.ctx.for_shard(shard).scope(&[]);
+            for row in env
+                .ctx
+                .mysql
+                .on_sale_page(None, None, 100, scope)
+                .await
+                .unwrap()
+            {
                 assert!(shard.covers(row.id), "SQL and Rust disagree on {}", row.id);
                 owners.entry(row.id).or_default().push(index);
             }

@@ -175,7 +175,7 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
     let found = env
         .ctx
         .mysql
-        .expired_page(deadline, None, 10, &[])
+        .expired_page(deadline, None, 10, env.ctx.scope(&[]))
         .await
         .unwrap();
     assert_eq!(found.len(), 2);

@@ -233,7 +233,7 @@ struct Scan {
 
 /// A job's cursor key in this context's shard.
 fn cursor_key(ctx: &Context, kind: Kind) -> String {
-    ctx.redis.keys.shard_cursor(kind.label(), ctx.mysql.shard())
+    ctx.redis.keys.shard_cursor(kind.label(), ctx.shard)
 }
 
 struct Sweep<'a, 'o> {
@@ -277,7 +277,7 @@ impl<'a> Sweep<'a, '_> {
         let total = if self.opts.progress {
             let n = ctx
                 .retry("count showtimes", || {
-                    ctx.mysql.count_on_sale(&self.opts.showtimes)
+                    ctx.mysql.count_on_sale(ctx.scope(&self.opts.showtimes))
                 })
                 .await?;
             Some(n.min(scan_limit as u64))
@@ -293,7 +293,7 @@ impl<'a> Sweep<'a, '_> {
         let unknown = ctx
             .retry("read unknown showtimes", || {
                 ctx.mysql
-                    .unknown_showtimes(&self.opts.showtimes, UNKNOWN_SHOWTIMES_LISTED)
+                    .unknown_showtimes(ctx.scope(&self.opts.showtimes), UNKNOWN_SHOWTIMES_LISTED)
             })
             .await?;
         self.unknown(&unknown);
@@ -342,7 +342,8 @@ impl<'a> Sweep<'a, '_> {
         if !reached_end && let Some(after) = after {
             let unscanned = ctx
                 .retry("count backlog", || {
-                    ctx.mysql.count_on_sale_after(after, &self.opts.showtimes)
+                    ctx.mysql
+                        .count_on_sale_after(after, ctx.scope(&self.opts.showtimes))
                 })
                 .await?;
             for j in &mut self.jobs {

@@ -47,7 +47,8 @@ pub(super) async fn fetch(
     }
     let page = ctx
         .retry("read showtimes", || {
-            ctx.mysql.on_sale_page(after, before, want, &opts.showtimes)
+            ctx.mysql
+                .on_sale_page(after, before, want, ctx.scope(&opts.showtimes))
         })
         .await?;
     if page.is_empty() {

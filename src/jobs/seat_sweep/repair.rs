@@ -229,7 +229,8 @@ impl<'a> Sweep<'a, '_> {
         let ctx = self.ctx;
         let halls: HashMap<ShowtimeId, i64> = ctx
             .retry("read showtimes", || {
-                ctx.mysql.on_sale_page(None, None, ids.len(), &ids)
+                ctx.mysql
+                    .on_sale_page(None, None, ids.len(), ctx.scope(&ids))
             })
             .await?
             .into_iter()

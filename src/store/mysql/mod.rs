@@ -3,7 +3,6 @@
 //! Every query is bounded by a LIMIT or by an IN list of one chunk.
 
 use crate::error::Result;
-use crate::model::Shard;
 use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use std::path::PathBuf;
@@ -28,8 +27,6 @@ pub const CANCEL_REASON: &str = "RECONCILE_EXPIRED";
 #[derive(Clone)]
 pub struct MysqlStore {
     pool: MySqlPool,
-    /// Only showtimes of this shard are read for sweeps.
-    shard: Shard,
 }
 
 /// (showtime, seat) → status of the valid order occupying it.
@@ -58,7 +55,6 @@ impl MysqlStore {
         tls: &MysqlTls,
         max_connections: u32,
         acquire_timeout: Duration,
-        shard: Shard,
     ) -> Result<MysqlStore> {
         let mut options: MySqlConnectOptions = url.parse()?;
         if let Some(mode) = tls.mode {
@@ -75,31 +71,15 @@ impl MysqlStore {
             .acquire_timeout(acquire_timeout)
             .connect_with(options)
             .await?;
-        Ok(MysqlStore { pool, shard })
+        Ok(MysqlStore { pool })
     }
 
     pub fn from_pool(pool: MySqlPool) -> MysqlStore {
-        MysqlStore {
-            pool,
-            shard: Shard::ALL,
-        }
+        MysqlStore { pool }
     }
 
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
-    }
-
-    /// The showtimes this store's sweeps read.
-    pub fn shard(&self) -> Shard {
-        self.shard
-    }
-
-    /// The same pool, reading another shard (a replica taking over a pass).
-    pub fn with_shard(&self, shard: Shard) -> MysqlStore {
-        MysqlStore {
-            pool: self.pool.clone(),
-            shard,
-        }
     }
 
     pub async fn ping(&self) -> Result<()> {

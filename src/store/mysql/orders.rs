@@ -5,7 +5,7 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::contract::UnknownRow;
-use crate::model::{FixAction, Kind, SeatNo, ShowtimeId};
+use crate::model::{FixAction, Kind, Scope, SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};
 use std::collections::HashMap;
@@ -40,7 +40,7 @@ impl MysqlStore {
         deadline: NaiveDateTime,
         after: Option<Keyset>,
         limit: usize,
-        only: &[ShowtimeId],
+        scope: Scope<'_>,
     ) -> Result<Vec<ExpiredOrder>> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, showtime_id, expires_at, BINARY status = 'PENDING' AS exact \
@@ -48,9 +48,8 @@ impl MysqlStore {
         );
         q.push(date_ok("expires_at")).push(" AND expires_at < ");
         q.push_bind(deadline);
-        push_shard(&mut q, "showtime_id", self.shard);
+        push_scope(&mut q, "showtime_id", scope);
         push_after(&mut q, "expires_at", "id", after);
-        push_in(&mut q, "showtime_id", only);
         q.push(" ORDER BY expires_at, id LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
@@ -69,18 +68,13 @@ impl MysqlStore {
     /// Orders the collation takes for PENDING whose `expires_at` does not
     /// decode (a zero date under a permissive `sql_mode`), at most `limit`:
     /// never cancelled (nobody knows their deadline), reported.
-    pub async fn unknown_expired(
-        &self,
-        only: &[ShowtimeId],
-        limit: usize,
-    ) -> Result<Vec<UnknownRow>> {
+    pub async fn unknown_expired(&self, scope: Scope<'_>, limit: usize) -> Result<Vec<UnknownRow>> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, CAST(expires_at AS CHAR) AS raw FROM ticket_order \
              WHERE status = 'PENDING' AND NOT ",
         );
         q.push(date_ok("expires_at"));
-        push_shard(&mut q, "showtime_id", self.shard);
-        push_in(&mut q, "showtime_id", only);
+        push_scope(&mut q, "showtime_id", scope);
         q.push(" ORDER BY id LIMIT ").push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
         rows.iter()

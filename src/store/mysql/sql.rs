@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::error::Result;
-use crate::model::Shard;
 use crate::model::contract::{Column, OrderFacts, SeatRowFacts};
+use crate::model::{Scope, Shard};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
@@ -109,6 +109,12 @@ pub(super) fn push_shard(q: &mut QueryBuilder<MySql>, col: &str, shard: Shard) {
         q.push(format_args!(" AND MOD(MOD({col}, {n}) + {n}, {n}) = "))
             .push_bind(shard.index);
     }
+}
+
+/// ` AND <col> is in the scope`: its shard, and its ids when it names some.
+pub(super) fn push_scope(q: &mut QueryBuilder<MySql>, col: &str, scope: Scope<'_>) {
+    push_shard(q, col, scope.shard);
+    push_in(q, col, scope.only);
 }
 
 /// ` AND col IN (?, ?, …)` unless `values` is empty.

@@ -5,7 +5,7 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, SeatRow, UnknownRow};
-use crate::model::{OccupancyBuilder, SeatNo, ShowtimeId};
+use crate::model::{OccupancyBuilder, Scope, SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;
 use futures_util::TryStreamExt;
 use sqlx::{MySql, QueryBuilder, Row};
@@ -51,7 +51,7 @@ pub struct OccupancyRead {
 
 impl MysqlStore {
     /// ON_SALE showtimes after `after` in (starts_at, id) order, soonest first.
-    /// `only`, when not empty, restricts to those ids. A showtime whose
+    /// Only showtimes of `scope`. A showtime whose
     /// status is not spelled `ON_SALE` exactly, or whose `starts_at` does not
     /// decode, is not on this page: [`MysqlStore::unknown_showtimes`] reports it.
     pub async fn on_sale_page(
@@ -59,18 +59,17 @@ impl MysqlStore {
         after: Option<Keyset>,
         before: Option<NaiveDateTime>,
         limit: usize,
-        only: &[ShowtimeId],
+        scope: Scope<'_>,
     ) -> Result<Vec<ShowtimeRow>> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
         q.push(date_ok("starts_at"));
-        push_shard(&mut q, "id", self.shard);
+        push_scope(&mut q, "id", scope);
         push_after(&mut q, "starts_at", "id", after);
         if let Some(before) = before {
             q.push(" AND starts_at < ").push_bind(before);
         }
-        push_in(&mut q, "id", only);
         q.push(" ORDER BY starts_at, id LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
@@ -85,7 +84,7 @@ impl MysqlStore {
             .collect()
     }
 
-    /// Showtimes of this shard (within `only`) that the contract does not
+    /// Showtimes of the scope that the contract does not
     /// explain, at most `limit`: a status not spelled as one of its four
     /// (`on_sale`, `ONSALE`), or an ON_SALE one whose `starts_at` does not
     /// decode. Index ranges only: the ON_SALE range the sweep reads anyway,
@@ -94,7 +93,7 @@ impl MysqlStore {
     /// reading, so nothing would be repaired for it either way.)
     pub async fn unknown_showtimes(
         &self,
-        only: &[ShowtimeId],
+        scope: Scope<'_>,
         limit: usize,
     ) -> Result<Vec<UnknownRow>> {
         let mut out = Vec::new();
@@ -111,8 +110,7 @@ impl MysqlStore {
             } else {
                 q.push("status NOT IN ('SCHEDULED', 'ON_SALE', 'CLOSED', 'CANCELLED')");
             }
-            push_shard(&mut q, "id", self.shard);
-            push_in(&mut q, "id", only);
+            push_scope(&mut q, "id", scope);
             q.push(" ORDER BY id LIMIT ").push_bind(limit as u64);
             for r in q.build().fetch_all(&self.pool).await? {
                 let id: i64 = r.try_get("id")?;
@@ -134,27 +132,25 @@ impl MysqlStore {
         Ok(out)
     }
 
-    /// How many ON_SALE showtimes there are (within `only`, when given).
-    pub async fn count_on_sale(&self, only: &[ShowtimeId]) -> Result<u64> {
+    /// How many ON_SALE showtimes the scope has.
+    pub async fn count_on_sale(&self, scope: Scope<'_>) -> Result<u64> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
         q.push(date_ok("starts_at"));
-        push_shard(&mut q, "id", self.shard);
-        push_in(&mut q, "id", only);
+        push_scope(&mut q, "id", scope);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
         Ok(n as u64)
     }
 
     /// How many ON_SALE showtimes lie after `after` (the unscanned backlog).
-    pub async fn count_on_sale_after(&self, after: Keyset, only: &[ShowtimeId]) -> Result<u64> {
+    pub async fn count_on_sale_after(&self, after: Keyset, scope: Scope<'_>) -> Result<u64> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
         q.push(date_ok("starts_at"));
-        push_shard(&mut q, "id", self.shard);
+        push_scope(&mut q, "id", scope);
         push_after(&mut q, "starts_at", "id", Some(after));
-        push_in(&mut q, "id", only);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
         Ok(n as u64)
     }
