@@ -99,7 +99,7 @@ pub async fn claim(
     slot_ms: i64,
     stop: &CancellationToken,
 ) -> Result<Claimed> {
-    let ttl = ctx.settings.sweep.lease_ttl;
+    let ttl = ctx.settings.sweep.pass_lease_ttl;
     let instance = ctx.settings.reconcile.instance.clone();
     let value = format!("{} {instance}", uuid::Uuid::new_v4().simple());
     let sent_at = Instant::now();

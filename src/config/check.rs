@@ -118,7 +118,7 @@ impl Settings {
             ("daemon.shutdown_timeout", d.shutdown_timeout),
             ("daemon.start_jitter", d.start_jitter),
             ("sweep.soonest_window", self.sweep.soonest_window),
-            ("sweep.lease_ttl", self.sweep.lease_ttl),
+            ("sweep.pass_lease_ttl", self.sweep.pass_lease_ttl),
             ("sweep.takeover_after", self.sweep.takeover_after),
         ]
     }
@@ -135,8 +135,8 @@ impl SweepSettings {
             1_000_000,
         )?;
         in_range("sweep.hashes_per_batch", self.hashes_per_batch, 1, 10_000)?;
-        if self.lease_ttl < Duration::from_secs(1) {
-            return Err(ConfigError::new("sweep.lease_ttl", "must be at least 1s"));
+        if self.pass_lease_ttl < Duration::from_secs(1) {
+            return Err(ConfigError::new("sweep.pass_lease_ttl", "must be at least 1s"));
         }
         Ok(())
     }

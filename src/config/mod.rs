@@ -188,7 +188,7 @@ pub struct SweepSettings {
     /// The lease on a shard's pass among reconcilers: renewed while the
     /// pass runs; a holder silent this long is taken over.
     #[serde(with = "humantime_serde")]
-    pub lease_ttl: Duration,
+    pub pass_lease_ttl: Duration,
     /// How long after a fire a reconciler waits before it runs the pass of
     /// a shard that is not its own and that nobody ran.
     #[serde(with = "humantime_serde")]
@@ -391,7 +391,7 @@ mod tests {
                 "jobs.expired_orders.schedule",
             ),
             ("[sweep]\nhashes_per_batch = 0\n", "sweep.hashes_per_batch"),
-            ("[sweep]\nlease_ttl = \"10ms\"\n", "sweep.lease_ttl"),
+            ("[sweep]\npass_lease_ttl = \"10ms\"\n", "sweep.pass_lease_ttl"),
             ("[sweep]\npace = \"yes\"\n", "sweep.pace"),
             (
                 "[jobs.sold_orphans]\nbatch_size = -1\n",
@@ -435,6 +435,9 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.key, "jobs.orphan_locks.schedule");
         assert!(e.reason.contains("sweep.schedule"), "{e}");
+        let e = load_toml("[sweep]\nlease_ttl = \"15s\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "sweep.lease_ttl");
+        assert!(e.reason.contains("sweep.pass_lease_ttl"), "{e}");
     }
 
     #[test]

@@ -35,6 +35,10 @@ const RETIRED_KEYS: &[(&str, &str)] = &[
         "jobs.sold_orphans.schedule",
         "no longer applies: the seat jobs share one pass; set sweep.schedule",
     ),
+    (
+        "sweep.lease_ttl",
+        "renamed sweep.pass_lease_ttl (the pass lease; reconcile.lock_ttl is the showtime lease's)",
+    ),
 ];
 
 /// Keys whose environment value is a comma-separated list.
