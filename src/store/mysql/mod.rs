@@ -10,6 +10,7 @@ use std::time::Duration;
 
 mod audit;
 mod inspect;
+mod migrations;
 mod orders;
 mod recheck;
 mod sql;
@@ -96,9 +97,7 @@ impl MysqlStore {
             .execute(&self.pool)
             .await?;
         }
-        let mut migrator = sqlx::migrate!("migrations/reconciler");
-        migrator.set_ignore_missing(true);
-        migrator.run(&self.pool).await?;
+        migrations::reconciler().await?.run(&self.pool).await?;
         Ok(())
     }
 
