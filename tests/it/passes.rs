@@ -28,7 +28,7 @@ fn replica(env: &TestEnv, name: &str, port: u16) -> Command {
     let mut c = daemon_command(env, port);
     c.env("SEATFLOW__RECONCILE__INSTANCE", name)
         .env("SEATFLOW__SWEEP__SCHEDULE", "*/2 * * * * *")
-        .env("SEATFLOW__SWEEP__LEASE_TTL", "2s")
+        .env("SEATFLOW__SWEEP__PASS_LEASE_TTL", "2s")
         .env("SEATFLOW__SWEEP__TAKEOVER_AFTER", "1s")
         .env("SEATFLOW__RECONCILE__LOCK_TTL", "2s")
         .env("SEATFLOW__JOBS__EXPIRED_ORDERS__ENABLED", "false");
