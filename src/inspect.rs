@@ -265,7 +265,7 @@ impl SeatMap {
             .count();
         let _ = writeln!(
             out,
-            "hash {}: {}{} · mutex: {}",
+            "hash {}: {}{} · showtime lease: {}",
             self.key,
             self.hash.replace('_', " "),
             if self.hash == "present" {

@@ -2,8 +2,9 @@
 //! through seatflow's cancel chain — a conditional status update and
 //! `active = NULL` in one transaction (rule 3), then the seats of the
 //! order's own `order_seat` rows, each in the row's showtime, `"1"` → `"0"`
-//! by fenced compare-and-set under that showtime's lease, where a fresh
-//! re-check shows that nothing else holds the seat (rule 15).
+//! by fenced compare-and-set under the showtime lease of the row's
+//! showtime, where a fresh re-check shows that nothing else holds the seat
+//! (rule 15).
 
 use std::collections::BTreeMap;
 
@@ -149,7 +150,7 @@ async fn sweep(
 }
 
 /// What the cancel chain writes to: the job's audit and report, the run's
-/// leases, and the run's report of rows outside the contract.
+/// showtime leases, and the run's report of rows outside the contract.
 struct Chain<'c, 'a> {
     audit: &'c mut AuditLog<'a>,
     report: &'c mut JobReport,
@@ -186,7 +187,7 @@ async fn cancel_chunk(
             tracing::info!(
                 kind = "expired_orders",
                 showtime_id = busy,
-                "showtime busy (leased by another reconciler); skipped this run"
+                "showtime busy (showtime lease held by another reconciler); skipped this run"
             );
         }
     }
@@ -375,8 +376,8 @@ async fn cancel_locked(
     Ok(())
 }
 
-/// Rule 13: lock keys of another type than a string were nobody's lease;
-/// the acquisition replaced them. Each is reported once per run.
+/// Rule 13: showtime lease keys of another type than a string were nobody's
+/// lease; the acquisition replaced them. Each is reported once per run.
 fn replaced_leases(ctx: &Context, report: &mut JobReport, opts: &RunOptions, ids: &[ShowtimeId]) {
     for id in ids {
         let key = ctx.redis.keys.lease(*id);

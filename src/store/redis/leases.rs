@@ -1,4 +1,4 @@
-//! Both kinds of lease: the per-showtime lease (`reconcile:lock:{S}`,
+//! Both kinds of lease: the showtime lease (`reconcile:lock:{S}`,
 //! rule 2) and a shard's pass lease with its done record.
 
 use super::*;
@@ -11,7 +11,7 @@ use redis::Cmd;
 pub enum LeaseTake {
     /// Ours now.
     Taken,
-    /// Ours now; the lock key was of another type than a string (nobody's
+    /// Ours now; the lease key was of another type than a string (nobody's
     /// lease: rule 13) and was replaced.
     Replaced,
     /// Someone's lease (a string): left alone.
@@ -77,7 +77,7 @@ impl PassRecord {
 
 impl RedisStore {
     /// Tries to take each showtime's lease (`SET PX` with our token where
-    /// there is none), in one round trip. A lock key of another type than a
+    /// there is none), in one round trip. A lease key of another type than a
     /// string is nobody's lease (rule 13): it is replaced and reported as
     /// `LeaseTake::Replaced`.
     pub async fn acquire_leases(
