@@ -136,7 +136,10 @@ impl SweepSettings {
         )?;
         in_range("sweep.hashes_per_batch", self.hashes_per_batch, 1, 10_000)?;
         if self.pass_lease_ttl < Duration::from_secs(1) {
-            return Err(ConfigError::new("sweep.pass_lease_ttl", "must be at least 1s"));
+            return Err(ConfigError::new(
+                "sweep.pass_lease_ttl",
+                "must be at least 1s",
+            ));
         }
         Ok(())
     }

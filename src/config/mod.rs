@@ -391,7 +391,10 @@ mod tests {
                 "jobs.expired_orders.schedule",
             ),
             ("[sweep]\nhashes_per_batch = 0\n", "sweep.hashes_per_batch"),
-            ("[sweep]\npass_lease_ttl = \"10ms\"\n", "sweep.pass_lease_ttl"),
+            (
+                "[sweep]\npass_lease_ttl = \"10ms\"\n",
+                "sweep.pass_lease_ttl",
+            ),
             ("[sweep]\npace = \"yes\"\n", "sweep.pace"),
             (
                 "[jobs.sold_orphans]\nbatch_size = -1\n",
