@@ -122,7 +122,7 @@ pub async fn run_with_pass(
                 false
             }
             Err(e) => {
-                tracing::warn!(shard = shard.index, error = %e, "could not record the pass; its lease expires with its TTL");
+                tracing::warn!(shard = shard.index, error = %e, "could not record the pass; its pass lease expires with its TTL");
                 false
             }
         }
