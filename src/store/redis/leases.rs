@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::model::{Shard, ShowtimeId};
 use redis::Cmd;
 
-/// What trying to take one showtime's lease did.
+/// What trying to take one showtime lease did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseTake {
     /// Ours now.
@@ -76,7 +76,7 @@ impl PassRecord {
 }
 
 impl RedisStore {
-    /// Tries to take each showtime's lease (`SET PX` with our token where
+    /// Tries to take each showtime lease (`SET PX` with our token where
     /// there is none), in one round trip. A lease key of another type than a
     /// string is nobody's lease (rule 13): it is replaced and reported as
     /// `LeaseTake::Replaced`.
@@ -109,7 +109,7 @@ impl RedisStore {
             .collect()
     }
 
-    /// PTTL of each showtime's lease in one round trip: ms left, -1 no
+    /// PTTL of each showtime lease in one round trip: ms left, -1 no
     /// expiry, -2 gone.
     pub async fn lease_pttls(&self, ids: &[ShowtimeId]) -> Result<Vec<i64>> {
         let cmds: Vec<Cmd> = ids
