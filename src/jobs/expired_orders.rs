@@ -264,7 +264,8 @@ async fn cancel_locked(
     // orphan-locks job releases later, as after any crash in this window.
     race_window!(crate::race_window::EXPIRED_AFTER_CANCEL);
     // A row in a showtime we do not hold yet (its order says another): take
-    // that showtime's showtime lease too, or leave the seat to orphan-locks.
+    // the showtime lease of that showtime too, or leave the seat to
+    // orphan-locks.
     let mut others: Vec<ShowtimeId> = releases
         .iter()
         .map(|(s, _, _)| *s)
