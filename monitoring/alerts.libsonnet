@@ -109,7 +109,7 @@ local u = import 'lib/util.libsonnet';
             ||| % { g: g, sel: c.selector },
             c.driftPersistsFor,
             'seatflow-reconciler finds the same {{ $labels.kind }} drift run after run.',
-            'Every {{ $labels.kind }} scan (%s) of the last 30 minutes found at least {{ $value }} drifted items beyond those waiting out the grace period: they are not being repaired (dry run, busy mutex, repairs failing, or a backlog).' % where,
+            'Every {{ $labels.kind }} scan (%s) of the last 30 minutes found at least {{ $value }} drifted items beyond those waiting out the grace period: they are not being repaired (dry run, busy showtime lease, repairs failing, or a backlog).' % where,
           ),
 
           // How late drift is repaired: an SLO on first sighting → repair.
@@ -182,8 +182,8 @@ local u = import 'lib/util.libsonnet';
               max by (%(g)s, kind) (seatflow_reconcile_stuck_leases{%(sel)s}) > 0
             ||| % { g: g, sel: c.selector },
             c.stuckLeaseFor,
-            'seatflow-reconciler {{ $labels.kind }} meets showtime mutexes that never expire.',
-            'The {{ $labels.kind }} job (%s) has been skipping {{ $value | printf "%%.0f" }} showtimes for %s because their mutex has no expiry and belongs to someone else. Their drift is not repaired until an operator looks.' % [where, u.humanize(u.seconds(c.stuckLeaseFor))],
+            'seatflow-reconciler {{ $labels.kind }} meets showtime leases that never expire.',
+            'The {{ $labels.kind }} job (%s) has been skipping {{ $value | printf "%%.0f" }} showtimes for %s because their showtime lease has no expiry and belongs to someone else. Their drift is not repaired until an operator looks.' % [where, u.humanize(u.seconds(c.stuckLeaseFor))],
           ),
         ] + (if daemon then [
                // The daemon's shared seat pass, per shard: the newest pass by

@@ -176,11 +176,11 @@ local u = import 'lib/util.libsonnet';
 
   local errors = [
     [gr.timeseries('Errors per minute, by stage',
-                   'Errors counted after retries, by stage: mysql, redis, lock, audit (a repair without its audit row), invalid_data (bad data left alone). See SeatflowReconcilerErrors and SeatflowReconcilerInvalidData.',
+                   'Errors counted after retries, by stage: mysql, redis, lock (taking or keeping a showtime lease), audit (a repair without its audit row), invalid_data (bad data left alone). See SeatflowReconcilerErrors and SeatflowReconcilerInvalidData.',
                    [gr.target(q('sum by (stage) (rate(seatflow_reconcile_errors_total{%(s)s}[$__rate_interval])) * 60'), '{{stage}}')],
                    unit='opm'), 8, 8],
-    [gr.timeseries('Mutex contention: busy showtimes per minute, by kind',
-                   'Showtimes skipped because another reconciler held their mutex ({prefix}reconcile:lock:{S}). Expected in small numbers with several replicas; they are retried next run and counted in the backlog.',
+    [gr.timeseries('Showtime lease contention: busy showtimes per minute, by kind',
+                   'Showtimes skipped because another reconciler held their showtime lease ({prefix}reconcile:lock:{S}; the per-showtime mutex of the spec). Expected in small numbers with several replicas; they are retried next run and counted in the backlog.',
                    [gr.target(q('sum by (kind) (rate(seatflow_reconcile_mutex_busy_total{%(s)s}[$__rate_interval])) * 60'), '{{kind}}')],
                    unit='opm'), 8, 8],
   ] + (if daemon then [
@@ -192,8 +192,8 @@ local u = import 'lib/util.libsonnet';
                         decimals=0,
                         min=0), 8, 8],
        ] else []) + [
-    [gr.timeseries('Stuck leases (no expiry), by kind',
-                   'Showtimes whose mutex ({prefix}reconcile:lock:{S}) is held by someone else and has no expiry, met by the last run. They are skipped on every run until an operator looks: see the runbook, SeatflowReconcilerStuckLease. The reconciler never deletes them.',
+    [gr.timeseries('Stuck showtime leases (no expiry), by kind',
+                   'Showtimes whose showtime lease ({prefix}reconcile:lock:{S}) is held by someone else and has no expiry, met by the last run. They are skipped on every run until an operator looks: see the runbook, SeatflowReconcilerStuckLease. The reconciler never deletes them.',
                    [gr.target(q('max by (kind) (seatflow_reconcile_stuck_leases{%(s)s})'), '{{kind}}')]), 8, 8],
   ],
 

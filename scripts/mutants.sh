@@ -15,7 +15,7 @@
 # - planner: all of src/plan.rs (the pure decisions), by the unit and
 #   property tests and the integration tests that run the planner end to end.
 # - repair-path: the sweep's lock → re-check → script, the expired-orders
-#   cancel chain, the per-showtime lease, the conditional MySQL writes.
+#   cancel chain, the showtime lease, the conditional MySQL writes.
 # - store-scripts: the store functions that call the Lua scripts (repairs,
 #   rebuilds, suspects, leases) and decode their replies.
 # - pass: the daemon's pass lease (src/pass.rs and its Redis calls), by the

@@ -1,6 +1,6 @@
 //! The connections a command works with: settings, both stores, and the
-//! book of leases this process holds. Jobs, `inspect`, the runner and the
-//! demo all take a `Context`; it is built from settings in one place.
+//! book of showtime leases this process holds. Jobs, `inspect`, the runner
+//! and the demo all take a `Context`; it is built from settings in one place.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -33,7 +33,7 @@ struct Schedules {
     stop: CancellationToken,
     /// Every fire in flight: the crate's `shutdown()` does not wait for
     /// them, and a fire must have handed its run to the `Runner` (whose
-    /// tracker the shutdown then waits on) before leases are released.
+    /// tracker the shutdown then waits on) before showtime leases are released.
     fires: TaskTracker,
 }
 
@@ -133,7 +133,7 @@ pub async fn run(ctx: Context, shutdown: impl Future<Output = ()>) -> anyhow::Re
 
 /// Runs the daemon with HTTP on `listener` until `shutdown` completes; then
 /// stops firing, lets running batches finish within `daemon.shutdown_timeout`,
-/// releases every lease this process holds, and returns.
+/// releases every showtime lease this process holds, and returns.
 pub async fn run_on(
     ctx: Context,
     listener: TcpListener,
@@ -192,7 +192,7 @@ pub async fn run_on(
     shutdown.await;
     tracing::info!("shutdown requested; finishing running batches");
     // In this order: no fire starts a run any more; the runs under way
-    // finish (within the timeout); then the leases are released.
+    // finish (within the timeout); then the showtime leases are released.
     schedules.stop().await;
     probe.abort();
     runner.shutdown(ctx.settings.daemon.shutdown_timeout).await;

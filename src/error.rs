@@ -11,8 +11,8 @@ pub enum Error {
     Redis(#[from] redis::RedisError),
     #[error("mysql migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// Our lease on a showtime expired or was taken over: writes were fenced.
-    #[error("lease on showtime {0} lost")]
+    /// Our showtime lease expired or was taken over: writes were fenced.
+    #[error("showtime lease lost (showtime {0})")]
     LeaseLost(i64),
     /// A Redis reply we could not interpret (a bug or an incompatible server).
     #[error("unexpected reply: {0}")]

@@ -24,7 +24,7 @@ pub struct SeatMap {
     pub key: String,
     /// `present`, `missing` or `wrong_type`.
     pub hash: &'static str,
-    /// Whether some reconciler holds this showtime's lease right now.
+    /// Whether some reconciler holds the showtime lease right now.
     #[serde(rename = "lock_held")]
     pub lease_held: bool,
     pub seats: Vec<SeatView>,
@@ -265,7 +265,7 @@ impl SeatMap {
             .count();
         let _ = writeln!(
             out,
-            "hash {}: {}{} · mutex: {}",
+            "hash {}: {}{} · showtime lease: {}",
             self.key,
             self.hash.replace('_', " "),
             if self.hash == "present" {

@@ -1,9 +1,9 @@
-//! The per-showtime mutex (safety rule 2): `SET PX` with a random token
-//! where no lease is (a lock key of another type is nobody's lease and is
-//! replaced, rule 13), renewed while a batch runs, released by
-//! compare-and-delete. Every repair
-//! script re-checks the token itself, so a holder that paused past its lease
-//! writes nothing even if it does not know yet.
+//! The showtime lease (the spec's per-showtime mutex, safety rule 2): `SET
+//! PX` with a random token where no lease is (a lease key of another type is
+//! nobody's lease and is replaced, rule 13), renewed while a batch runs,
+//! released by compare-and-delete. Every repair script re-checks the token
+//! itself, so a holder that paused past its lease writes nothing even if it
+//! does not know yet.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,8 +15,8 @@ use crate::error::Result;
 use crate::model::ShowtimeId;
 use crate::store::redis::{LeaseTake, RedisStore};
 
-/// The leases held by the whole process (showtime → token), so that a
-/// shutdown can release what a cancelled run still held.
+/// The showtime leases held by the whole process (showtime → token), so
+/// that a shutdown can release what a cancelled run still held.
 #[derive(Clone, Default)]
 pub struct LeaseBook(Arc<Mutex<HashMap<ShowtimeId, String>>>);
 
@@ -60,7 +60,7 @@ pub struct RunLeases {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Acquired {
     pub taken: Vec<ShowtimeId>,
-    /// Among `taken`, showtimes whose lock key was of another type than a
+    /// Among `taken`, showtimes whose lease key was of another type than a
     /// string: nobody's lease, replaced by ours (rule 13). The caller reports
     /// each key (WARN, `invalid_data`).
     pub replaced: Vec<ShowtimeId>,

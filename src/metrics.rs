@@ -120,7 +120,7 @@ impl Metrics {
         let mutex_busy = IntCounterVec::new(
             Opts::new(
                 "seatflow_reconcile_mutex_busy_total",
-                "Showtimes skipped because another holder had their mutex, by job.",
+                "Showtimes skipped because another holder had their showtime lease, by job.",
             ),
             kind,
         )
@@ -136,7 +136,7 @@ impl Metrics {
         let stuck_leases = IntGaugeVec::new(
             Opts::new(
                 "seatflow_reconcile_stuck_leases",
-                "Leases without expiry held by someone else, met by the last run, by job (rule 13).",
+                "Showtime leases without expiry held by someone else, met by the last run, by job (rule 13).",
             ),
             kind,
         )

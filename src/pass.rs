@@ -1,15 +1,15 @@
 //! One active runner per shard's pass. Reconcilers on the same data
 //! (replicas, sidecars, a CronJob) share each shard's pass through a lease
-//! in Redis, under the same rules as the per-showtime mutex: `SET NX PX` of
-//! a random token (the value names the instance), renewed while the pass
-//! runs, compare-and-delete to release. A record of the last completed pass
+//! in Redis (the pass lease), under the same rules as the showtime lease:
+//! `SET NX PX` of a random token (the value names the instance), renewed
+//! while the pass runs, compare-and-delete to release. A record of the last completed pass
 //! (its schedule slot) lets the others see that this slot is done.
 //!
 //! Fencing: the holder renews every third of the TTL and stops writing as
-//! soon as it cannot be sure the lease is still its own (its last renewal is
-//! older than two thirds of the TTL, or a renewal found it gone), so a
-//! holder that paused past its lease writes nothing when it wakes. Its
-//! repairs are fenced a second time by the per-showtime mutex (rule 2).
+//! soon as it cannot be sure the pass lease is still its own (its last
+//! renewal is older than two thirds of the TTL, or a renewal found it gone),
+//! so a holder that paused past its lease writes nothing when it wakes. Its
+//! repairs are fenced a second time by the showtime lease (rule 2).
 
 use std::sync::Arc;
 use std::sync::Mutex;

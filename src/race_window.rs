@@ -7,21 +7,21 @@
 //! `failpoints` feature, which only the test support crate turns on: in a
 //! release build `race_window!` expands to nothing.
 
-/// Seat jobs: the showtimes are scanned, planned and locked; next, the seats
+/// Seat jobs: the showtimes are scanned, planned and leased; next, the seats
 /// to repair are re-read in MySQL (rule 4's re-check).
 pub const SEAT_BEFORE_RECHECK: &str = "seat-sweep-before-recheck";
 
-/// Seat jobs: the re-check passed and the locks were renewed; next, the
-/// fenced compare-and-set script (rules 1, 2 and 13).
+/// Seat jobs: the re-check passed and the showtime leases were renewed; next,
+/// the fenced compare-and-set script (rules 1, 2 and 13).
 pub const SEAT_BEFORE_REPAIR: &str = "seat-sweep-before-repair";
 
-/// expired-orders: the showtimes are locked; next, the conditional cancel
+/// expired-orders: the showtime leases are taken; next, the conditional cancel
 /// in MySQL (rule 3).
 pub const EXPIRED_BEFORE_CANCEL: &str = "expired-orders-before-cancel";
 
 /// expired-orders: the cancel is committed; next, the re-check of its seats
 /// in MySQL (rule 15) and their `"1"` → `"0"` in Redis, still under the
-/// showtimes' locks (rules 1 and 2).
+/// showtime leases (rules 1 and 2).
 pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";
 
 /// A fault, not a pause: the conditional cancel has committed, and tests

@@ -36,8 +36,8 @@ pub struct JobStatus {
     pub last_run: Option<LastRun>,
     /// Drift found by the last run that completed its scan.
     pub current_drift: Option<u64>,
-    /// Leases without expiry held by someone else that the last completed
-    /// run met (rule 13): those showtimes wait for an operator.
+    /// Showtime leases without expiry held by someone else that the last
+    /// completed run met (rule 13): those showtimes wait for an operator.
     pub stuck_leases: u64,
     pub skipped_overlaps: u64,
 }
@@ -57,7 +57,8 @@ pub struct ShardStatus {
     /// This process ran the shard's latest pass (false: it stood by).
     pub active: bool,
     /// What the latest fire found: `ran`, `standby`, `already_done`,
-    /// `stuck_lease`, `claim_failed`, or `dry_run` (no lease taken).
+    /// `stuck_lease` (the pass lease has no expiry), `claim_failed`, or
+    /// `dry_run` (no pass lease taken).
     pub last_fire: Option<&'static str>,
     /// The reconciler that held the pass when this one stood by.
     pub holder: Option<String>,
@@ -319,7 +320,7 @@ impl Runner {
         let deadline = slot
             .zip(self.pass_schedule.as_ref())
             .and_then(|(s, schedule)| pass_deadline(schedule, s));
-        // Dry runs take no lease, so they keep to their own shard.
+        // Dry runs take no pass lease, so they keep to their own shard.
         let shards = if slot.is_some() && !settings.reconcile.dry_run {
             own.all_from_here()
         } else {
@@ -482,7 +483,7 @@ impl Runner {
     }
 
     /// Stops new runs, lets running ones finish their chunk within
-    /// `timeout`, then releases every lease this process still holds.
+    /// `timeout`, then releases every showtime lease this process still holds.
     pub async fn shutdown(&self, timeout: Duration) {
         self.stop.cancel();
         self.tracker.close();
@@ -492,12 +493,12 @@ impl Runner {
         {
             tracing::warn!(
                 ?timeout,
-                "running jobs did not finish in time; releasing their leases"
+                "running jobs did not finish in time; releasing their showtime leases"
             );
         }
         let held = self.ctx.leases.len();
         if let Err(e) = self.ctx.leases.release_all(&self.ctx.redis).await {
-            tracing::warn!(error = %e, held, "could not release every lease; they expire with their TTL");
+            tracing::warn!(error = %e, held, "could not release every showtime lease; they expire with their TTL");
         }
     }
 

@@ -185,7 +185,7 @@ pub struct SweepSettings {
     pub max_hashes_per_second: u32,
     /// Seat hashes per Redis round trip while paced.
     pub hashes_per_batch: usize,
-    /// The lease on a shard's pass among reconcilers: renewed while the
+    /// The pass lease (a shard's pass among reconcilers): renewed while the
     /// pass runs; a holder silent this long is taken over.
     #[serde(with = "humantime_serde")]
     pub pass_lease_ttl: Duration,

@@ -2,8 +2,9 @@
 //! through seatflow's cancel chain — a conditional status update and
 //! `active = NULL` in one transaction (rule 3), then the seats of the
 //! order's own `order_seat` rows, each in the row's showtime, `"1"` → `"0"`
-//! by fenced compare-and-set under that showtime's lease, where a fresh
-//! re-check shows that nothing else holds the seat (rule 15).
+//! by fenced compare-and-set under the showtime lease of the row's
+//! showtime, where a fresh re-check shows that nothing else holds the seat
+//! (rule 15).
 
 use std::collections::BTreeMap;
 
@@ -149,7 +150,7 @@ async fn sweep(
 }
 
 /// What the cancel chain writes to: the job's audit and report, the run's
-/// leases, and the run's report of rows outside the contract.
+/// showtime leases, and the run's report of rows outside the contract.
 struct Chain<'c, 'a> {
     audit: &'c mut AuditLog<'a>,
     report: &'c mut JobReport,
@@ -186,7 +187,7 @@ async fn cancel_chunk(
             tracing::info!(
                 kind = "expired_orders",
                 showtime_id = busy,
-                "showtime busy (leased by another reconciler); skipped this run"
+                "showtime busy (showtime lease held by another reconciler); skipped this run"
             );
         }
     }
@@ -263,7 +264,8 @@ async fn cancel_locked(
     // orphan-locks job releases later, as after any crash in this window.
     race_window!(crate::race_window::EXPIRED_AFTER_CANCEL);
     // A row in a showtime we do not hold yet (its order says another): take
-    // that showtime's lease too, or leave the seat to orphan-locks.
+    // the showtime lease of that showtime too, or leave the seat to
+    // orphan-locks.
     let mut others: Vec<ShowtimeId> = releases
         .iter()
         .map(|(s, _, _)| *s)
@@ -375,8 +377,8 @@ async fn cancel_locked(
     Ok(())
 }
 
-/// Rule 13: lock keys of another type than a string were nobody's lease;
-/// the acquisition replaced them. Each is reported once per run.
+/// Rule 13: showtime lease keys of another type than a string were nobody's
+/// lease; the acquisition replaced them. Each is reported once per run.
 fn replaced_leases(ctx: &Context, report: &mut JobReport, opts: &RunOptions, ids: &[ShowtimeId]) {
     for id in ids {
         let key = ctx.redis.keys.lease(*id);

@@ -1,8 +1,8 @@
 //! A run whose seat jobs take their shard's pass lease first (`pass.rs`), so
 //! that reconcilers on the same data never sweep a shard at the same time:
 //! the daemon's scheduled passes, its admin runs, and `once`. Dry runs and
-//! runs of given showtimes take no lease (they write nothing, or are an
-//! operator's targeted repair under the per-showtime mutex).
+//! runs of given showtimes take no pass lease (they write nothing, or are an
+//! operator's targeted repair under the showtime lease).
 
 use crate::context::Context;
 use crate::jobs::report::{JobReport, RunReport};
@@ -12,7 +12,7 @@ use crate::pass::{self, Claimed};
 use crate::store::redis::PassRecord;
 
 /// What a run under the pass lease came to: ran, stood by, could not
-/// claim, or needed no lease.
+/// claim, or needed no pass lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PassOutcome {
     /// None taken: no seat job, a dry run, or given showtimes.
@@ -122,7 +122,7 @@ pub async fn run_with_pass(
                 false
             }
             Err(e) => {
-                tracing::warn!(shard = shard.index, error = %e, "could not record the pass; its lease expires with its TTL");
+                tracing::warn!(shard = shard.index, error = %e, "could not record the pass; its pass lease expires with its TTL");
                 false
             }
         }

@@ -45,10 +45,10 @@ pub struct JobReport {
     pub fixed: u64,
     /// Suspects waiting out the grace period.
     pub deferred: u64,
-    /// Showtimes skipped because another holder had their mutex.
+    /// Showtimes skipped because another holder had their showtime lease.
     pub skipped_busy: u64,
-    /// Among them, leases without expiry that are not ours (rule 13): they
-    /// never expire on their own; an operator must look.
+    /// Among them, showtime leases without expiry that are not ours (rule
+    /// 13): they never expire on their own; an operator must look.
     pub stuck_leases: u64,
     /// Operational errors (mysql, redis, lock, audit) after retries.
     pub errors: u64,

@@ -1,17 +1,18 @@
 //! The four seat-map jobs (`paid-seats`, `missing-hashes`, `orphan-locks`,
 //! `sold-orphans`): sweep ON_SALE showtimes soonest-first in chunks, plan
 //! each with the pure planner, and repair the jobs' drift under the
-//! per-showtime mutex.
+//! showtime lease (the spec's per-showtime mutex).
 //!
 //! Several seat jobs run together (as `once` does) share one sweep: each hash
-//! is read once, planned once, locked once, and all of a showtime's repairs
+//! is read once, planned once, leased once, and all of a showtime's repairs
 //! go in one script call; each job keeps its own budget, report and audit.
 //!
 //! Per chunk: 1 SQL page + 1 SQL template read (new halls only) + 1 SQL
 //! occupancy read + 1 Redis pipeline of HGETALLs; then, only where there is
-//! something to repair, 1 pipeline of leases, 1 SQL re-check, 1 pipeline of
-//! repair scripts and 1 pipeline of releases. The next chunk's page, hashes
-//! and occupancy are read while the current chunk is planned and repaired.
+//! something to repair, 1 pipeline of showtime leases, 1 SQL re-check, 1
+//! pipeline of repair scripts and 1 pipeline of lease releases. The next
+//! chunk's page, hashes and occupancy are read while the current chunk is
+//! planned and repaired.
 //!
 //! Rooms: this file walks the estate (budgets, cursors, the soonest window,
 //! the scan loop); `read.rs` reads a chunk; `chunk.rs` plans it; `repair.rs`

@@ -1,7 +1,7 @@
 //! What a sweep says about data it leaves alone: bad data summarised once
 //! per showtime (rule 8, 14), our own keys of the wrong type (rule 13), rows
-//! outside the contract (rules 12, 15), stuck leases. Log volume stays
-//! bounded whatever the data; each problem is counted once per run.
+//! outside the contract (rules 12, 15), stuck showtime leases. Log volume
+//! stays bounded whatever the data; each problem is counted once per run.
 
 use std::collections::HashSet;
 
@@ -162,14 +162,15 @@ impl OwnKeys {
     }
 }
 
-/// Rule 13: a lease without expiry that is not ours blocks its showtime for
-/// ever. It is reported (WARN naming the key, `stuck_leases`), never deleted
-/// or taken over: another reconciler version might own it; an operator decides.
+/// Rule 13: a showtime lease without expiry that is not ours blocks its
+/// showtime for ever. It is reported (WARN naming the key, `stuck_leases`),
+/// never deleted or taken over: another reconciler version might own it; an
+/// operator decides.
 pub(crate) fn log_stuck_lease(key: &str, showtime_id: ShowtimeId) {
     tracing::warn!(
         key,
         showtime_id,
-        "lease without expiry held by someone else: showtime skipped until an operator \
+        "showtime lease without expiry held by someone else: showtime skipped until an operator \
          removes it (see the runbook, SeatflowReconcilerStuckLease)"
     );
 }

@@ -1,4 +1,4 @@
-//! The writes of a sweep, under per-showtime leases (rule 2): the MySQL
+//! The writes of a sweep, under showtime leases (rule 2): the MySQL
 //! re-check of exactly the planned seats in MySQL's own terms (rules 4 and
 //! 15), the fenced compare-and-set scripts (rules 1 and 13), rebuilds of
 //! missing hashes, and their audit (rule 10).
@@ -32,7 +32,7 @@ impl<'a> Sweep<'a, '_> {
             } else {
                 tracing::info!(
                     showtime_id = id,
-                    "showtime busy (leased by another reconciler); skipped this run"
+                    "showtime busy (showtime lease held by another reconciler); skipped this run"
                 );
             }
             let mut per_job: HashMap<Kind, u64> = HashMap::new();
@@ -192,7 +192,7 @@ impl<'a> Sweep<'a, '_> {
                 Ok(Fenced::LeaseLost) => {
                     tracing::warn!(
                         showtime_id = id,
-                        "lease lost before repair; nothing written"
+                        "showtime lease lost before repair; nothing written"
                     );
                     for kind in kinds_in(batch) {
                         self.job(kind).report.error(&Error::LeaseLost(id));

@@ -1,4 +1,4 @@
--- Take a showtime's lease (safety rule 2). KEYS[1] lease, ARGV[1] our token,
+-- Take a showtime lease (safety rule 2). KEYS[1] lease, ARGV[1] our token,
 -- ARGV[2] TTL ms. Returns 1 taken, 0 held (a string is someone's lease, ours
 -- included: left alone), 2 taken after replacing a key of another type.
 -- Rule 13: we only ever write strings here, so a key of another type is

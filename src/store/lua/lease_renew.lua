@@ -1,4 +1,4 @@
--- Extend our lease. KEYS[1] lease, ARGV[1] token, ARGV[2] TTL ms. 1 renewed, 0 not ours.
+-- Extend our showtime lease. KEYS[1] lease, ARGV[1] token, ARGV[2] TTL ms. 1 renewed, 0 not ours.
 -- Rule 13: the type and the TTL argument are checked before the write.
 local ttl = tonumber(ARGV[2])
 if ttl == nil or ttl <= 0 then

@@ -1,7 +1,7 @@
 -- Fenced creation of a missing seat hash; never clobbers one that appeared.
--- KEYS[1] seat hash, KEYS[2] lease, KEYS[3] done (operation id -> reply).
+-- KEYS[1] seat hash, KEYS[2] showtime lease, KEYS[3] done (operation id -> reply).
 -- ARGV[1] our token, ARGV[2] a unique operation id, then field/value pairs.
--- Replies {code, replaced}: code -1 lease not ours, -2 the seat key exists
+-- Replies {code, replaced}: code -1 showtime lease not ours, -2 the seat key exists
 -- with the wrong type (left alone), 0 the hash exists (left alone),
 -- 1 created; replaced = 2 when our done key had the wrong type and was
 -- replaced, else 0. A retried operation gets its first code back.

@@ -1,12 +1,12 @@
 -- Fenced per-seat compare-and-set (safety rules 1, 2 and 13).
--- KEYS[1] seat hash {prefix}seat:{S}
--- KEYS[2] lease     {prefix}reconcile:lock:{S}
--- KEYS[3] suspects  {prefix}reconcile:suspect:{S}
--- KEYS[4] done      {prefix}reconcile:done:{S}  (operation id -> reply, for retries)
--- ARGV[1] our lease token, ARGV[2] a unique operation id, then triples:
+-- KEYS[1] seat hash      {prefix}seat:{S}
+-- KEYS[2] showtime lease {prefix}reconcile:lock:{S}
+-- KEYS[3] suspects       {prefix}reconcile:suspect:{S}
+-- KEYS[4] done           {prefix}reconcile:done:{S}  (operation id -> reply, for retries)
+-- ARGV[1] our showtime lease token, ARGV[2] a unique operation id, then triples:
 -- seat, observed ("" = field absent), target ("0", "1" or "2").
 -- Replies (nothing is written unless the first element is 1):
---   {-1}         the lease is not ours
+--   {-1}         the showtime lease is not ours
 --   {-2, i}      KEYS[i] is seatflow's key of the wrong type (left alone)
 --   {1, replaced, r1, r2, ...} with ri = 1 applied, 0 value changed since the
 --                scan (left alone); replaced = 1 when our suspect key, + 2

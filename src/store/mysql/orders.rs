@@ -105,7 +105,7 @@ impl MysqlStore {
     ///
     /// Safe to retry: orders among `ids` that the reconciler cancelled at or
     /// after `since` (a commit whose reply was lost, audit row included) are
-    /// returned as cancelled too. The caller holds the showtimes' leases, so
+    /// returned as cancelled too. The caller holds the showtime leases, so
     /// those cancels are its own.
     pub async fn cancel_expired(
         &self,

@@ -26,7 +26,7 @@ impl Keys {
         format!("{}seat:{{{s}}}", self.prefix)
     }
 
-    /// The showtime's lease (the spec's per-showtime mutex; the key name
+    /// The showtime lease (the spec's per-showtime mutex; the key name
     /// `reconcile:lock:` is seatflow's interface and stays).
     pub fn lease(&self, s: ShowtimeId) -> String {
         format!("{}reconcile:lock:{{{s}}}", self.prefix)
@@ -54,7 +54,7 @@ impl Keys {
         }
     }
 
-    /// The lease on a shard's pass among reconcilers.
+    /// The pass lease: a shard's pass among reconcilers.
     pub fn pass_lease(&self, shard: Shard) -> String {
         format!("{}reconcile:pass:{{{}}}", self.prefix, shard.name())
     }

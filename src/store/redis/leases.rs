@@ -1,4 +1,4 @@
-//! Both kinds of lease: the per-showtime lease (`reconcile:lock:{S}`,
+//! Both kinds of lease: the showtime lease (`reconcile:lock:{S}`,
 //! rule 2) and a shard's pass lease with its done record.
 
 use super::*;
@@ -6,12 +6,12 @@ use crate::error::{Error, Result};
 use crate::model::{Shard, ShowtimeId};
 use redis::Cmd;
 
-/// What trying to take one showtime's lease did.
+/// What trying to take one showtime lease did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseTake {
     /// Ours now.
     Taken,
-    /// Ours now; the lock key was of another type than a string (nobody's
+    /// Ours now; the lease key was of another type than a string (nobody's
     /// lease: rule 13) and was replaced.
     Replaced,
     /// Someone's lease (a string): left alone.
@@ -76,8 +76,8 @@ impl PassRecord {
 }
 
 impl RedisStore {
-    /// Tries to take each showtime's lease (`SET PX` with our token where
-    /// there is none), in one round trip. A lock key of another type than a
+    /// Tries to take each showtime lease (`SET PX` with our token where
+    /// there is none), in one round trip. A lease key of another type than a
     /// string is nobody's lease (rule 13): it is replaced and reported as
     /// `LeaseTake::Replaced`.
     pub async fn acquire_leases(
@@ -109,7 +109,7 @@ impl RedisStore {
             .collect()
     }
 
-    /// PTTL of each showtime's lease in one round trip: ms left, -1 no
+    /// PTTL of each showtime lease in one round trip: ms left, -1 no
     /// expiry, -2 gone.
     pub async fn lease_pttls(&self, ids: &[ShowtimeId]) -> Result<Vec<i64>> {
         let cmds: Vec<Cmd> = ids

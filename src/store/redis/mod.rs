@@ -1,6 +1,7 @@
 //! Redis: key layout, pipelined reads, and every write as a Lua
 //! compare-and-set (safety rule 1). Keys of one showtime share the hash tag
-//! `{S}`, so one script can touch the seat hash, our lease and our suspects.
+//! `{S}`, so one script can touch the seat hash, our showtime lease and our
+//! suspects.
 
 use crate::error::{Error, Result};
 use redis::aio::{ConnectionLike, ConnectionManager};

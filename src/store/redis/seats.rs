@@ -30,7 +30,7 @@ pub struct ShowtimeRead {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fenced<T> {
     Done(T),
-    /// The lease was not ours: nothing was written.
+    /// The showtime lease was not ours: nothing was written.
     LeaseLost,
     /// Seatflow's seat key had the wrong type (rule 13): nothing was written.
     SeatKeyWrongType,
