@@ -213,7 +213,7 @@ async fn a_run_whose_lock_passed_to_another_reconciler_writes_nothing() {
     );
 }
 
-/// Rule 2: the per-showtime mutex. Run A holds the locks of three showtimes
+/// Rule 2: the showtime lease. Run A holds the locks of three showtimes
 /// and is paused before its re-check; run B (another process's connections)
 /// runs from start to end inside that pause, on the same showtimes. B sees
 /// the same drift, skips every showtime as busy and writes nothing; A then
