@@ -21,7 +21,7 @@ use crate::jobs::{self, RunOptions};
 use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
 use crate::pace::Pacer;
-use crate::schedule::{Schedule, next_fire};
+use crate::schedule::Schedule;
 
 /// How long a dependency probe waits for each store.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -110,6 +110,8 @@ pub struct Runner {
     pacer: Option<Arc<Pacer>>,
     /// `sweep.schedule`, parsed once: each scheduled pass's deadline.
     pass_schedule: Option<Schedule>,
+    /// Each enabled job's schedule, parsed once, for `/status`'s next fire.
+    schedules: BTreeMap<Kind, Schedule>,
     stop: CancellationToken,
     tracker: TaskTracker,
     /// One pass at a time; one `expired-orders` run at a time. Each guard
@@ -136,6 +138,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Runner {
     pub fn new(ctx: Context, metrics: Metrics) -> Arc<Runner> {
         let settings = &ctx.settings;
+        // Checked with the settings: a schedule that does not parse has no
+        // fire, so no next fire and no deadline.
+        let schedules: BTreeMap<Kind, Schedule> = Kind::ALL
+            .into_iter()
+            .filter(|k| settings.job(*k).enabled)
+            .filter_map(|k| Some((k, Schedule::new(settings.schedule(k)).ok()?)))
+            .collect();
+        let now = Utc::now();
         let status = Kind::ALL
             .into_iter()
             .map(|k| {
@@ -145,7 +155,7 @@ impl Runner {
                     k,
                     JobStatus {
                         enabled,
-                        next_fire: enabled.then(|| next_fire(&schedule)).flatten(),
+                        next_fire: schedules.get(&k).and_then(|s| s.next_after(now)),
                         schedule,
                         running: false,
                         last_run: None,
@@ -168,8 +178,6 @@ impl Runner {
         pass_metrics
             .pace
             .set(pacer.as_ref().map_or(0.0, |p| p.rate()));
-        // Checked with the settings: a schedule that does not parse has no
-        // deadline, as it has no fire.
         let pass_schedule = Schedule::new(&settings.sweep.schedule).ok();
         Arc::new(Runner {
             ctx,
@@ -177,6 +185,7 @@ impl Runner {
             pass_metrics,
             pacer,
             pass_schedule,
+            schedules,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
             pass_guard: Default::default(),
@@ -188,10 +197,9 @@ impl Runner {
 
     pub fn status(&self) -> BTreeMap<Kind, JobStatus> {
         let mut s = lock(&self.status).clone();
+        let now = Utc::now();
         for (k, st) in s.iter_mut() {
-            if st.enabled {
-                st.next_fire = next_fire(self.ctx.settings.schedule(*k));
-            }
+            st.next_fire = self.schedules.get(k).and_then(|c| c.next_after(now));
         }
         s
     }

@@ -77,17 +77,6 @@ pub fn check(raw: &str) -> Result<(), String> {
     }
 }
 
-/// The next time a schedule fires after now (UTC), for `/status`.
-pub fn next_fire(schedule: &str) -> Option<DateTime<Utc>> {
-    next_fire_after(schedule, Utc::now())
-}
-
-/// The first time a schedule fires strictly after `t`, in whole seconds
-/// ([`Schedule::next_after`] of an expression parsed for this one call).
-pub fn next_fire_after(schedule: &str, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    Schedule::new(schedule).ok()?.next_after(t)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,18 +99,15 @@ mod tests {
         assert!(check("* * * * *").unwrap_err().contains("6 fields"));
         assert!(check("0 0 25 * * *").unwrap_err().contains("invalid cron"));
         assert!(check("0 0 0 30 2 *").unwrap_err().contains("never fires"));
-        assert!(next_fire("*/5 * * * * *").is_some());
-        assert!(next_fire("nonsense").is_none());
         assert!(Schedule::new("nonsense").is_err());
+        let parsed = Schedule::new("0 * * * * *").unwrap();
         let t = at("2026-12-03T10:00:00Z");
-        let next = next_fire_after("0 * * * * *", t).unwrap();
+        let next = parsed.next_after(t).unwrap();
         assert_eq!(next.to_rfc3339(), "2026-12-03T10:01:00+00:00");
         // Whatever fraction of a second the search starts from (croner
         // keeps it: 10:01:00.437 without the truncation, a different slot
         // in each replica, which let a standby run a pass already run).
         let later = t + chrono::Duration::milliseconds(437);
-        assert_eq!(next_fire_after("0 * * * * *", later), Some(next));
-        let parsed = Schedule::new("0 * * * * *").unwrap();
         assert_eq!(parsed.next_after(later), Some(next));
         assert_eq!(parsed.as_str(), "0 * * * * *");
     }
