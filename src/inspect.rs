@@ -108,13 +108,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
     }
     let mut rows = OccupancyBuilder::default();
     for o in &occupants {
-        if let SeatRow::Unknown(why) = &o.reading {
-            unknown.push(UnknownRow::new(
-                "order_seat",
-                crate::model::contract::seat_row_id(o.order_id, &o.seat_no),
-                why.clone(),
-            ));
-        }
+        unknown.extend(o.reading.unknown_row(o.order_id, &o.seat_no));
         if let Some(holding) = o.reading.holding(o.order_id) {
             rows.push_row(id, &o.seat_no, holding, o.order_id);
         }

@@ -148,11 +148,7 @@ pub async fn name_seats(
                     crate::plan::shown(seat)
                 ),
             };
-            unknown.push(UnknownRow::new(
-                "order_seat",
-                contract::seat_row_id(*order_id, seat),
-                why,
-            ));
+            unknown.push(contract::unknown_seat_row(*order_id, seat, why));
         }
         if let Some(name) = name {
             out.push_row(

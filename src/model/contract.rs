@@ -81,6 +81,14 @@ pub enum SeatRow {
 }
 
 impl SeatRow {
+    /// The report of this row when it is outside the contract.
+    pub fn unknown_row(&self, order_id: i64, seat_no: &str) -> Option<UnknownRow> {
+        match self {
+            SeatRow::Unknown(why) => Some(unknown_seat_row(order_id, seat_no, why.clone())),
+            _ => None,
+        }
+    }
+
     /// The row as the planner holds it (None: it holds nothing).
     pub fn holding(&self, order_id: i64) -> Option<Holding> {
         match self {
@@ -183,9 +191,14 @@ pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
     })
 }
 
-/// `order 7 seat a-01`: an `order_seat` row's id in reports.
-pub fn seat_row_id(order_id: i64, seat_no: &str) -> String {
-    format!("order {order_id} seat {seat_no}")
+/// An `order_seat` row outside the contract, as reported: its id is
+/// `order 7 seat a-01`.
+pub fn unknown_seat_row(order_id: i64, seat_no: &str, why: impl Into<String>) -> UnknownRow {
+    UnknownRow::new(
+        "order_seat",
+        format!("order {order_id} seat {seat_no}"),
+        why,
+    )
 }
 
 /// The hall template's `enabled` flag, strictly: 1 enabled, 0 disabled,

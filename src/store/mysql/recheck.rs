@@ -197,13 +197,7 @@ impl MysqlStore {
                         ));
                     }
                     let entry = &mut out[i];
-                    if let SeatRow::Unknown(why) = &reading {
-                        unknown.push(UnknownRow::new(
-                            "order_seat",
-                            contract::seat_row_id(facts.order_id, &facts.seat_no),
-                            why.clone(),
-                        ));
-                    }
+                    unknown.extend(reading.unknown_row(facts.order_id, &facts.seat_no));
                     if let Some(holding) = reading.holding(facts.order_id) {
                         entry.truth.add(holding);
                     }

@@ -4,7 +4,7 @@
 use super::sql::*;
 use super::*;
 use crate::error::Result;
-use crate::model::contract::{self, SeatRow, UnknownRow};
+use crate::model::contract::{self, UnknownRow};
 use crate::model::{OccupancyBuilder, Scope, SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;
 use futures_util::TryStreamExt;
@@ -219,13 +219,7 @@ impl MysqlStore {
         while let Some(r) = rows.try_next().await? {
             let facts = seat_row_facts(&r)?;
             let reading = contract::read_seat_row(&facts);
-            if let SeatRow::Unknown(why) = &reading {
-                unknown.push(UnknownRow::new(
-                    "order_seat",
-                    contract::seat_row_id(facts.order_id, &facts.seat_no),
-                    why.clone(),
-                ));
-            }
+            unknown.extend(reading.unknown_row(facts.order_id, &facts.seat_no));
             if let Some(holding) = reading.holding(facts.order_id) {
                 out.push_row(facts.showtime_id, &facts.seat_no, holding, facts.order_id);
             }
