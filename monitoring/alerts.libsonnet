@@ -113,23 +113,42 @@ local u = import 'lib/util.libsonnet';
           ),
 
           // How late drift is repaired: an SLO on first sighting → repair.
+          // Counted with increase() over the window: late share over the
+          // budget, and (volume guards) at least driftAgeMinRepairs repairs
+          // and driftAgeMinLateRepairs late ones, so one late repair in a
+          // quiet hour never fires. Once the late repairs leave the window the
+          // guards fail and the alert clears, whether or not repairs continue
+          // (0/0 is NaN, never over the budget). In CronJob mode the pushed
+          // histogram must continue across pushes, as the counters do: then
+          // increase() works on the Pushgateway's series as on a daemon's, and
+          // a CronJob that stops pushing leaves constant series (no increase,
+          // no alert).
           alert(
             'SeatflowReconcilerDriftRepairedLate',
             'warning',
             |||
               (
                 1 - (
-                  sum by (%(g)s, kind) (rate(seatflow_reconcile_drift_age_seconds_bucket{%(sel)s, le=~"%(le)s"}[%(w)s]))
+                  sum by (%(g)s, kind) (increase(seatflow_reconcile_drift_age_seconds_bucket{%(sel)s, le=~"%(le)s"}[%(w)s]))
                   /
-                  sum by (%(g)s, kind) (rate(seatflow_reconcile_drift_age_seconds_count{%(sel)s}[%(w)s]))
+                  sum by (%(g)s, kind) (increase(seatflow_reconcile_drift_age_seconds_count{%(sel)s}[%(w)s]))
                 )
               ) > %(budget)s
+              and on (%(g)s, kind)
+              sum by (%(g)s, kind) (increase(seatflow_reconcile_drift_age_seconds_count{%(sel)s}[%(w)s])) >= %(minRepairs)d
+              and on (%(g)s, kind)
+              (
+                sum by (%(g)s, kind) (increase(seatflow_reconcile_drift_age_seconds_count{%(sel)s}[%(w)s]))
+                - sum by (%(g)s, kind) (increase(seatflow_reconcile_drift_age_seconds_bucket{%(sel)s, le=~"%(le)s"}[%(w)s]))
+              ) >= %(minLate)d
             ||| % {
               g: g,
               sel: c.selector,
               le: u.leRegex(c.driftAgeObjectiveSeconds),
               w: c.driftAgeWindow,
               budget: u.round6(1 - c.driftAgeObjectiveRatio),
+              minRepairs: c.driftAgeMinRepairs,
+              minLate: c.driftAgeMinLateRepairs,
             },
             c.driftAgeFor,
             'seatflow-reconciler repairs {{ $labels.kind }} drift too late.',

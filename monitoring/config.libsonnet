@@ -57,6 +57,15 @@
     driftAgeObjectiveRatio: 0.99,
     driftAgeWindow: '1h',
     driftAgeFor: '15m',
+    // Volume guards: the ratio means nothing over a handful of repairs (one
+    // late repair out of three is 33 %, far over any budget). The alert needs
+    // at least driftAgeMinRepairs repairs of the kind in driftAgeWindow, and
+    // at least driftAgeMinLateRepairs of them late: a single late repair never
+    // fires, whatever the volume. Below the guards lateness shows on the
+    // dashboard only; a reconciler that stops repairing is JobNotSucceeding,
+    // DriftPersists or PassStalled.
+    driftAgeMinRepairs: 10,
+    driftAgeMinLateRepairs: 3,
     // The daemon's seat sweep: one pass per shard every sweepIntervalSeconds
     // (the seat jobs' schedule). A shard without a completed pass for
     // passStalledIntervals intervals alerts.
