@@ -29,6 +29,9 @@ local u = import 'lib/util.libsonnet';
     },
   },
   local daemon = c.mode == 'daemon',
+  // The jobs of the shared seat pass (`kind` values); expired_orders has its
+  // own schedule.
+  local seatJobs = ['paid_seats', 'missing_hashes', 'orphan_locks', 'sold_orphans'],
 
   local notSucceeding(severity, seconds, forDuration, consequence) = alert(
     'SeatflowReconcilerJobNotSucceeding',
@@ -208,7 +211,13 @@ local u = import 'lib/util.libsonnet';
                // The daemon's shared seat pass, per shard: the newest pass by
                // any process is too old. Guarded by "some process has been up
                // for that long", so a rollout (every process new, gauges 0)
-               // does not page.
+               // does not page; and by "the seat jobs have run at all" (any
+               // outcome, skipped_overlap included, since the processes
+               // started), so a daemon whose seat jobs are all disabled, whose
+               // pass timestamps stay 0 (older binaries export them anyway),
+               // never pages. A timestamp of 0 pages only while seat passes are
+               // being attempted: failing, or hung (the next fires count
+               // skipped_overlap).
                alert(
                  'SeatflowReconcilerPassStalled',
                  'critical',
@@ -218,10 +227,12 @@ local u = import 'lib/util.libsonnet';
                    ) > %(limit)d
                    and on (%(g)s)
                    max by (%(g)s) (time() - process_start_time_seconds{%(sel)s}) > %(limit)d
-                 ||| % { g: g, sel: c.selector, limit: c.passStalledIntervals * c.sweepIntervalSeconds },
+                   and on (%(g)s)
+                   sum by (%(g)s) (seatflow_reconcile_runs_total{%(sel)s, kind=~"%(seat)s"}) > 0
+                 ||| % { g: g, sel: c.selector, limit: c.passStalledIntervals * c.sweepIntervalSeconds, seat: std.join('|', seatJobs) },
                  c.passStalledFor,
                  'seatflow-reconciler shard {{ $labels.shard }} has no completed seat pass.',
-                 'No process of %s has completed a seat pass of shard {{ $labels.shard }} for {{ $value | humanizeDuration }} (more than %d sweep intervals of %s): seat drift in that shard is not being found or repaired.' % [where, c.passStalledIntervals, u.humanize(c.sweepIntervalSeconds)],
+                 'No process of %s has completed a seat pass of shard {{ $labels.shard }} for {{ $value | humanizeDuration }} (more than %d sweep intervals of %s; decades: none since the processes started): seat drift in that shard is not being found or repaired.' % [where, c.passStalledIntervals, u.humanize(c.sweepIntervalSeconds)],
                ),
                alert(
                  'SeatflowReconcilerPassOverrunning',
