@@ -61,6 +61,26 @@ local u = import 'lib/util.libsonnet';
                     'A seatflow-reconciler target is down.',
                     'Prometheus has failed to scrape seatflow-reconciler at {{ $labels.instance }} (job {{ $labels.job }}) for %s: this replica detects and repairs no seat inventory drift.' % u.humanize(u.seconds(c.downFor)),
                   ),
+                  // No target of a deployment is up: every one is down
+                  // (crash loop, not scrapable) or gone (scaled to zero,
+                  // deleted: its `up` series ended). A deployment is one
+                  // that had a target within noneUpLookback, so a vanished
+                  // one still counts; `unless` leaves exactly the
+                  // deployments with no `up == 1` now. Per deployment, unlike
+                  // absent(), which would stay silent while another
+                  // deployment matching the selector is up.
+                  alert(
+                    'SeatflowReconcilerNoneUp',
+                    'critical',
+                    |||
+                      count by (%(g)s) (max_over_time(up{%(sel)s}[%(lookback)s]))
+                      unless on (%(g)s)
+                      count by (%(g)s) (up{%(sel)s} == 1)
+                    ||| % { g: g, sel: c.selector, lookback: c.noneUpLookback },
+                    c.noneUpFor,
+                    'No seatflow-reconciler target is up.',
+                    'No scrape target of %s has been up for %s: every scrape fails (pods crash-looping, not ready, unreachable) or the targets are gone (scaled to zero, deleted). Nothing repairs seat drift, and the alerts on the reconciler\'s own series cannot fire.' % [where, u.humanize(u.seconds(c.noneUpFor))],
+                  ),
                 ] else []) + [
           // No series at all: every other alert here is silent then.
           alert(

@@ -33,6 +33,14 @@
     // ---------------------------------------------------------------- thresholds
     // A scrape target down (daemon only).
     downFor: '5m',
+    // No target of a deployment up at all (daemon only): every scrape fails,
+    // or the targets are gone. Critical, so far quicker than MetricsAbsent
+    // (absentWindow + absentFor): longer than a pod restart, short enough
+    // that drift does not pile up. A deployment counts while it had a target
+    // within noneUpLookback; once the last target has been gone that long,
+    // MetricsAbsent (firing since absentWindow + absentFor) pages alone.
+    noneUpFor: '3m',
+    noneUpLookback: '1h',
     // No reconciler series at all (everything deleted, scaled to zero, a
     // ServiceMonitor that selects nothing, a Pushgateway that lost its data).
     absentFor: '10m',
