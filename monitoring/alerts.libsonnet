@@ -178,6 +178,24 @@ local u = import 'lib/util.libsonnet';
             "Of the {{ $labels.kind }} repairs (%s) over the last %s, {{ $value | humanizePercentage }} fixed drift first seen more than %s before, above the objective's budget of %s: customers see wrong seats for longer than promised." % [where, c.driftAgeWindow, u.humanize(c.driftAgeObjectiveSeconds), u.percent(1 - c.driftAgeObjectiveRatio)],
           ),
 
+          // Dry run left on. Every process exports the gauge (set from the
+          // configuration at start and by every run); the CronJob pushes it
+          // once per run in its own group (no `kind`), so it tells the last
+          // run's mode. Counted per deployment: the value is the number of
+          // processes (or pushes) in dry run.
+          alert(
+            'SeatflowReconcilerDryRunLeftOn',
+            'warning',
+            |||
+              count by (%(g)s) (seatflow_reconciler_dry_run{%(sel)s} == 1)
+            ||| % { g: g, sel: c.selector },
+            c.dryRunFor,
+            'seatflow-reconciler has been in dry run for over %s.' % u.humanize(u.seconds(c.dryRunFor)),
+            if daemon
+            then 'seatflow-reconciler (%s) has been running in dry run (reconcile.dry_run) for over %s, on {{ $value | printf "%%.0f" }} of its processes: they find and report drift but repair none. A dry-run rollout left on?' % [where, u.humanize(u.seconds(c.dryRunFor))]
+            else 'The runs of the seatflow-reconciler CronJob (%s) have pushed dry run (reconcile.dry_run or --dry-run) for over %s: they find and report drift but repair none. A dry-run rollout left on?' % [where, u.humanize(u.seconds(c.dryRunFor))],
+          ),
+
           alert(
             'SeatflowReconcilerErrors',
             'warning',

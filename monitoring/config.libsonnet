@@ -84,6 +84,10 @@
     passOverrunThreshold: 3,
     passOverrunWindow: '30m',
     passOverrunFor: '15m',
+    // Dry run (seatflow_reconciler_dry_run 1) for this long: drift is found
+    // and reported, nothing is repaired. Long enough for a deliberate dry-run
+    // rollout to be looked at and switched off.
+    dryRunFor: '1h',
 
     // ---------------------------------------------------------------- dashboard
     dashboardUid: if self.mode == 'cronjob' then 'seatflow-reconciler-cronjob' else 'seatflow-reconciler',

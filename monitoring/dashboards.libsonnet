@@ -78,7 +78,7 @@ local u = import 'lib/util.libsonnet';
              [gr.target(q('count by (version) (seatflow_reconciler_build_info{%(s)s})'), '{{version}}')],
              graph=false), 3, 4],
     [gr.stat('Dry run',
-             'Whether reconcilers run in dry-run mode (reconcile.dry_run or --dry-run): drift is detected and reported, nothing is written. DRY RUN (orange) when any reporting process is in dry run.',
+             'Whether reconcilers run in dry-run mode (reconcile.dry_run or --dry-run): drift is detected and reported, nothing is written. DRY RUN (orange) when any reporting process is in dry run; SeatflowReconcilerDryRunLeftOn fires after %s of it.' % u.humanize(u.seconds(c.dryRunFor)),
              [gr.target(q('max(seatflow_reconciler_dry_run{%(s)s})'), 'dry run')],
              unit='none',
              steps=[['green', null], ['orange', 1]],
