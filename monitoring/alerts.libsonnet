@@ -272,6 +272,31 @@ local u = import 'lib/util.libsonnet';
                  'seatflow-reconciler shard {{ $labels.shard }} has no completed seat pass.',
                  'No process of %s has completed a seat pass of shard {{ $labels.shard }} for {{ $value | humanizeDuration }} (more than %d sweep intervals of %s; decades: none since the processes started): seat drift in that shard is not being found or repaired.' % [where, c.passStalledIntervals, u.humanize(c.sweepIntervalSeconds)],
                ),
+               // A store the daemon cannot reach. seatflow_reconciler_dependency_up
+               // is the last dependency probe's result: SELECT 1 through the
+               // MySQL pool and PING on the Redis connection, each within 2 s,
+               // every 10 s in the background and on every GET /readyz, so it
+               // is current whether or not anything polls /readyz (a process
+               // shows 0 until its first probe, within 2 s of start: `for`
+               // absorbs it). Counted per deployment and store, the value is
+               // the number of processes that cannot reach it: one replica
+               // cut off (its node, an egress rule) alerts as well as a store
+               // that is down. The runs' own errors
+               // (seatflow_reconcile_errors_total{stage="mysql"|"redis"}) are
+               // not a second signal here: they come after retries, only while
+               // a run touches the store, and SeatflowReconcilerErrors already
+               // reads them. The CronJob does not push the probe (a short
+               // process's result, kept by the Pushgateway, would mislead).
+               alert(
+                 'SeatflowReconcilerStoreUnreachable',
+                 'warning',
+                 |||
+                   count by (%(g)s, dependency) (seatflow_reconciler_dependency_up{%(sel)s} == 0)
+                 ||| % { g: g, sel: c.selector },
+                 c.storeUnreachableFor,
+                 'seatflow-reconciler cannot reach {{ $labels.dependency }}.',
+                 'seatflow-reconciler (%s) has not reached {{ $labels.dependency }} for %s, on {{ $value | printf "%%.0f" }} of its processes (the dependency probe, every 10 seconds and on GET /readyz, failed or took over 2 seconds): their runs fail or end partial, and drift is not repaired.' % [where, u.humanize(u.seconds(c.storeUnreachableFor))],
+               ),
                alert(
                  'SeatflowReconcilerPassOverrunning',
                  'warning',

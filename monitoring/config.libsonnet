@@ -88,6 +88,12 @@
     // and reported, nothing is repaired. Long enough for a deliberate dry-run
     // rollout to be looked at and switched off.
     dryRunFor: '1h',
+    // A store (MySQL or Redis) that a daemon's dependency probe has not
+    // reached for this long (daemon only). The daemon probes both stores
+    // every 10 seconds in the background and on every GET /readyz (2-second
+    // timeout); the CronJob pushes no probe result (its unreachable store is
+    // exit 3 at start, then JobNotSucceeding).
+    storeUnreachableFor: '5m',
 
     // ---------------------------------------------------------------- dashboard
     dashboardUid: if self.mode == 'cronjob' then 'seatflow-reconciler-cronjob' else 'seatflow-reconciler',

@@ -66,7 +66,7 @@ local u = import 'lib/util.libsonnet';
              mappings=[never]), 3, 4],
   ] + (if daemon then [
          [gr.stat('Dependencies',
-                  "Whether every reconciler's last readiness probe (GET /readyz) reached MySQL and Redis (worst replica). Updated when /readyz is probed.",
+                  "Whether every reconciler's last dependency probe reached MySQL and Redis (worst replica). Each process probes both every 10 seconds and on every GET /readyz (2-second timeout). SeatflowReconcilerStoreUnreachable fires after %s of DOWN." % u.humanize(u.seconds(c.storeUnreachableFor)),
                   [gr.target(q('min by (dependency) (seatflow_reconciler_dependency_up{%(s)s, instance!=""})'), '{{dependency}}')],
                   unit='none',
                   steps=[['red', null], ['green', 1]],
@@ -185,7 +185,7 @@ local u = import 'lib/util.libsonnet';
                    unit='opm'), 8, 8],
   ] + (if daemon then [
          [gr.timeseries('Dependency health',
-                        "1 when a reconciler's last readiness probe (GET /readyz) reached the dependency, 0 when it did not; per replica.",
+                        "1 when a reconciler's last dependency probe (every 10 seconds, and on every GET /readyz) reached the dependency, 0 when it failed or took over 2 seconds; per replica.",
                         [gr.target(q('max by (instance, dependency) (seatflow_reconciler_dependency_up{%(s)s, instance!=""})'), '{{instance}} {{dependency}}')],
                         unit='none',
                         mappings=gr.valueMap({ '0': ['DOWN', 'red'], '1': ['UP', 'green'] }),
