@@ -307,6 +307,19 @@ local u = import 'lib/util.libsonnet';
                  'seatflow-reconciler seat passes do not finish within the sweep interval.',
                  '{{ $value | printf "%%.0f" }} seat passes of %s did not finish before the next fire over the last %s: each hash is read less often than once per interval, so drift waits longer (pacing too slow, Redis or MySQL slow, or too many showtimes for the interval).' % [where, c.passOverrunWindow],
                ),
+               // The pass keeps changing hands: hand-overs (counted by the
+               // process that took the pass over, so summed over processes)
+               // per shard over the window.
+               alert(
+                 'SeatflowReconcilerPassChangingHands',
+                 'warning',
+                 |||
+                   sum by (%(g)s, shard) (increase(seatflow_reconcile_pass_handovers_total{%(sel)s}[%(w)s])) > %(t)s
+                 ||| % { g: g, sel: c.selector, w: c.passHandoverWindow, t: c.passHandoverThreshold },
+                 c.passHandoverFor,
+                 'The seatflow-reconciler pass of shard {{ $labels.shard }} keeps changing hands.',
+                 'The seat pass of shard {{ $labels.shard }} (%s) was taken over by another process {{ $value | printf "%%.0f" }} times over the last %s (more than %s): the process running it keeps going away (restarts, a lost or expired pass lease, fires late) or another reconciler keeps taking it. Each hand-over starts a pass up to sweep.takeover_after late.' % [where, c.passHandoverWindow, c.passHandoverThreshold],
+               ),
              ] else []),
       },
     ],

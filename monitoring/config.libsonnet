@@ -84,6 +84,16 @@
     passOverrunThreshold: 3,
     passOverrunWindow: '30m',
     passOverrunFor: '15m',
+    // A shard's pass taken over by another process more than
+    // passHandoverThreshold times in passHandoverWindow (daemon only). The
+    // process that ran the last pass goes first, so the pass changes hands
+    // only when that process is gone: a rollout of two replicas hands each
+    // shard over two or three times; a steady stream means processes keep
+    // restarting, losing their pass lease or firing late, or another
+    // reconciler (a CronJob, a manual `once`) keeps taking the pass.
+    passHandoverThreshold: 6,
+    passHandoverWindow: '1h',
+    passHandoverFor: '15m',
     // Dry run (seatflow_reconciler_dry_run 1) for this long: drift is found
     // and reported, nothing is repaired. Long enough for a deliberate dry-run
     // rollout to be looked at and switched off.

@@ -158,7 +158,7 @@ local u = import 'lib/util.libsonnet';
                    thresholdLines=true,
                    mappings=[never]), 12, 8],
     [gr.timeseries('Hand-overs per hour, by shard',
-                   'Seat passes a process took over from another instance (its pass lease expired or was released: a restart, a rollout, a stuck process), summed over processes. A steady rate means processes keep losing their lease.',
+                   'Seat passes a process took over from another instance (its pass lease expired or was released: a restart, a rollout, a stuck process), summed over processes. A steady rate means processes keep losing their lease: SeatflowReconcilerPassChangingHands above %s in %s.' % [c.passHandoverThreshold, c.passHandoverWindow],
                    [gr.target(q('sum by (shard) (increase(seatflow_reconcile_pass_handovers_total{%(s)s}[1h]))'), 'shard {{shard}}')],
                    decimals=0), 8, 8],
     [gr.timeseries('Pass overruns per hour',
