@@ -66,7 +66,9 @@ local u = import 'lib/util.libsonnet';
                   // deleted: its `up` series ended). A deployment is one
                   // that had a target within noneUpLookback, so a vanished
                   // one still counts; `unless` leaves exactly the
-                  // deployments with no `up == 1` now. Per deployment, unlike
+                  // deployments without a successful scrape (`up == 1`)
+                  // within noneUpWindow, so one failed scrape of a single
+                  // replica does not even make it pending. Per deployment, unlike
                   // absent(), which would stay silent while another
                   // deployment matching the selector is up.
                   alert(
@@ -75,11 +77,11 @@ local u = import 'lib/util.libsonnet';
                     |||
                       count by (%(g)s) (max_over_time(up{%(sel)s}[%(lookback)s]))
                       unless on (%(g)s)
-                      count by (%(g)s) (up{%(sel)s} == 1)
-                    ||| % { g: g, sel: c.selector, lookback: c.noneUpLookback },
+                      count by (%(g)s) (max_over_time(up{%(sel)s}[%(w)s]) == 1)
+                    ||| % { g: g, sel: c.selector, lookback: c.noneUpLookback, w: c.noneUpWindow },
                     c.noneUpFor,
                     'No seatflow-reconciler target is up.',
-                    'No scrape target of %s has been up for %s: every scrape fails (pods crash-looping, not ready, unreachable) or the targets are gone (scaled to zero, deleted). Nothing repairs seat drift, and the alerts on the reconciler\'s own series cannot fire.' % [where, u.humanize(u.seconds(c.noneUpFor))],
+                    'No scrape target of %s has been up for %s: every scrape fails (pods crash-looping, not ready, unreachable) or the targets are gone (scaled to zero, deleted). Nothing repairs seat drift, and the alerts on the reconciler\'s own series cannot fire.' % [where, u.humanize(u.seconds(c.noneUpWindow) + u.seconds(c.noneUpFor))],
                   ),
                 ] else []) + [
           // No series at all: every other alert here is silent then.
@@ -276,9 +278,11 @@ local u = import 'lib/util.libsonnet';
                // is the last dependency probe's result: SELECT 1 through the
                // MySQL pool and PING on the Redis connection, each within 2 s,
                // every 10 s in the background and on every GET /readyz, so it
-               // is current whether or not anything polls /readyz (a process
-               // shows 0 until its first probe, within 2 s of start: `for`
-               // absorbs it). Counted per deployment and store, the value is
+               // is current whether or not anything polls /readyz. A process
+               // counts when none of its probes scraped within the window
+               // succeeded (so one slow probe, or the 0 a process shows until
+               // its first probe, never even makes the alert pending).
+               // Counted per deployment and store, the value is
                // the number of processes that cannot reach it: one replica
                // cut off (its node, an egress rule) alerts as well as a store
                // that is down. The runs' own errors
@@ -291,11 +295,11 @@ local u = import 'lib/util.libsonnet';
                  'SeatflowReconcilerStoreUnreachable',
                  'warning',
                  |||
-                   count by (%(g)s, dependency) (seatflow_reconciler_dependency_up{%(sel)s} == 0)
-                 ||| % { g: g, sel: c.selector },
+                   count by (%(g)s, dependency) (max_over_time(seatflow_reconciler_dependency_up{%(sel)s}[%(w)s]) == 0)
+                 ||| % { g: g, sel: c.selector, w: c.storeUnreachableWindow },
                  c.storeUnreachableFor,
                  'seatflow-reconciler cannot reach {{ $labels.dependency }}.',
-                 'seatflow-reconciler (%s) has not reached {{ $labels.dependency }} for %s, on {{ $value | printf "%%.0f" }} of its processes (the dependency probe, every 10 seconds and on GET /readyz, failed or took over 2 seconds): their runs fail or end partial, and drift is not repaired.' % [where, u.humanize(u.seconds(c.storeUnreachableFor))],
+                 'seatflow-reconciler (%s) has not reached {{ $labels.dependency }} for %s, on {{ $value | printf "%%.0f" }} of its processes (each of its dependency probes, run every 10 seconds and on GET /readyz, failed or took over 2 seconds): their runs fail or end partial, and drift is not repaired.' % [where, u.humanize(u.seconds(c.storeUnreachableWindow) + u.seconds(c.storeUnreachableFor))],
                ),
                alert(
                  'SeatflowReconcilerPassOverrunning',

@@ -35,11 +35,14 @@
     downFor: '5m',
     // No target of a deployment up at all (daemon only): every scrape fails,
     // or the targets are gone. Critical, so far quicker than MetricsAbsent
-    // (absentWindow + absentFor): longer than a pod restart, short enough
-    // that drift does not pile up. A deployment counts while it had a target
-    // within noneUpLookback; once the last target has been gone that long,
-    // MetricsAbsent (firing since absentWindow + absentFor) pages alone.
-    noneUpFor: '3m',
+    // (absentWindow + absentFor). Fires when no scrape within noneUpWindow
+    // was up, for noneUpFor more (3 minutes in all): longer than a pod
+    // restart, short enough that drift does not pile up; a single failed
+    // scrape never even makes it pending. A deployment counts while it had a
+    // target within noneUpLookback; once the last target has been gone that
+    // long, MetricsAbsent (firing since absentWindow + absentFor) pages alone.
+    noneUpWindow: '2m',
+    noneUpFor: '1m',
     noneUpLookback: '1h',
     // No reconciler series at all (everything deleted, scaled to zero, a
     // ServiceMonitor that selects nothing, a Pushgateway that lost its data).
@@ -99,11 +102,14 @@
     // rollout to be looked at and switched off.
     dryRunFor: '1h',
     // A store (MySQL or Redis) that a daemon's dependency probe has not
-    // reached for this long (daemon only). The daemon probes both stores
-    // every 10 seconds in the background and on every GET /readyz (2-second
-    // timeout); the CronJob pushes no probe result (its unreachable store is
-    // exit 3 at start, then JobNotSucceeding).
-    storeUnreachableFor: '5m',
+    // reached (daemon only): no successful probe scraped within
+    // storeUnreachableWindow, for storeUnreachableFor more (5 minutes in
+    // all; one slow probe never makes it pending). The daemon probes both
+    // stores every 10 seconds in the background and on every GET /readyz
+    // (2-second timeout); the CronJob pushes no probe result (its unreachable
+    // store is exit 3 at start, then JobNotSucceeding).
+    storeUnreachableWindow: '4m',
+    storeUnreachableFor: '1m',
 
     // ---------------------------------------------------------------- dashboard
     dashboardUid: if self.mode == 'cronjob' then 'seatflow-reconciler-cronjob' else 'seatflow-reconciler',

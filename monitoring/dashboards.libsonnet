@@ -66,7 +66,7 @@ local u = import 'lib/util.libsonnet';
              mappings=[never]), 3, 4],
   ] + (if daemon then [
          [gr.stat('Dependencies',
-                  "Whether every reconciler's last dependency probe reached MySQL and Redis (worst replica). Each process probes both every 10 seconds and on every GET /readyz (2-second timeout). SeatflowReconcilerStoreUnreachable fires after %s of DOWN." % u.humanize(u.seconds(c.storeUnreachableFor)),
+                  "Whether every reconciler's last dependency probe reached MySQL and Redis (worst replica). Each process probes both every 10 seconds and on every GET /readyz (2-second timeout). SeatflowReconcilerStoreUnreachable fires after %s of DOWN." % u.humanize(u.seconds(c.storeUnreachableWindow) + u.seconds(c.storeUnreachableFor)),
                   [gr.target(q('min by (dependency) (seatflow_reconciler_dependency_up{%(s)s, instance!=""})'), '{{dependency}}')],
                   unit='none',
                   steps=[['red', null], ['green', 1]],
