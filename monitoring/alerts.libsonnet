@@ -68,8 +68,8 @@ local u = import 'lib/util.libsonnet';
                   // one still counts; `unless` leaves exactly the
                   // deployments without a successful scrape (`up == 1`)
                   // within noneUpWindow, so one failed scrape of a single
-                  // replica does not even make it pending. Per deployment, unlike
-                  // absent(), which would stay silent while another
+                  // replica does not even make it pending. Per deployment,
+                  // unlike absent(), which would stay silent while another
                   // deployment matching the selector is up.
                   alert(
                     'SeatflowReconcilerNoneUp',
