@@ -1,4 +1,5 @@
--- seatflow's reference schema, exactly as in seatflow-contract.md.
+-- seatflow's reference schema, exactly as in docs/seatflow-contract.md (the
+-- contract the reconciler assumes: what each column means, the exact values).
 -- Created by `migrate --reference-schema` for tests, the demo and local
 -- development; production databases already have these tables.
 CREATE TABLE IF NOT EXISTS hall (
