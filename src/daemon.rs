@@ -139,7 +139,11 @@ pub async fn run_on(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let metrics = Metrics::new();
+    let enabled: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|k| ctx.settings.job(*k).enabled)
+        .collect();
+    let metrics = Metrics::for_jobs(&enabled);
     metrics.set_dry_run(ctx.settings.reconcile.dry_run);
     let runner = Runner::new(ctx.clone(), metrics.clone());
 

@@ -25,7 +25,10 @@ pub mod model;
 pub mod pace;
 pub mod pass;
 pub mod plan;
+#[cfg(target_os = "linux")]
+pub mod process_metrics;
 pub mod push;
+pub mod repeats;
 pub mod retry;
 pub mod runner;
 pub mod schedule;

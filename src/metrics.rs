@@ -1,6 +1,8 @@
 //! Every metric family in one place, with exactly the spec's names, types
-//! and labels. Every labelled series exists (as 0) from start, so dashboards
-//! and alerts see a series before the first repair. Both `run` and `once`
+//! and labels. Every labelled series of a job that runs exists (as 0) from
+//! start, so dashboards and alerts see a series before the first repair; a
+//! job or pass that does not run has none, so no 0 reads as "never ran".
+//! Both `run` and `once`
 //! record through [`Metrics::record`], so both modes report alike.
 
 // Every family is defined here, with names and labels of ours: a failure to
@@ -60,7 +62,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every job's series (a `once` run, a push, the tests).
     pub fn new() -> Metrics {
+        Self::for_jobs(&Kind::ALL)
+    }
+
+    /// The series of `jobs` only: a job that does not run (disabled) has
+    /// none, so no dashboard or alert reads a 0 that means "never ran" as a
+    /// state of the data.
+    pub fn for_jobs(jobs: &[Kind]) -> Metrics {
         let registry = Registry::new();
         let kind = &["kind"];
         let fixes = IntCounterVec::new(
@@ -160,7 +170,7 @@ impl Metrics {
         let dependency_up = IntGaugeVec::new(
             Opts::new(
                 "seatflow_reconciler_dependency_up",
-                "1 when the last readiness probe reached the dependency, else 0.",
+                "1 when the last probe (every 10 s, and on /readyz) reached the dependency, else 0.",
             ),
             &["dependency"],
         )
@@ -198,7 +208,7 @@ impl Metrics {
             dry_run,
         };
         m.register_all();
-        m.zero_all();
+        m.zero(jobs);
         m
     }
 
@@ -227,15 +237,13 @@ impl Metrics {
         // start time) of this process; Linux only (they read /proc).
         #[cfg(target_os = "linux")]
         self.registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
+            .register(Box::new(crate::process_metrics::ProcessMetrics::for_self()))
             .expect("process metric names are unique");
     }
 
-    /// Creates every labelled series at 0.
-    fn zero_all(&self) {
-        for k in Kind::ALL.map(Kind::label) {
+    /// Creates every labelled series of `jobs` at 0.
+    fn zero(&self, jobs: &[Kind]) {
+        for k in jobs.iter().map(|k| k.label()) {
             self.fixes.with_label_values(&[k]);
             self.drift.with_label_values(&[k]);
             self.deferred.with_label_values(&[k]);
@@ -365,9 +373,11 @@ pub struct PassMetrics {
     pub backoffs: prometheus::IntCounter,
 }
 
-impl Metrics {
-    /// Registers the pass metrics, every `shard` series at 0.
-    pub fn pass_metrics(&self, shards: u32) -> PassMetrics {
+impl PassMetrics {
+    /// The pass metrics, every `shard` series at 0, not yet exported
+    /// ([`Metrics::export_passes`]): a daemon without seat jobs has no pass,
+    /// and exports none of them.
+    pub fn new(shards: u32) -> PassMetrics {
         let shard = &["shard"];
         let m = PassMetrics {
             active: IntGaugeVec::new(
@@ -410,6 +420,19 @@ impl Metrics {
             )
             .unwrap(),
         };
+        for i in 0..shards {
+            let i = i.to_string();
+            m.active.with_label_values(&[&i]);
+            m.last_completed.with_label_values(&[&i]);
+            m.handovers.with_label_values(&[&i]);
+        }
+        m
+    }
+}
+
+impl Metrics {
+    /// Exports the pass metrics (the daemon, when it has seat jobs).
+    pub fn export_passes(&self, m: &PassMetrics) {
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.active.clone()),
             Box::new(m.last_completed.clone()),
@@ -421,13 +444,6 @@ impl Metrics {
         for c in collectors {
             self.registry.register(c).expect("metric names are unique");
         }
-        for i in 0..shards {
-            let i = i.to_string();
-            m.active.with_label_values(&[&i]);
-            m.last_completed.with_label_values(&[&i]);
-            m.handovers.with_label_values(&[&i]);
-        }
-        m
     }
 }
 
@@ -452,6 +468,27 @@ mod tests {
         }
         assert!(text.contains("seatflow_reconciler_build_info{version="));
         assert!(!text.contains("job=") && !text.contains("instance="));
+    }
+
+    #[test]
+    fn a_job_that_does_not_run_has_no_series() {
+        let text = Metrics::for_jobs(&[Kind::ExpiredOrders]).encode();
+        assert!(text.contains("seatflow_reconcile_runs_total{kind=\"expired_orders\""));
+        for k in Kind::SEAT_JOBS.map(Kind::label) {
+            assert!(!text.contains(&format!("kind=\"{k}\"")), "{k}:\n{text}");
+        }
+        assert!(
+            !text.contains("seatflow_reconcile_pass_"),
+            "no pass, no pass series"
+        );
+        let m = Metrics::for_jobs(&Kind::SEAT_JOBS);
+        m.export_passes(&PassMetrics::new(2));
+        let text = m.encode();
+        assert!(
+            text.contains(
+                "seatflow_reconcile_pass_last_completed_timestamp_seconds{shard=\"1\"} 0"
+            )
+        );
     }
 
     #[test]

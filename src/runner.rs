@@ -174,7 +174,10 @@ impl Runner {
                 settings.sweep.hashes_per_batch,
             ))
         });
-        let pass_metrics = metrics.pass_metrics(total);
+        let pass_metrics = PassMetrics::new(total);
+        if !Fire::Pass.kinds(settings).is_empty() {
+            metrics.export_passes(&pass_metrics);
+        }
         pass_metrics
             .pace
             .set(pacer.as_ref().map_or(0.0, |p| p.rate()));
@@ -441,6 +444,7 @@ impl Runner {
                 holder,
                 already_done,
                 stuck,
+                ..
             } => {
                 st.active = false;
                 st.holder = Some(holder.clone());

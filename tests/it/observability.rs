@@ -634,6 +634,53 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
         unshown.is_empty(),
         "exported but on no dashboard panel: {unshown:?}"
     );
+
+    // The README's metric table lists exactly the families a scrape shows.
+    let listed = readme_metric_families();
+    let process_listed = listed.contains("process_*");
+    let unlisted: Vec<&String> = families
+        .iter()
+        .filter(|f| !(listed.contains(*f) || process_listed && f.starts_with("process_")))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "exported, not in README.md's metric table: {unlisted:?}"
+    );
+    let stale: Vec<&String> = listed
+        .iter()
+        .filter(|f| *f != "process_*" && !families.contains(*f))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "in README.md's metric table, not exported: {stale:?}"
+    );
+}
+
+/// The families README.md's metric table names (first column; `_x` after
+/// a full name abbreviates `seatflow_reconcile_x`).
+fn readme_metric_families() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let table = readme
+        .split("## Metrics and alerts")
+        .nth(1)
+        .expect("README.md has a Metrics and alerts section");
+    let mut out = BTreeSet::new();
+    for row in table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+    {
+        let first = row.split('|').nth(1).unwrap_or_default();
+        for name in first.split('`').skip(1).step_by(2) {
+            out.insert(match name.strip_prefix('_') {
+                Some(short) => format!("seatflow_reconcile_{short}"),
+                None => name.to_string(),
+            });
+        }
+    }
+    assert!(out.len() >= 12, "README.md's metric table: {out:?}");
+    out
 }
 
 /// Seeds drift in showtime 1 the way tests/it/daemon.rs does, plus an expired
@@ -1034,6 +1081,21 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
         .map(|(_, _, v)| *v)
         .unwrap();
     assert!(last_success > 1.7e9, "last success {last_success}");
+    let first = |name: &str| {
+        ours.iter()
+            .find(|(n, l, _)| {
+                n == name && l.get("kind").map(String::as_str) == Some("orphan_locks")
+            })
+            .map(|(_, _, v)| *v)
+            .unwrap_or_else(|| panic!("{name} not pushed"))
+    };
+    let first_duration_sum = first("seatflow_reconcile_run_duration_seconds_sum");
+    assert_eq!(first("seatflow_reconcile_run_duration_seconds_count"), 1.0);
+    assert_eq!(
+        first("seatflow_reconcile_drift_age_seconds_count"),
+        1.0,
+        "one lock released, one drift age"
+    );
 
     // A second run continues the counters; a failed run keeps the last success.
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
@@ -1075,6 +1137,35 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
     assert_eq!(
         value("seatflow_reconcile_runs_total", &[("outcome", "failure")]),
         Some(1.0)
+    );
+    // Histograms go on like counters: three runs, two repairs.
+    assert_eq!(
+        value("seatflow_reconcile_run_duration_seconds_count", &[]),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            "seatflow_reconcile_run_duration_seconds_bucket",
+            &[("le", "+Inf")]
+        ),
+        Some(3.0)
+    );
+    let duration_sum = value("seatflow_reconcile_run_duration_seconds_sum", &[]).unwrap();
+    assert!(
+        duration_sum >= first_duration_sum,
+        "{duration_sum} < {first_duration_sum}"
+    );
+    assert_eq!(
+        value("seatflow_reconcile_drift_age_seconds_count", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            "seatflow_reconcile_drift_age_seconds_bucket",
+            &[("le", "86400")]
+        ),
+        Some(2.0),
+        "both repairs within a day of first sight"
     );
     let kept = value("seatflow_reconcile_last_success_timestamp_seconds", &[]).unwrap();
     assert!(
