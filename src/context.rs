@@ -9,6 +9,7 @@ use crate::config::{MysqlTlsMode, Settings};
 use crate::error::{Error, Result, Stage};
 use crate::lease::LeaseBook;
 use crate::model::{Scope, Shard, ShowtimeId};
+use crate::repeats::Repeats;
 use crate::retry::with_retry;
 use crate::store::mysql::{MySqlSslMode, MysqlStore, MysqlTls};
 use crate::store::redis::{RedisEndpoint, RedisStore, RedisTls};
@@ -27,6 +28,9 @@ pub struct Context {
     /// The database's clock when this process connected: runs this instance
     /// started before it belong to an earlier process.
     pub connected_at: chrono::NaiveDateTime,
+    /// What this process logged when: repeated problems and quiet runs are
+    /// logged once per interval (`repeats.rs`).
+    pub repeats: Repeats,
 }
 
 impl Context {
@@ -49,6 +53,7 @@ impl Context {
             redis,
             leases: LeaseBook::default(),
             connected_at,
+            repeats: Repeats::default(),
         })
     }
 

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::error::Result;
 use crate::model::Shard;
-use crate::store::redis::{PassClaim, PassRecord, RedisStore};
+use crate::store::redis::{PassClaim, PassRecord, RedisStore, pass_lease_value};
 
 /// Whether this process may still write as the holder of a pass.
 #[derive(Debug)]
@@ -70,9 +70,14 @@ pub enum Claimed {
         /// The shard's last completed pass, by whoever ran it.
         last: Option<PassRecord>,
     },
-    /// Another reconciler runs it. `stuck`: its lease has no expiry (not
-    /// set by us; reported, never taken over — rule 13).
-    Held { holder: String, stuck: bool },
+    /// Another reconciler runs it, since `since_ms` when its lease says.
+    /// `stuck`: its lease has no expiry (not set by us; reported, never
+    /// taken over — rule 13).
+    Held {
+        holder: String,
+        since_ms: Option<i64>,
+        stuck: bool,
+    },
     /// This slot's pass was already completed.
     Done(PassRecord),
 }
@@ -101,7 +106,11 @@ pub async fn claim(
 ) -> Result<Claimed> {
     let ttl = ctx.settings.sweep.pass_lease_ttl;
     let instance = ctx.settings.reconcile.instance.clone();
-    let value = format!("{} {instance}", uuid::Uuid::new_v4().simple());
+    let value = pass_lease_value(
+        &uuid::Uuid::new_v4().simple().to_string(),
+        chrono::Utc::now().timestamp_millis(),
+        &instance,
+    );
     let sent_at = Instant::now();
     let claim = ctx
         .retry("claim pass", || {
@@ -140,8 +149,13 @@ pub async fn claim(
                 last,
             }
         }
-        PassClaim::Held { holder, pttl_ms } => Claimed::Held {
+        PassClaim::Held {
             holder,
+            since_ms,
+            pttl_ms,
+        } => Claimed::Held {
+            holder,
+            since_ms,
             stuck: pttl_ms == -1,
         },
         PassClaim::Done { record } => Claimed::Done(record),

@@ -21,6 +21,59 @@ use crate::store::mysql::FixRecord;
 
 use crate::context::Context;
 
+/// What one job repaired in a run, per showtime: repairs and first seats.
+pub type Repaired = std::collections::BTreeMap<ShowtimeId, (u64, Vec<String>)>;
+
+/// The showtimes a run repaired, over all its jobs: one INFO line each
+/// (every job that touched it, repairs, first seats), at most SUMMARY_LINES,
+/// then one line for the rest.
+#[derive(Debug, Default)]
+pub struct RepairedShowtimes(std::collections::BTreeMap<ShowtimeId, ShowtimeRepairs>);
+
+#[derive(Debug, Default)]
+struct ShowtimeRepairs {
+    jobs: Vec<Kind>,
+    repairs: u64,
+    seats: Vec<String>,
+}
+
+impl RepairedShowtimes {
+    /// Adds one job's repairs (`AuditLog::take_repaired`).
+    pub fn add(&mut self, job: Kind, repaired: Repaired) {
+        for (showtime, (repairs, seats)) in repaired {
+            let entry = self.0.entry(showtime).or_default();
+            entry.jobs.push(job);
+            entry.repairs += repairs;
+            for seat in seats {
+                if entry.seats.len() < SUMMARY_SEATS && !entry.seats.contains(&seat) {
+                    entry.seats.push(seat);
+                }
+            }
+        }
+    }
+
+    pub fn log(&self) {
+        for (showtime, r) in self.0.iter().take(SUMMARY_LINES) {
+            let jobs: Vec<&str> = r.jobs.iter().map(|k| k.label()).collect();
+            tracing::info!(
+                showtime_id = *showtime,
+                jobs = jobs.join(",").as_str(),
+                repairs = r.repairs,
+                first_seats = r.seats.join(",").as_str(),
+                "showtime repaired"
+            );
+        }
+        if self.0.len() > SUMMARY_LINES {
+            let rest: u64 = self.0.values().skip(SUMMARY_LINES).map(|r| r.repairs).sum();
+            tracing::info!(
+                showtimes = (self.0.len() - SUMMARY_LINES) as u64,
+                repairs = rest,
+                "more showtimes repaired (not listed one by one)"
+            );
+        }
+    }
+}
+
 /// Rows per INSERT.
 const BATCH: usize = 500;
 /// Seats named in a showtime's summary line.
@@ -37,7 +90,7 @@ pub struct AuditLog<'a> {
     failed_batches: u64,
     /// Per showtime repaired: repairs and the first seats (or orders), for
     /// one INFO line each when the job's audit is flushed.
-    repaired: std::collections::BTreeMap<ShowtimeId, (u64, Vec<String>)>,
+    repaired: Repaired,
 }
 
 impl<'a> AuditLog<'a> {
@@ -59,6 +112,10 @@ impl<'a> AuditLog<'a> {
 
     pub fn run_id(&self) -> &'a str {
         self.run_id
+    }
+
+    pub fn job(&self) -> Kind {
+        self.job
     }
 
     /// Records an applied seat repair.
@@ -129,38 +186,13 @@ impl<'a> AuditLog<'a> {
         }
     }
 
-    /// One INFO line per showtime this job repaired in this run (repairs,
-    /// first seats); at most SUMMARY_LINES, then one line for the rest.
-    fn log_summary(&mut self) {
-        let repaired = std::mem::take(&mut self.repaired);
-        let total = repaired.len();
-        for (showtime, (repairs, seats)) in repaired.iter().take(SUMMARY_LINES) {
-            tracing::info!(
-                kind = self.job.label(),
-                showtime_id = *showtime,
-                repairs = *repairs,
-                first_seats = seats.join(",").as_str(),
-                "showtime repaired"
-            );
-        }
-        if total > SUMMARY_LINES {
-            let rest = &repaired
-                .values()
-                .skip(SUMMARY_LINES)
-                .map(|(n, _)| n)
-                .sum::<u64>();
-            tracing::info!(
-                kind = self.job.label(),
-                showtimes = (total - SUMMARY_LINES) as u64,
-                repairs = *rest,
-                "more showtimes repaired (not listed one by one)"
-            );
-        }
+    /// What this job repaired, per showtime, for the run's summary lines.
+    pub fn take_repaired(&mut self) -> Repaired {
+        std::mem::take(&mut self.repaired)
     }
 
     /// Waits for the batch in flight, if any, and writes what is buffered.
     pub async fn flush(&mut self) -> Result<()> {
-        self.log_summary();
         let earlier = self.wait_in_flight().await;
         let rows = std::mem::take(&mut self.pending);
         let now = if rows.is_empty() {

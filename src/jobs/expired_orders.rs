@@ -25,7 +25,7 @@ const UNKNOWN_ORDERS_LISTED: usize = 100;
 
 pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> JobReport {
     let mut report = JobReport::new(Kind::ExpiredOrders);
-    let mut unknown = UnknownRows::new(opts.reported.clone());
+    let mut unknown = UnknownRows::new(opts.reported.clone(), ctx.repeats.clone());
     match ctx
         .retry("read unknown orders", || {
             ctx.mysql
@@ -182,7 +182,7 @@ async fn cancel_chunk(
         chain.report.backlog += by_showtime[busy].len() as u64;
         if acquired.stuck.contains(busy) {
             chain.report.stuck_leases += 1;
-            super::seat_sweep::log_stuck_lease(&ctx.redis.keys.lease(*busy), *busy);
+            super::seat_sweep::log_stuck_lease(ctx, *busy);
         } else {
             tracing::info!(
                 kind = "expired_orders",

@@ -17,7 +17,7 @@ use tracing::Instrument as _;
 use crate::context::Context;
 use crate::error::Stage;
 use crate::model::{Kind, ShowtimeId};
-use report::{JobReport, RunReport};
+use report::{JobReport, Outcome, RunReport};
 
 /// What one run is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +64,7 @@ pub async fn run_jobs(
     run_id: &str,
 ) -> Vec<JobReport> {
     let mut out = Vec::with_capacity(kinds.len());
+    let mut repaired = audit::RepairedShowtimes::default();
     let (expired, seats): (Vec<Kind>, Vec<Kind>) =
         kinds.iter().partition(|k| **k == Kind::ExpiredOrders);
     if !expired.is_empty() {
@@ -75,7 +76,7 @@ pub async fn run_jobs(
             .instrument(span.clone())
             .await;
         out.push(
-            settle(report, audit, started, opts, run_id)
+            settle(report, audit, started, opts, &mut repaired)
                 .instrument(span)
                 .await,
         );
@@ -95,12 +96,14 @@ pub async fn run_jobs(
             .await
         {
             out.push(
-                settle(report, audit, started, opts, run_id)
+                settle(report, audit, started, opts, &mut repaired)
                     .instrument(span.clone())
                     .await,
             );
         }
     }
+    // One line per repaired showtime, naming every job that touched it.
+    repaired.log();
     out
 }
 
@@ -110,8 +113,9 @@ async fn settle(
     mut audit: audit::AuditLog<'_>,
     started: Instant,
     opts: &RunOptions,
-    _run_id: &str,
+    repaired: &mut audit::RepairedShowtimes,
 ) -> JobReport {
+    repaired.add(audit.job(), audit.take_repaired());
     // A failed flush already logged every row as an event; count it below.
     let _ = audit.flush().await;
     for _ in 0..audit.failed_batches() {
@@ -123,24 +127,47 @@ async fn settle(
     report
 }
 
-/// One line per job with exactly the counts of its final report (logged
-/// once the run has settled everything, audit errors included).
-fn log_job(report: &JobReport) {
-    tracing::info!(
-        kind = report.kind.label(),
-        outcome = report.outcome.label(),
-        dry_run = report.dry_run,
-        scanned = report.scanned,
-        drift = report.drift,
-        fixed = report.fixed,
-        deferred = report.deferred,
-        skipped_busy = report.skipped_busy,
-        errors = report.errors,
-        backlog = report.backlog,
-        invalid_data = report.invalid_data,
-        duration_ms = report.duration_ms,
-        "job run finished"
-    );
+/// One line per run: its outcome and totals, and each job's counts of its
+/// final report (logged once the run has settled everything, audit errors
+/// included). A run that found, changed and met nothing is logged at INFO
+/// once a minute at most (DEBUG otherwise), so an idle daemon writes about
+/// one line a minute.
+fn log_run(ctx: &Context, report: &RunReport) {
+    let quiet = report.outcome() == Outcome::Success
+        && report.jobs.iter().all(|j| {
+            j.drift == 0 && j.fixed == 0 && j.deferred == 0 && j.errors == 0 && j.invalid_data == 0
+        });
+    let jobs: Vec<String> = report.jobs.iter().map(JobReport::counts).collect();
+    let jobs = jobs.join("; ");
+    let total = |f: fn(&JobReport) -> u64| report.jobs.iter().map(f).sum::<u64>();
+    macro_rules! line {
+        ($level:expr) => {
+            tracing::event!(
+                $level,
+                outcome = report.outcome().label(),
+                dry_run = report.dry_run,
+                duration_ms = report.duration_ms,
+                scanned = total(|j| j.scanned),
+                drift = total(|j| j.drift),
+                fixed = total(|j| j.fixed),
+                errors = total(|j| j.errors),
+                invalid_data = total(|j| j.invalid_data),
+                jobs = jobs.as_str(),
+                "run finished"
+            )
+        };
+    }
+    if !quiet {
+        line!(tracing::Level::INFO);
+    } else if ctx
+        .repeats
+        .sighting("quiet run", crate::repeats::QUIET_RUN_EVERY)
+        .is_some()
+    {
+        line!(tracing::Level::INFO);
+    } else {
+        line!(tracing::Level::DEBUG);
+    }
 }
 
 /// Runs that never finished the last time this instance ran (or anyone's,
@@ -197,25 +224,46 @@ async fn close_earlier_runs(ctx: &Context) -> u64 {
     }
 }
 
+/// A new run's id: the `run_id` of its `reconcile_run` row, its audit rows
+/// and every line it logs.
+pub fn new_run_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// The span every line of a run is logged in (they carry its `run_id`).
+pub fn run_span(run_id: &str) -> tracing::Span {
+    tracing::info_span!("run", run_id)
+}
+
 /// Runs `kinds` in order (the contract's order when all five) and records
 /// the run in `reconcile_run` unless dry.
 pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunReport {
-    let run_id = uuid::Uuid::new_v4().to_string();
-    // Every line of the run carries its `run_id`.
-    let span = tracing::info_span!("run", run_id = run_id.as_str());
-    run_once_as(ctx, kinds, opts, run_id).instrument(span).await
+    let run_id = new_run_id();
+    let span = run_span(&run_id);
+    run_once_as(ctx, kinds, opts, run_id, Vec::new())
+        .instrument(span)
+        .await
 }
 
-async fn run_once_as(
+/// Runs `kinds` as run `run_id` (the caller's span carries it). `failed`:
+/// jobs of the run that failed before they could start (a pass that could
+/// not be claimed); they are recorded with the run, in its row's kinds and
+/// outcome, after the jobs that ran.
+pub(crate) async fn run_once_as(
     ctx: &Context,
     kinds: &[Kind],
     opts: &RunOptions,
     run_id: String,
+    failed: Vec<JobReport>,
 ) -> RunReport {
     let started = Instant::now();
     let trips_before = ctx.redis.round_trips();
     let instance = &ctx.settings.reconcile.instance;
-    let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
+    let labels: Vec<&str> = kinds
+        .iter()
+        .chain(failed.iter().map(|j| &j.kind))
+        .map(|k| k.label())
+        .collect();
     let mut audit_ok = true;
     if !opts.dry_run
         && let Err(e) = ctx
@@ -232,6 +280,7 @@ async fn run_once_as(
         close_earlier_runs(ctx).await
     };
     let mut jobs = run_jobs(ctx, kinds, opts, &run_id).await;
+    jobs.extend(failed);
     // Our own key of the wrong type (rule 13): invalid data of the run,
     // counted once, on its first job.
     if let Some(first) = jobs.first_mut() {
@@ -250,9 +299,7 @@ async fn run_once_as(
         started.elapsed().as_millis() as u64,
     );
     report.redis_round_trips = ctx.redis.round_trips() - trips_before;
-    for job in &report.jobs {
-        log_job(job);
-    }
+    log_run(ctx, &report);
     if !opts.dry_run && audit_ok {
         let summary = serde_json::to_string(&report).unwrap_or_default();
         if let Err(e) = ctx

@@ -4,9 +4,11 @@
 //! runs of given showtimes take no pass lease (they write nothing, or are an
 //! operator's targeted repair under the showtime lease).
 
+use tracing::Instrument as _;
+
 use crate::context::Context;
-use crate::jobs::report::{JobReport, RunReport};
-use crate::jobs::{RunOptions, run_once};
+use crate::jobs::report::{JobReport, RunReport, SkipReason, SkippedJob};
+use crate::jobs::{RunOptions, new_run_id, run_once_as, run_span};
 use crate::model::Kind;
 use crate::pass::{self, Claimed};
 use crate::store::redis::PassRecord;
@@ -31,6 +33,9 @@ pub enum PassOutcome {
     /// seat jobs stood by and are not in the report.
     StoodBy {
         holder: String,
+        /// Since when (Unix ms): the holder's claim, or when this slot's
+        /// pass was done; None when the lease does not say.
+        since_ms: Option<i64>,
         already_done: bool,
         stuck: bool,
     },
@@ -42,17 +47,32 @@ pub struct PassRun {
 }
 
 /// Runs `kinds` once; the seat jobs only if this process gets the pass of
-/// its context's shard for `slot_ms` (0: outside the schedule).
+/// its context's shard for `slot_ms` (0: outside the schedule). Every line
+/// logged on the way, the claim's included, carries the run's `run_id`.
 pub async fn run_with_pass(
     ctx: &Context,
     kinds: &[Kind],
     opts: &RunOptions,
     slot_ms: i64,
 ) -> PassRun {
+    let run_id = new_run_id();
+    let span = run_span(&run_id);
+    run_with_pass_as(ctx, kinds, opts, slot_ms, run_id)
+        .instrument(span)
+        .await
+}
+
+async fn run_with_pass_as(
+    ctx: &Context,
+    kinds: &[Kind],
+    opts: &RunOptions,
+    slot_ms: i64,
+    run_id: String,
+) -> PassRun {
     let seat_jobs = kinds.iter().any(|k| k.is_seat_job());
     if !seat_jobs || opts.dry_run || !opts.showtimes.is_empty() {
         return PassRun {
-            report: run_once(ctx, kinds, opts).await,
+            report: run_once_as(ctx, kinds, opts, run_id, Vec::new()).await,
             outcome: PassOutcome::NotNeeded,
         };
     }
@@ -62,29 +82,48 @@ pub async fn run_with_pass(
         Ok(c) => c,
         Err(e) => {
             // Redis did not answer the claim: the seat jobs fail this run
-            // (their sweep could not have read Redis either).
+            // (their sweep could not have read Redis either), and the run's
+            // row says so.
             tracing::error!(shard = shard.index, error = %e, "could not claim the pass");
-            let others: Vec<Kind> = kinds.iter().copied().filter(|k| !k.is_seat_job()).collect();
-            let mut report = run_once(ctx, &others, opts).await;
-            for kind in kinds.iter().filter(|k| k.is_seat_job()) {
-                let mut failed = JobReport::new(*kind);
-                failed.fail(&e);
-                failed.finish();
-                report.jobs.push(failed);
-            }
+            let failed = kinds
+                .iter()
+                .filter(|k| k.is_seat_job())
+                .map(|kind| {
+                    let mut failed = JobReport::new(*kind);
+                    failed.fail(&e);
+                    failed.finish();
+                    failed
+                })
+                .collect();
             return PassRun {
-                report,
+                report: run_once_as(ctx, &others(kinds), opts, run_id, failed).await,
                 outcome: PassOutcome::ClaimFailed,
             };
         }
     };
     let (pass, last) = match claimed {
         Claimed::Ours { pass, last } => (pass, last),
-        Claimed::Held { holder, stuck } => {
-            return stand_by(ctx, kinds, opts, holder, false, stuck).await;
+        Claimed::Held {
+            holder,
+            since_ms,
+            stuck,
+        } => {
+            let by = StoodBy {
+                holder,
+                since_ms,
+                already_done: false,
+                stuck,
+            };
+            return stand_by(ctx, kinds, opts, run_id, by).await;
         }
         Claimed::Done(record) => {
-            return stand_by(ctx, kinds, opts, record.instance, true, false).await;
+            let by = StoodBy {
+                holder: record.instance,
+                since_ms: Some(record.finished_ms),
+                already_done: true,
+                stuck: false,
+            };
+            return stand_by(ctx, kinds, opts, run_id, by).await;
         }
     };
     let took_over_from = last
@@ -103,7 +142,7 @@ pub async fn run_with_pass(
         stop: pass.stop_token(),
         ..opts.clone()
     };
-    let report = run_once(ctx, kinds, &fenced).await;
+    let report = run_once_as(ctx, kinds, &fenced, run_id, Vec::new()).await;
     let completed = !fenced.stop.is_cancelled()
         && report
             .jobs
@@ -140,22 +179,36 @@ pub async fn run_with_pass(
     }
 }
 
-/// Another reconciler has this shard's pass: only the other jobs run.
+/// Who has the pass a run stood by for (see `PassOutcome::StoodBy`).
+struct StoodBy {
+    holder: String,
+    since_ms: Option<i64>,
+    already_done: bool,
+    stuck: bool,
+}
+
+/// Another reconciler has this shard's pass: only the other jobs run, and
+/// the report lists the seat jobs as skipped, naming the holder.
 async fn stand_by(
     ctx: &Context,
     kinds: &[Kind],
     opts: &RunOptions,
-    holder: String,
-    already_done: bool,
-    stuck: bool,
+    run_id: String,
+    by: StoodBy,
 ) -> PassRun {
+    let StoodBy {
+        holder,
+        since_ms,
+        already_done,
+        stuck,
+    } = by;
     let shard = ctx.shard;
     if stuck {
         tracing::warn!(
             key = ctx.redis.keys.pass_lease(shard),
             holder,
             "pass lease without expiry held by someone else: this shard's pass waits \
-             for an operator (see the runbook, SeatflowReconcilerShardWithoutPass)"
+             for an operator (see the runbook, SeatflowReconcilerPassStalled)"
         );
     } else if already_done {
         tracing::debug!(
@@ -170,23 +223,40 @@ async fn stand_by(
             "the pass runs in another reconciler; standing by"
         );
     }
-    let others: Vec<Kind> = kinds.iter().copied().filter(|k| !k.is_seat_job()).collect();
-    let report = if others.is_empty() {
-        RunReport::new(
-            uuid::Uuid::new_v4().to_string(),
-            opts.dry_run,
-            Vec::new(),
-            0,
-        )
+    let others = others(kinds);
+    let mut report = if others.is_empty() {
+        RunReport::new(run_id, opts.dry_run, Vec::new(), 0)
     } else {
-        run_once(ctx, &others, opts).await
+        run_once_as(ctx, &others, opts, run_id, Vec::new()).await
     };
+    let reason = if already_done {
+        SkipReason::PassDone
+    } else {
+        SkipReason::PassHeld
+    };
+    report.skipped = kinds
+        .iter()
+        .filter(|k| k.is_seat_job())
+        .map(|kind| SkippedJob {
+            kind: *kind,
+            reason,
+            shard: shard.index,
+            holder: holder.clone(),
+            since: since_ms.and_then(chrono::DateTime::from_timestamp_millis),
+        })
+        .collect();
     PassRun {
         report,
         outcome: PassOutcome::StoodBy {
             holder,
+            since_ms,
             already_done,
             stuck,
         },
     }
+}
+
+/// The jobs of `kinds` that need no pass lease (`expired-orders`).
+fn others(kinds: &[Kind]) -> Vec<Kind> {
+    kinds.iter().copied().filter(|k| !k.is_seat_job()).collect()
 }

@@ -134,6 +134,24 @@ impl JobReport {
 
     /// Records how long one repaired drift had been seen before this repair
     /// (first sighting → repair), in milliseconds.
+    /// The job's counts in one log field: `paid_seats success scanned=10 …`.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} {} scanned={} drift={} fixed={} deferred={} busy={} errors={} backlog={} invalid={} ms={}",
+            self.kind.label(),
+            self.outcome.label(),
+            self.scanned,
+            self.drift,
+            self.fixed,
+            self.deferred,
+            self.skipped_busy,
+            self.errors,
+            self.backlog,
+            self.invalid_data,
+            self.duration_ms
+        )
+    }
+
     pub fn observe_drift_age(&mut self, ms: u64) {
         self.drift_ages_ms.push(ms);
     }
@@ -207,6 +225,62 @@ pub struct RunReport {
     pub redis_round_trips: u64,
     pub fixed: BTreeMap<&'static str, u64>,
     pub jobs: Vec<JobReport>,
+    /// Jobs that did not run because another reconciler has their pass.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedJob>,
+}
+
+/// Why a job of the run did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// Another reconciler holds the shard's pass lease.
+    PassHeld,
+    /// This schedule slot's pass was already done by another reconciler.
+    PassDone,
+}
+
+/// A seat job that stood by: who has its shard's pass, since when.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedJob {
+    #[serde(serialize_with = "serialize_kind")]
+    pub kind: Kind,
+    pub reason: SkipReason,
+    pub shard: u32,
+    pub holder: String,
+    /// The holder's claim (or when the slot's pass was done); absent when
+    /// its lease does not say (an older version's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl SkippedJob {
+    /// One line of the text report.
+    fn describe(&self) -> String {
+        let since = self
+            .since
+            .map(|t| {
+                format!(
+                    " since {}",
+                    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )
+            })
+            .unwrap_or_default();
+        match self.reason {
+            SkipReason::PassHeld => format!(
+                "{}: skipped, shard {}'s pass is held by {}{since}",
+                self.kind.cli_name(),
+                self.shard,
+                self.holder
+            ),
+            SkipReason::PassDone => format!(
+                "{}: skipped, shard {}'s pass for this slot was done by {}{since}",
+                self.kind.cli_name(),
+                self.shard,
+                self.holder
+            ),
+        }
+    }
 }
 
 impl RunReport {
@@ -225,6 +299,7 @@ impl RunReport {
             redis_round_trips: 0,
             fixed,
             jobs,
+            skipped: Vec::new(),
         }
     }
 
@@ -332,6 +407,12 @@ impl RunReport {
             }
             if let Some(f) = &j.fatal {
                 let _ = writeln!(s, "\n{} stopped: {f}", j.kind.cli_name());
+            }
+        }
+        if !self.skipped.is_empty() {
+            let _ = writeln!(s);
+            for skipped in &self.skipped {
+                let _ = writeln!(s, "{}", skipped.describe());
             }
         }
         s

@@ -13,6 +13,7 @@ use crate::store::mysql::{OccupancyRead, SeatNameAsk, ShowtimeRow};
 
 use super::report::JobReport;
 use crate::context::Context;
+use crate::repeats::{PROBLEM_EVERY, Repeats};
 
 /// The problems a run has reported, shared by its jobs: each one (an unknown
 /// row, a seat key of the wrong type) is counted and logged once per run,
@@ -38,14 +39,17 @@ const MAX_LINES: usize = 20;
 /// with table, id and reason, once per run (shared through [`Reported`]).
 pub struct UnknownRows {
     reported: Reported,
+    /// A row that stays is logged once an hour.
+    repeats: Repeats,
     logged: usize,
     more: u64,
 }
 
 impl UnknownRows {
-    pub fn new(reported: Reported) -> UnknownRows {
+    pub fn new(reported: Reported, repeats: Repeats) -> UnknownRows {
         UnknownRows {
             reported,
+            repeats,
             logged: 0,
             more: 0,
         }
@@ -57,16 +61,17 @@ impl UnknownRows {
                 continue;
             }
             report.invalid();
-            if self.logged < MAX_LINES {
+            if self.logged >= MAX_LINES {
+                self.more += 1;
+            } else if let Some(unlogged) = self.repeats.sighting(&row.key(), PROBLEM_EVERY) {
                 self.logged += 1;
                 tracing::warn!(
                     table = row.table,
                     row = %row.id,
                     why = %row.why,
+                    seen_since_last_line = unlogged,
                     "row outside the contract: its seats are never lowered, its order never cancelled on a guess (rule 15)"
                 );
-            } else {
-                self.more += 1;
             }
         }
     }

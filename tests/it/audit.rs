@@ -150,3 +150,31 @@ async fn audit_rows_past_their_retention_are_pruned_in_batches() {
     .unwrap();
     assert_eq!(runs, vec!["new-run".to_string()]);
 }
+
+/// A seat repair that an order explains names that order in its audit row
+/// (a paid seat raised to sold, a held seat of a pending order filled in);
+/// a release of a seat no order holds has none.
+#[tokio::test]
+async fn seat_repairs_name_the_order_that_explains_them() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let paid = env.fx.order(1, "PAID", &["A-1"], 900).await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-3", "1")]).await.unwrap();
+    let run = env.once(&[Kind::PaidSeats, Kind::OrphanLocks]).await;
+    assert_eq!(run.total_fixed(), 2, "{}", run.to_text());
+    let rows: Vec<(String, String, Option<i64>)> = sqlx::query_as(
+        "SELECT job, seat_no, order_id FROM reconcile_fix WHERE run_id = ? ORDER BY seat_no",
+    )
+    .bind(&run.run_id)
+    .fetch_all(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("paid_seats".to_string(), "A-1".to_string(), Some(paid)),
+            ("orphan_locks".to_string(), "A-3".to_string(), None),
+        ]
+    );
+}

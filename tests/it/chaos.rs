@@ -627,10 +627,11 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     // next run (written by now: the backlog is empty); it is lost only if
     // Redis refused it too — then no row matches its event.
     let mut repairs: BTreeMap<String, u64> = BTreeMap::new();
-    for l in lines.iter().filter(|l| l["message"] == "job run finished") {
-        *repairs
-            .entry(l["kind"].as_str().unwrap().to_string())
-            .or_default() += l["fixed"].as_u64().unwrap();
+    for l in lines.iter().filter(|l| l["message"] == "run finished") {
+        for job in seatflow_test_support::run_line_jobs(l) {
+            *repairs.entry(job["kind"].clone()).or_default() +=
+                job["fixed"].parse::<u64>().unwrap();
+        }
     }
     // An audit-failure event as the row it stands for.
     let row_of = |l: &Value| -> AuditRow {

@@ -107,6 +107,11 @@ async fn the_admin_endpoint_needs_the_token() {
         0.0,
         "nothing ran"
     );
+    // Nothing runs, so nothing is exported that would read as a state: no
+    // job's series, no pass (a pass last completed at 0 would page).
+    assert!(!m.contains("kind=\""), "a disabled job's series:\n{m}");
+    assert!(!m.contains("seatflow_reconcile_pass_"), "{m}");
+    assert!(m.contains("seatflow_reconciler_build_info"), "{m}");
     assert_eq!(
         d.post("/jobs/refunds/run", Some("s3cret-token")).await.0,
         404
@@ -409,5 +414,92 @@ async fn one_bad_value_is_reported_by_one_job_in_the_daemon() {
             ("orphan_locks", 0),
             ("sold_orphans", 0)
         ]
+    );
+}
+
+/// The daemon's JSON log lines, written to a file of the test's own.
+struct LogFile(std::path::PathBuf);
+
+impl LogFile {
+    fn for_daemon(env: &TestEnv, cmd: &mut Command) -> LogFile {
+        let path = std::env::temp_dir().join(format!("{}log.json", env.prefix.replace(':', "-")));
+        cmd.env("SEATFLOW__LOG__FORMAT", "json")
+            .stderr(std::fs::File::create(&path).unwrap());
+        LogFile(path)
+    }
+
+    fn lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.0)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Log volume of an idle daemon: with nothing to repair, a run's summary is
+/// an INFO line once a minute at most, whatever the schedule (here a pass
+/// and an expired-orders run every second), and no other run line is INFO.
+#[tokio::test]
+async fn an_idle_daemon_logs_about_one_line_a_minute() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[]).await.unwrap();
+    let port = free_port();
+    let mut cmd = daemon_command(&env, port);
+    let log = LogFile::for_daemon(&env, &mut cmd);
+    let d = Daemon::start(cmd, port).await;
+    let runs = r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#;
+    wait_until("ten idle passes", Duration::from_secs(60), || async {
+        sample(&d.metrics().await, runs) >= 10.0
+    })
+    .await;
+    let lines = log.lines();
+    let of_runs: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l.get("run_id").is_some()).collect();
+    assert_eq!(
+        of_runs.len(),
+        1,
+        "one INFO line for 10+ idle passes and as many expired-orders runs: {of_runs:#?}"
+    );
+    assert_eq!(of_runs[0]["message"], "run finished");
+}
+
+/// The same bad data met by every pass is counted every time and logged
+/// once (an hour), with the sightings since.
+#[tokio::test]
+async fn bad_data_that_stays_is_logged_once_and_counted_every_pass() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "9")]).await.unwrap();
+    let port = free_port();
+    let mut cmd = daemon_command(&env, port);
+    let log = LogFile::for_daemon(&env, &mut cmd);
+    let d = Daemon::start(cmd, port).await;
+    let invalid = r#"seatflow_reconcile_errors_total{kind="paid_seats",stage="invalid_data"}"#;
+    wait_until(
+        "five passes met the bad value",
+        Duration::from_secs(60),
+        || async { sample(&d.metrics().await, invalid) >= 5.0 },
+    )
+    .await;
+    let warned = log
+        .lines()
+        .into_iter()
+        .filter(|l| l["message"] == "invalid data left alone")
+        .count();
+    assert_eq!(warned, 1, "logged once while it stays");
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("9"),
+        "left alone"
     );
 }

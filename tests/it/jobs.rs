@@ -121,12 +121,36 @@ async fn paid_seats_are_set_sold_and_lost_holds_restored() {
     assert_eq!(
         env.audit().await,
         vec![
-            audit_row("paid_seats", "seat_set", 20, Some("A-1"), None, "1", "2"),
-            audit_row("paid_seats", "seat_set", 20, Some("A-2"), None, "0", "2"),
-            audit_row("paid_seats", "seat_set", 20, Some("A-4"), None, "0", "1"),
+            // Each names the order that explains it.
+            audit_row(
+                "paid_seats",
+                "seat_set",
+                20,
+                Some("A-1"),
+                Some(paid),
+                "1",
+                "2"
+            ),
+            audit_row(
+                "paid_seats",
+                "seat_set",
+                20,
+                Some("A-2"),
+                Some(paid),
+                "0",
+                "2"
+            ),
+            audit_row(
+                "paid_seats",
+                "seat_set",
+                20,
+                Some("A-4"),
+                Some(pending),
+                "0",
+                "1"
+            ),
         ]
     );
-    let _ = (paid, pending);
     let again = env.job(Kind::PaidSeats).await;
     assert_eq!((again.drift, again.fixed), (0, 0));
 }
@@ -227,7 +251,7 @@ async fn sold_orphans_go_to_the_expected_value() {
     let seats = env.fx.hall(1, 1, 4).await.unwrap();
     env.fx.showtime(50, 1, 60, "ON_SALE").await.unwrap();
     env.fx.order(50, "REFUNDED", &["A-1"], -600).await.unwrap();
-    env.fx.order(50, "PENDING", &["A-2"], 600).await.unwrap();
+    let pending = env.fx.order(50, "PENDING", &["A-2"], 600).await.unwrap();
     env.fx.order(50, "PAID", &["A-3"], -600).await.unwrap();
     env.fx
         .warm_all(50, &seats, &[("A-1", "2"), ("A-2", "2"), ("A-3", "2")])
@@ -257,7 +281,17 @@ async fn sold_orphans_go_to_the_expected_value() {
                 "2",
                 "0"
             ),
-            audit_row("sold_orphans", "seat_set", 50, Some("A-2"), None, "2", "1"),
+            // Lowered to the pending order's hold: named. (A-1's refunded
+            // order holds nothing: none.)
+            audit_row(
+                "sold_orphans",
+                "seat_set",
+                50,
+                Some("A-2"),
+                Some(pending),
+                "2",
+                "1"
+            ),
         ]
     );
     let again = env.job(Kind::SoldOrphans).await;

@@ -76,9 +76,15 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
     }
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
+    // Its log, as JSON lines, to check that the failed passes' lines carry
+    // their run_id.
+    let log = std::env::temp_dir().join(format!("{}daemon.log", env.prefix.replace(':', "-")));
+    let log_file = std::fs::File::create(&log).unwrap();
     cmd.env("SEATFLOW__REDIS__URL", &redis_url)
         .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "1s")
-        .env("SEATFLOW__RECONCILE__RETRY_MAX_DELAY", "200ms");
+        .env("SEATFLOW__RECONCILE__RETRY_MAX_DELAY", "200ms")
+        .env("SEATFLOW__LOG__FORMAT", "json")
+        .stderr(log_file);
     let d = Daemon::start(cmd, port).await;
     let ok = |m: &str, k: &str| {
         sample(
@@ -112,6 +118,57 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
         d.get("/healthz").await.unwrap().0,
         200,
         "the daemon keeps going"
+    );
+    // A pass that could not even claim its lease is a failed run in the
+    // audit, with its seat jobs, and its lines carry its run_id.
+    let failed_runs = || async {
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT run_id, kinds FROM reconcile_run WHERE outcome = 'failure' \
+             AND kinds LIKE '%paid_seats%'",
+        )
+        .fetch_all(env.ctx.mysql.pool())
+        .await
+        .unwrap()
+    };
+    wait_until(
+        "a failed pass is recorded in reconcile_run",
+        Duration::from_secs(60),
+        || async { !failed_runs().await.is_empty() },
+    )
+    .await;
+    let failed_pass = failed_runs().await;
+    let (_, kinds) = &failed_pass[0];
+    assert_eq!(kinds, "paid_seats,missing_hashes,orphan_locks,sold_orphans");
+    let failed_ids: Vec<&str> = failed_pass.iter().map(|(id, _)| id.as_str()).collect();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let claims: Vec<serde_json::Value> = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["message"] == "could not claim the pass")
+        .collect();
+    assert!(!claims.is_empty(), "no failed claim logged:\n{lines}");
+    for line in &claims {
+        let run_id = line["run_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no run_id: {line}"));
+        // The latest line's run may still be writing its row.
+        let recorded: Option<Option<String>> =
+            sqlx::query_scalar("SELECT outcome FROM reconcile_run WHERE run_id = ?")
+                .bind(run_id)
+                .fetch_optional(env.ctx.mysql.pool())
+                .await
+                .unwrap();
+        assert!(
+            matches!(recorded.flatten().as_deref(), None | Some("failure")),
+            "{line}: a failed claim's run is recorded as a success"
+        );
+    }
+    assert!(
+        claims
+            .iter()
+            .any(|l| failed_ids.contains(&l["run_id"].as_str().unwrap())),
+        "a failed claim's line names a failed run's row"
     );
 
     redis.start().unwrap();

@@ -355,3 +355,33 @@ async fn a_template_seat_enabled_neither_0_nor_1_is_left_alone_and_reported() {
     // The template row, and the field that is no enabled seat.
     assert_eq!(invalid(&report), 2, "{}", report.to_text());
 }
+
+/// A missing hash whose every seat a row outside the contract may hold:
+/// no field can be written, so it stays absent; the run is not failed by it
+/// (before: an empty rebuild, refused by the script, every run).
+#[tokio::test]
+async fn a_missing_hash_with_no_writable_seat_is_left_absent_not_failed() {
+    let env = TestEnv::new().await;
+    env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let odd = env.fx.order(1, "PAID", &["A-1", "A-2"], 900).await.unwrap();
+    sql(
+        &env,
+        &format!("UPDATE ticket_order SET status = 'paid' WHERE id = {odd}"),
+    )
+    .await;
+    for _ in 0..2 {
+        let report = env.once(&[Kind::MissingHashes]).await;
+        ended_well(&report);
+        assert_eq!(report.total_fixed(), 0, "{}", report.to_text());
+        assert!(
+            report
+                .jobs
+                .iter()
+                .all(|j| j.errors == 0 && j.outcome == Outcome::Success),
+            "{}",
+            report.to_text()
+        );
+        assert!(env.fx.hash(1).await.unwrap().is_empty(), "still absent");
+    }
+}

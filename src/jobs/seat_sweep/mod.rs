@@ -180,9 +180,9 @@ async fn run_with_reporter<'a>(
         ),
         templates: HashMap::new(),
         progress: Progress::new(opts.progress, label, "showtimes"),
-        bad_data: BadDataLog::new(reporter),
+        bad_data: BadDataLog::new(reporter, ctx.repeats.clone()),
         own_keys: OwnKeys::default(),
-        unknown_rows: UnknownRows::new(opts.reported.clone()),
+        unknown_rows: UnknownRows::new(opts.reported.clone(), ctx.repeats.clone()),
     };
     for (kind, key) in wrong_cursors {
         let action = if opts.dry_run {

@@ -1,12 +1,15 @@
 //! What a sweep says about data it leaves alone: bad data summarised once
 //! per showtime (rule 8, 14), our own keys of the wrong type (rule 13), rows
 //! outside the contract (rules 12, 15), stuck showtime leases. Log volume
-//! stays bounded whatever the data; each problem is counted once per run.
+//! stays bounded whatever the data; each problem is counted once per run,
+//! and a problem that stays is logged once an hour (`repeats.rs`).
 
 use std::collections::HashSet;
 
+use crate::context::Context;
 use crate::model::{Kind, ShowtimeId};
 use crate::plan;
+use crate::repeats::{PROBLEM_EVERY, Repeats};
 
 use super::Sweep;
 
@@ -85,6 +88,8 @@ impl<'a> Sweep<'a, '_> {
 pub(super) struct BadDataLog {
     /// The one job that counts and logs bad data in this run.
     pub(super) reporter: Kind,
+    /// A showtime whose bad data stays is logged once an hour.
+    repeats: Repeats,
     logged: usize,
     showtimes: u64,
     problems: u64,
@@ -94,9 +99,10 @@ impl BadDataLog {
     const MAX_LINES: usize = 20;
     const EXAMPLES: usize = 3;
 
-    pub(super) fn new(reporter: Kind) -> BadDataLog {
+    pub(super) fn new(reporter: Kind, repeats: Repeats) -> BadDataLog {
         BadDataLog {
             reporter,
+            repeats,
             logged: 0,
             showtimes: 0,
             problems: 0,
@@ -114,6 +120,9 @@ impl BadDataLog {
         if self.logged >= Self::MAX_LINES {
             return;
         }
+        let Some(unlogged) = self.repeats.sighting(key, PROBLEM_EVERY) else {
+            return;
+        };
         self.logged += 1;
         let examples = anomalies
             .iter()
@@ -126,6 +135,7 @@ impl BadDataLog {
             showtime_id,
             problems = anomalies.len(),
             examples,
+            seen_since_last_line = unlogged,
             "invalid data left alone"
         );
     }
@@ -166,10 +176,16 @@ impl OwnKeys {
 /// showtime for ever. It is reported (WARN naming the key, `stuck_leases`),
 /// never deleted or taken over: another reconciler version might own it; an
 /// operator decides.
-pub(crate) fn log_stuck_lease(key: &str, showtime_id: ShowtimeId) {
+/// Logged once an hour per lease, with the passes since that skipped it.
+pub(crate) fn log_stuck_lease(ctx: &Context, showtime_id: ShowtimeId) {
+    let key = ctx.redis.keys.lease(showtime_id);
+    let Some(unlogged) = ctx.repeats.sighting(&key, PROBLEM_EVERY) else {
+        return;
+    };
     tracing::warn!(
         key,
         showtime_id,
+        skipped_since_last_line = unlogged,
         "showtime lease without expiry held by someone else: showtime skipped until an operator \
          removes it (see the runbook, SeatflowReconcilerStuckLease)"
     );

@@ -28,7 +28,7 @@ impl<'a> Sweep<'a, '_> {
         for id in &acquired.busy {
             let stuck = acquired.stuck.contains(id);
             if stuck {
-                log_stuck_lease(&ctx.redis.keys.lease(*id), *id);
+                log_stuck_lease(ctx, *id);
             } else {
                 tracing::info!(
                     showtime_id = id,
@@ -89,9 +89,10 @@ impl<'a> Sweep<'a, '_> {
         let mut fresh = fresh.into_iter();
         let mut batches: Vec<SeatBatch> = Vec::new();
         let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
-        // When each seat's drift was first seen: its suspect record, else
-        // this scan (drift age, first sighting → repair).
-        let mut first_seen: HashMap<(ShowtimeId, SeatNo), i64> = HashMap::new();
+        // When each seat's drift was first seen (its suspect record, else
+        // this scan: drift age, first sighting → repair), and the order the
+        // re-check found holding it (for the audit).
+        let mut first_seen: HashMap<(ShowtimeId, SeatNo), (i64, Option<i64>)> = HashMap::new();
         for (id, planned) in work {
             let mut keep = Vec::new();
             let mut ops = Vec::new();
@@ -125,7 +126,7 @@ impl<'a> Sweep<'a, '_> {
                 } else {
                     first_seen.insert(
                         (id, p.repair.seat.clone()),
-                        p.suspect_since_ms.unwrap_or(now_ms),
+                        (p.suspect_since_ms.unwrap_or(now_ms), history.order_id),
                     );
                     keep.push(p.repair);
                 }
@@ -175,14 +176,13 @@ impl<'a> Sweep<'a, '_> {
                         if ok {
                             let job = self.job(r.kind);
                             job.report.fixed += 1;
-                            job.report.observe_drift_since(
-                                first_seen
-                                    .get(&(id, r.seat.clone()))
-                                    .copied()
-                                    .unwrap_or(now_ms),
-                            );
+                            let (seen_ms, order_id) = first_seen
+                                .get(&(id, r.seat.clone()))
+                                .copied()
+                                .unwrap_or((now_ms, None));
+                            job.report.observe_drift_since(seen_ms);
                             job.audit
-                                .seat(id, &r.seat, None, r.observed, r.target)
+                                .seat(id, &r.seat, order_id, r.observed, r.target)
                                 .await;
                         } else {
                             tracing::info!(kind = r.kind.label(), showtime_id = id, seat = %r.seat, "seat changed in Redis since the scan; left alone");
@@ -261,6 +261,16 @@ impl<'a> Sweep<'a, '_> {
                 .filter(|(_, h)| h.truth.allows(None, h.truth.expected()))
                 .map(|(seat, h)| (seat.clone(), h.truth.expected()))
                 .collect();
+            if fields.is_empty() {
+                // Every seat may be held by a row outside the contract (or
+                // the hall has no seat): no hash can be written that
+                // MySQL's rows allow. Left absent; the rows are reported.
+                tracing::info!(
+                    showtime_id = id,
+                    "no seat of the missing hash can be written by the contract; not rebuilt"
+                );
+                continue;
+            }
             let one = [id];
             let lost = ctx
                 .retry("renew leases", || self.leases.renew_due(&one))

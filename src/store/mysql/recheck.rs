@@ -5,7 +5,7 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, SeatRow, UnknownRow};
-use crate::model::{SeatNo, SeatTruth, ShowtimeId};
+use crate::model::{OrderStatus, SeatNo, SeatTruth, ShowtimeId};
 use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};
 
@@ -16,6 +16,9 @@ pub struct SeatHistory {
     pub truth: SeatTruth,
     /// Latest created/paid/cancelled time of any order on the seat (UTC ms).
     pub last_activity_ms: Option<i64>,
+    /// The order of the valid occupancy (the paid one, if two claim the
+    /// seat), for the audit of a repair it explains.
+    pub order_id: Option<i64>,
 }
 
 /// `CASE <owner> WHEN S THEN FIELD(os.seat_no, <S's asked seats>) … END`:
@@ -200,6 +203,11 @@ impl MysqlStore {
                     unknown.extend(reading.unknown_row(facts.order_id, &facts.seat_no));
                     if let Some(holding) = reading.holding(facts.order_id) {
                         entry.truth.add(holding);
+                    }
+                    if let SeatRow::Occupies(status) = reading
+                        && (entry.order_id.is_none() || status == OrderStatus::Paid)
+                    {
+                        entry.order_id = Some(facts.order_id);
                     }
                     // An order's time that does not decode counts as "just
                     // now": the grace period can only start later (rule 4).

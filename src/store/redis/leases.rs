@@ -24,13 +24,27 @@ impl LeaseTake {
     }
 }
 
-/// The instance in a pass lease's value (`token instance`).
+/// A pass lease's value: `token:claimed_ms instance`. The instance is
+/// everything after the first space (as every version has read it); the
+/// claim time rides on the token, so a value of an older version
+/// (`token instance`) still names its holder, with no time.
+pub fn pass_lease_value(token: &str, claimed_ms: i64, instance: &str) -> String {
+    format!("{token}:{claimed_ms} {instance}")
+}
+
+/// The instance in a pass lease's value.
 fn lease_holder(value: &str) -> String {
     value
         .split_once(' ')
         .map(|(_, who)| who)
         .unwrap_or(value)
         .to_string()
+}
+
+/// When the holder claimed the pass lease (Unix ms), if its value says.
+fn lease_claimed_ms(value: &str) -> Option<i64> {
+    let (token, _) = value.split_once(' ')?;
+    token.rsplit_once(':')?.1.parse().ok()
 }
 
 /// What claiming a shard's pass found.
@@ -42,8 +56,13 @@ pub enum PassClaim {
         /// Our own key was of the wrong type and was replaced (rule 13).
         replaced: bool,
     },
-    /// Another reconciler runs it; `pttl_ms` -1 means a lease without expiry.
-    Held { holder: String, pttl_ms: i64 },
+    /// Another reconciler runs it since `since_ms` (None: a value without
+    /// the time); `pttl_ms` -1 means a lease without expiry.
+    Held {
+        holder: String,
+        since_ms: Option<i64>,
+        pttl_ms: i64,
+    },
     /// This schedule slot's pass was already completed.
     Done { record: PassRecord },
 }
@@ -180,6 +199,7 @@ impl RedisStore {
             }),
             0 => Ok(PassClaim::Held {
                 holder: lease_holder(&text),
+                since_ms: lease_claimed_ms(&text),
                 pttl_ms: pttl,
             }),
             2 => Ok(PassClaim::Done {
@@ -235,5 +255,21 @@ impl RedisStore {
         let holder = text().map(|v| lease_holder(&v));
         let record = text().and_then(|t| PassRecord::decode(&t));
         Ok((holder, record))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_lease_value_names_its_holder_and_claim_time() {
+        let v = pass_lease_value("0123abcd", 1_764_800_000_000, "replica-a");
+        assert_eq!(lease_holder(&v), "replica-a");
+        assert_eq!(lease_claimed_ms(&v), Some(1_764_800_000_000));
+        // An older version's value: the holder, no time.
+        assert_eq!(lease_holder("0123abcd replica-b"), "replica-b");
+        assert_eq!(lease_claimed_ms("0123abcd replica-b"), None);
+        assert_eq!(lease_claimed_ms("garbage"), None);
     }
 }

@@ -19,7 +19,7 @@ mod seats;
 pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
 pub use keys::{Keys, aside_key};
-pub use leases::{LeaseTake, PassClaim, PassRecord};
+pub use leases::{LeaseTake, PassClaim, PassRecord, pass_lease_value};
 pub use seats::{Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp};
 
 /// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).

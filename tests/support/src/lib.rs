@@ -393,3 +393,27 @@ impl Fx {
         Ok(n == 1)
     }
 }
+
+/// The per-job counts of a `run finished` log line (its `jobs` field:
+/// `paid_seats success scanned=10 drift=1 …; orphan_locks …`), one map per
+/// job with `kind`, `outcome` and every count.
+pub fn run_line_jobs(line: &serde_json::Value) -> Vec<BTreeMap<String, String>> {
+    line["jobs"]
+        .as_str()
+        .unwrap_or_default()
+        .split("; ")
+        .filter(|j| !j.is_empty())
+        .map(|job| {
+            let mut words = job.split(' ');
+            let mut m = BTreeMap::new();
+            m.insert("kind".into(), words.next().unwrap_or_default().into());
+            m.insert("outcome".into(), words.next().unwrap_or_default().into());
+            for w in words {
+                if let Some((k, v)) = w.split_once('=') {
+                    m.insert(k.into(), v.into());
+                }
+            }
+            m
+        })
+        .collect()
+}
