@@ -134,15 +134,28 @@ impl Error {
             },
             // redis-rs reports a refused AUTH at connect as its own kind
             // (no server code), later ones with the server's code.
+            Error::Redis(e) if redis_codes(e).iter().any(|c| c == "NOAUTH") => {
+                Some("the server needs a password and none was given")
+            }
             Error::Redis(e)
                 if e.kind() == redis::ErrorKind::AuthenticationFailed
-                    || matches!(e.code(), Some("NOAUTH" | "WRONGPASS")) =>
+                    || redis_codes(e).iter().any(|c| c == "WRONGPASS") =>
             {
                 Some("authentication failed: wrong user or password")
             }
             _ => None,
         }
     }
+}
+
+/// The server's error codes in a Redis error, a pipeline's included (a
+/// pipeline whose every command met NOAUTH has no code of its own).
+fn redis_codes(e: &redis::RedisError) -> Vec<String> {
+    let mut codes: Vec<String> = e.code().map(str::to_string).into_iter().collect();
+    if let Some(items) = e.clone().into_server_errors() {
+        codes.extend(items.iter().map(|(_, item)| item.code().to_string()));
+    }
+    codes
 }
 
 /// Why TLS with a store failed, for the operator: what to fix, and which

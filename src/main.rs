@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::context::Context;
+use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::{demo, push, telemetry};
@@ -90,6 +91,11 @@ enum Command {
         /// seatflow-demo:).
         #[arg(long)]
         use_configured_servers: bool,
+        /// Leave the private servers running with the demo's data, and print
+        /// how to point `run`, `inspect`, `once` and a Prometheus at them
+        /// and how to stop them.
+        #[arg(long)]
+        keep: bool,
     },
 }
 
@@ -200,6 +206,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
         }
         Command::Demo {
             use_configured_servers,
+            keep,
         } => match demo::run(
             settings,
             if use_configured_servers {
@@ -207,6 +214,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             } else {
                 demo::Servers::Private
             },
+            keep,
             interrupted(),
         )
         .await
@@ -346,8 +354,27 @@ fn interrupted() -> impl std::future::Future<Output = ()> {
 /// Connects to both stores. A TLS problem (certificate, host name, mode) or
 /// a refused login is a configuration error, exit 2 naming the setting;
 /// anything else is "unreachable", exit 3.
+/// The configuration key a refused login points at: the password's own key
+/// when the password was given apart from the URL, else the URL (its
+/// user and password, or none where the server needs one).
+fn credential_key(settings: &Settings, stage: Stage) -> &'static str {
+    let apart = |password: &seatflow_reconciler::config::Secret, file: &str| {
+        !password.is_empty() || !file.is_empty()
+    };
+    match stage {
+        Stage::Mysql if apart(&settings.mysql.password, &settings.mysql.password_file) => {
+            "mysql.password"
+        }
+        Stage::Mysql => "mysql.url",
+        _ if apart(&settings.redis.password, &settings.redis.password_file) => "redis.password",
+        _ => "redis.url",
+    }
+}
+
 async fn connect(settings: Settings) -> Result<Context, ExitCode> {
     let (mysql, redis) = (settings.mysql.url.clone(), settings.redis.url.clone());
+    let credential = |stage| credential_key(&settings, stage);
+    let (mysql_key, redis_key) = (credential(Stage::Mysql), credential(Stage::Redis));
     Context::connect(settings).await.map_err(|e| {
         let store = e.stage().label();
         match e.tls_problem() {
@@ -361,13 +388,24 @@ async fn connect(settings: Settings) -> Result<Context, ExitCode> {
             }
             None => match e.login_refused() {
                 Some(why) => {
+                    let key = if e.stage() == Stage::Mysql {
+                        mysql_key
+                    } else {
+                        redis_key
+                    };
                     telemetry::fatal(&format!(
-                        "configuration key `{store}.url`: {store} refused us: {why} ({e})"
+                        "configuration key `{key}`: {store} refused us: {why} ({e})"
                     ));
                     ExitCode::from(EXIT_CONFIG)
                 }
                 None => {
-                    telemetry::fatal(&format!("cannot reach {store} ({mysql} / {redis}): {e}"));
+                    // Only the store that failed, and its URL (redacted).
+                    let url = if e.stage() == Stage::Mysql {
+                        &mysql
+                    } else {
+                        &redis
+                    };
+                    telemetry::fatal(&format!("cannot reach {store} at {url}: {e}"));
                     ExitCode::from(EXIT_UNREACHABLE)
                 }
             },

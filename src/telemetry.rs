@@ -96,11 +96,7 @@ pub fn fatal(message: &str) {
 /// `SEATFLOW__LOG__FORMAT` or the `--config` file's `[log] format` asks for
 /// (the defaults' is text).
 pub fn format_hint(config_file: Option<&Path>) -> LogFormat {
-    let parse = |s: &str| match s.trim() {
-        "json" => Some(LogFormat::Json),
-        "text" => Some(LogFormat::Text),
-        _ => None,
-    };
+    let parse = |s: &str| LogFormat::try_from(s.trim().to_string()).ok();
     if let Some(f) = std::env::var("SEATFLOW__LOG__FORMAT")
         .ok()
         .and_then(|v| parse(&v))

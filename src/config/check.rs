@@ -18,12 +18,29 @@ impl Settings {
         }
         check_url("mysql.url", &self.mysql.url, &["mysql", "mariadb"])?;
         self.merge_passwords()?;
+        // Its parameters (`ssl-mode`, `charset`, …) as the driver reads them:
+        // a value it refuses is a configuration error, found here rather
+        // than at the first connection.
+        self.mysql
+            .url
+            .expose()
+            .parse::<sqlx::mysql::MySqlConnectOptions>()
+            .map_err(|e| ConfigError::new("mysql.url", driver_words(&e.to_string())))?;
         in_range("mysql.max_connections", self.mysql.max_connections, 1, 256)?;
         positive("mysql.connect_timeout", self.mysql.connect_timeout)?;
 
         check_url("redis.url", &self.redis.url, &["redis", "rediss"])?;
         for url in &self.redis.cluster_urls {
             check_url("redis.cluster_urls", url, &["redis", "rediss"])?;
+        }
+        for (key, url) in std::iter::once(("redis.url", &self.redis.url)).chain(
+            self.redis
+                .cluster_urls
+                .iter()
+                .map(|u| ("redis.cluster_urls", u)),
+        ) {
+            redis::IntoConnectionInfo::into_connection_info(url.expose())
+                .map_err(|e| ConfigError::new(key, driver_words(&e.to_string())))?;
         }
         if self.redis.key_prefix.contains(['{', '}']) || self.redis.key_prefix.is_empty() {
             return Err(ConfigError::new(
@@ -194,6 +211,15 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// A driver's refusal of a URL, without its "error with configuration:"
+/// preamble (the key names what is wrong; the URL is never repeated).
+fn driver_words(message: &str) -> String {
+    let m = message.trim();
+    m.strip_prefix("error with configuration: ")
+        .unwrap_or(m)
+        .to_string()
 }
 
 fn check_url(key: &str, url: &SecretUrl, schemes: &[&str]) -> Result<(), ConfigError> {

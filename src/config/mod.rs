@@ -119,10 +119,24 @@ pub struct RetrySettings {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// In the project's words, not serde's ("enum LogFormat does not have
+/// variant constructor …").
+impl TryFrom<String> for LogFormat {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("{other:?} is not a log format: use text or json")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -401,6 +415,11 @@ mod tests {
                 "jobs.sold_orphans.batch_size",
             ),
             ("[redis]\nurl = \"http://x\"\n", "redis.url"),
+            (
+                "[mysql]\nurl = \"mysql://root@db/x?ssl-mode=bogus\"\n",
+                "mysql.url",
+            ),
+            ("[redis]\nurl = \"redis://db/notanumber\"\n", "redis.url"),
             ("[redis]\nkey_prefix = \"a{b\"\n", "redis.key_prefix"),
             ("[http]\nlisten = \"nowhere\"\n", "http.listen"),
             ("[log]\nformat = \"xml\"\n", "log.format"),
@@ -423,7 +442,17 @@ mod tests {
         for (text, key) in cases {
             let e = load_toml(text, &[]).unwrap_err();
             assert_eq!(e.key, key, "{text}: {e}");
+            // The project's words, never serde's.
+            for serde_words in ["variant constructor", "enum "] {
+                assert!(!e.reason.contains(serde_words), "{text}: {e}");
+            }
         }
+        let e = load_toml("[log]\nformat = \"yaml\"\n", &[]).unwrap_err();
+        assert!(
+            e.reason
+                .contains("\"yaml\" is not a log format: use text or json"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -37,18 +37,22 @@ pub enum Servers {
     Configured,
 }
 
-/// Runs the demo; `interrupted` resolving (Ctrl-C) stops it early, and the
-/// private servers are removed in every case.
+/// Runs the demo; `interrupted` resolving (Ctrl-C) stops it early. The
+/// private servers are removed afterwards, unless `keep` and the tour
+/// succeeded: then they keep running with the demo's data, and the demo
+/// prints how to point the reconciler (and Prometheus) at them and how to
+/// stop them.
 pub async fn run(
     mut settings: Settings,
     servers: Servers,
+    keep: bool,
     interrupted: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     println!("== seatflow-reconciler demo ==");
     let private = match servers {
         Servers::Private => {
             let private = tokio::task::spawn_blocking(PrivateServices::start).await??;
-            println!("{}", private.describe());
+            println!("{}", private.describe(keep));
             settings.mysql.url = SecretUrl::new(private.mysql_url());
             settings.redis.url = SecretUrl::new(private.redis_url());
             settings.redis.cluster_urls.clear();
@@ -59,17 +63,31 @@ pub async fn run(
             None
         }
     };
+    let configured = (settings.mysql.url.clone(), settings.redis.url.clone());
     let result = tokio::select! {
         r = prepare_and_tour(settings) => r,
         () = interrupted => Err(anyhow::anyhow!("interrupted")),
     };
     match private {
+        Some(private) if keep && result.is_ok() => {
+            let kept = tokio::task::spawn_blocking(move || private.keep()).await??;
+            println!("{}", kept.describe());
+        }
         Some(private) => {
             tokio::task::spawn_blocking(move || drop(private)).await?;
             println!("\nThe private servers are stopped and removed.");
         }
         None if result.is_ok() => {
             println!("Audit trail: SELECT * FROM {DEMO_DATABASE}.reconcile_fix;");
+            if keep {
+                let (mysql, redis) = configured;
+                println!(
+                    "\nThe demo's data stays on the configured servers: database \
+                     `{DEMO_DATABASE}` on {mysql}, key prefix `{DEMO_PREFIX}` on {redis}. \
+                     Point the reconciler at it with SEATFLOW__MYSQL__URL (that server, \
+                     database `{DEMO_DATABASE}`) and SEATFLOW__REDIS__KEY_PREFIX={DEMO_PREFIX}."
+                );
+            }
         }
         None => {}
     }
@@ -212,20 +230,118 @@ impl PrivateServices {
         format!("redis://127.0.0.1:{}", self.redis.port())
     }
 
+    /// Leaves both servers running with their data, and writes `env.sh`
+    /// (the environment that points the reconciler at them) and `stop.sh`
+    /// (stops them and removes the directory) beside them.
+    fn keep(self) -> anyhow::Result<KeptServers> {
+        let redis_url = self.redis_url();
+        let mysql_url = fixtures::with_database(&self.mysql_url(), DEMO_DATABASE)?;
+        let (redis_port, mysql_port) = (self.redis.port(), self.mariadb.port());
+        let PrivateServices {
+            redis,
+            mariadb,
+            dir,
+        } = self;
+        let pids: Vec<u32> = [redis.keep(), mariadb.keep()]
+            .into_iter()
+            .flatten()
+            .collect();
+        let dir = dir.keep();
+        let kept = KeptServers {
+            dir,
+            pids,
+            redis_url,
+            mysql_url,
+            redis_port,
+            mysql_port,
+        };
+        std::fs::write(kept.dir.join("env.sh"), kept.env_sh())?;
+        std::fs::write(kept.dir.join("stop.sh"), kept.stop_sh())?;
+        Ok(kept)
+    }
+
     fn mysql_url(&self) -> String {
         format!("mysql://root@127.0.0.1:{}", self.mariadb.port())
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, keep: bool) -> String {
         let pid = |s: &PrivateServer| s.pid().map_or("-".into(), |p| p.to_string());
         format!(
-            "Private servers, removed afterwards: redis-server on 127.0.0.1:{} (pid {}), \
+            "Private servers, {}: redis-server on 127.0.0.1:{} (pid {}), \
              mariadbd on 127.0.0.1:{} (pid {}), in {}",
+            if keep {
+                "kept afterwards (--keep)"
+            } else {
+                "removed afterwards"
+            },
             self.redis.port(),
             pid(&self.redis),
             self.mariadb.port(),
             pid(&self.mariadb),
             self.dir.path().display()
+        )
+    }
+}
+
+/// The private servers `demo --keep` left running.
+struct KeptServers {
+    dir: std::path::PathBuf,
+    pids: Vec<u32>,
+    redis_url: String,
+    mysql_url: String,
+    redis_port: u16,
+    mysql_port: u16,
+}
+
+impl KeptServers {
+    fn env_sh(&self) -> String {
+        format!(
+            "# Points seatflow-reconciler at the demo's servers: . {dir}/env.sh\n\
+             export SEATFLOW__MYSQL__URL='{mysql}'\n\
+             export SEATFLOW__REDIS__URL='{redis}'\n\
+             export SEATFLOW__REDIS__KEY_PREFIX='{DEMO_PREFIX}'\n",
+            dir = self.dir.display(),
+            mysql = self.mysql_url,
+            redis = self.redis_url,
+        )
+    }
+
+    /// Waits for the servers to go (a zombie, whose parent the demo was,
+    /// has an empty command line and counts as gone), then removes the data.
+    fn stop_sh(&self) -> String {
+        let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
+        format!(
+            "#!/bin/sh\n\
+             # Stops the demo's servers and removes their data: sh {dir}/stop.sh\n\
+             for pid in {pids}; do kill \"$pid\" 2>/dev/null; done\n\
+             for _ in $(seq 1 100); do\n\
+             \x20 alive=0\n\
+             \x20 for pid in {pids}; do grep -qa . /proc/$pid/cmdline 2>/dev/null && alive=1; done\n\
+             \x20 [ \"$alive\" = 0 ] && break\n\
+             \x20 sleep 0.1\n\
+             done\n\
+             rm -rf '{dir}'\n\
+             echo 'seatflow-reconciler demo: servers stopped, {dir} removed'\n",
+            dir = self.dir.display(),
+            pids = pids.join(" "),
+        )
+    }
+
+    fn describe(&self) -> String {
+        let dir = self.dir.display();
+        format!(
+            "\nThe private servers keep running with the demo's data (--keep):\n\
+             \x20 redis-server on 127.0.0.1:{redis_port}, mariadbd on 127.0.0.1:{mysql_port}, in {dir}\n\
+             Point the reconciler at them:\n\
+             \x20 . {dir}/env.sh\n\
+             \x20 seatflow-reconciler inspect --showtime 101\n\
+             \x20 seatflow-reconciler once --dry-run\n\
+             \x20 seatflow-reconciler run    # metrics on http://127.0.0.1:9464/metrics for a Prometheus\n\
+             Make drift to watch it repaired: redis-cli -p {redis_port} HSET '{DEMO_PREFIX}seat:{{101}}' A-8 1\n\
+             Stop them and remove their data:\n\
+             \x20 sh {dir}/stop.sh",
+            redis_port = self.redis_port,
+            mysql_port = self.mysql_port,
         )
     }
 }

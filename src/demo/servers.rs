@@ -45,6 +45,15 @@ impl TempDir {
     }
 }
 
+impl TempDir {
+    /// Keeps the directory: it is no longer removed when this is dropped.
+    pub fn keep(self) -> PathBuf {
+        let path = self.0.clone();
+        std::mem::forget(self);
+        path
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -301,6 +310,16 @@ impl PrivateServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Leaves the process running and its directory in place after this
+    /// program exits; returns its pid (None if it was not running).
+    pub fn keep(mut self) -> Option<u32> {
+        // Dropping a `Child` neither kills nor waits for its process.
+        let pid = self.child.take().map(|c| c.id());
+        let dir = std::mem::replace(&mut self.dir, TempDir(PathBuf::new()));
+        dir.keep();
+        pid
     }
 
     /// Kills the process (if running) and reaps it; the directory stays.

@@ -86,10 +86,84 @@ fn unreachable_services_exit_3_without_leaking_the_password() {
             "SEATFLOW__MYSQL__URL",
             "mysql://app:hunter2@127.0.0.1:1/seatflow",
         )
-        .env("SEATFLOW__MYSQL__CONNECT_TIMEOUT", "2s"));
+        // Long: a refused connection must not wait for it (a pool would,
+        // then say only "pool timed out").
+        .env("SEATFLOW__MYSQL__CONNECT_TIMEOUT", "60s"));
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("mysql"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
+    assert!(err.to_lowercase().contains("connection refused"), "{err}");
+    assert!(
+        !err.contains("redis://"),
+        "only the store that failed is named: {err}"
+    );
+}
+
+/// A refused login is a configuration error (exit 2) naming the key the
+/// credential came from: the password's own key when given apart from the
+/// URL, else the URL; a Redis that needs a password and got none names
+/// `redis.url` and says so.
+#[test]
+fn refused_logins_exit_2_naming_where_the_credential_came_from() {
+    let redis = seatflow_test_support::servers::redis_with_password("s3cret");
+    let redis_url = format!("redis://127.0.0.1:{}", redis.port());
+    let mysql = seatflow_test_support::mysql_base_url();
+    // (case, environment, the key named, the reason given)
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, &'a str, &'a str);
+    let cases: [Case; 5] = [
+        (
+            "Redis needs a password, none given",
+            vec![("SEATFLOW__REDIS__URL", redis_url.clone())],
+            "`redis.url`",
+            "needs a password",
+        ),
+        (
+            "wrong Redis password in the URL",
+            vec![("SEATFLOW__REDIS__URL", redis_url.replace("//", "//:wrong@"))],
+            "`redis.url`",
+            "wrong user or password",
+        ),
+        (
+            "wrong Redis password apart",
+            vec![
+                ("SEATFLOW__REDIS__URL", redis_url.clone()),
+                ("SEATFLOW__REDIS__PASSWORD", "wrong".into()),
+            ],
+            "`redis.password`",
+            "wrong user or password",
+        ),
+        (
+            "wrong MySQL password apart",
+            vec![("SEATFLOW__MYSQL__PASSWORD", "wrong".into())],
+            "`mysql.password`",
+            "access denied",
+        ),
+        (
+            "wrong MySQL password in the URL",
+            vec![(
+                "SEATFLOW__MYSQL__URL",
+                mysql.replacen("root@", "root:wrong@", 1),
+            )],
+            "`mysql.url`",
+            "access denied",
+        ),
+    ];
+    for (case, env, key, why) in cases {
+        let mut c = bin();
+        c.args(["once", "--dry-run"])
+            .env("SEATFLOW__MYSQL__URL", format!("{mysql}/mysql"))
+            .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url());
+        for (k, v) in &env {
+            c.env(k, v);
+        }
+        let (code, _, err) = run(&mut c);
+        assert_eq!(code, 2, "{case}: {err}");
+        assert!(err.contains(key) && err.contains(why), "{case}: {err}");
+        assert!(
+            !err.contains("s3cret") && !err.contains("wrong@"),
+            "{case}: {err}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -169,6 +243,101 @@ async fn migrate_creates_the_tables() {
     seatflow_test_support::cleanup(db, url, "sf-none:".into());
 }
 
+/// `once` while another reconciler holds the pass: the seat jobs are listed
+/// as skipped, with the holder and since when (JSON and text); the other
+/// jobs run; nothing is repaired behind the holder's back.
+#[tokio::test]
+async fn once_reports_seat_jobs_skipped_while_another_holds_the_pass() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 3).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
+    let claimed_ms = chrono::Utc::now().timestamp_millis() - 5_000;
+    let lease =
+        seatflow_reconciler::store::redis::pass_lease_value("0f0f", claimed_ms, "replica-a");
+    let _: () = env
+        .redis(
+            redis::cmd("SET")
+                .arg(
+                    env.ctx
+                        .redis
+                        .keys
+                        .pass_lease(seatflow_reconciler::model::Shard::ALL),
+                )
+                .arg(&lease)
+                .arg("PX")
+                .arg(60_000),
+        )
+        .await;
+
+    let (code, out, err) = run(against(&env).args(["once", "--output", "json"]));
+    assert_eq!(code, 0, "standing by is not a failure: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is one JSON object");
+    let ran: Vec<&str> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, ["expired_orders"], "{v}");
+    let skipped = v["skipped"].as_array().expect("skipped jobs listed");
+    let kinds: Vec<&str> = skipped
+        .iter()
+        .map(|j| j["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "paid_seats",
+            "missing_hashes",
+            "orphan_locks",
+            "sold_orphans"
+        ]
+    );
+    for j in skipped {
+        assert_eq!(j["reason"], "pass_held", "{j}");
+        assert_eq!(j["holder"], "replica-a", "{j}");
+        assert_eq!(j["shard"], 0, "{j}");
+        let since = chrono::DateTime::parse_from_rfc3339(j["since"].as_str().unwrap()).unwrap();
+        assert_eq!(since.timestamp_millis(), claimed_ms, "{j}");
+    }
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("1"),
+        "the holder's pass, not ours: nothing repaired"
+    );
+
+    let (code, out, _) = run(against(&env).args(["once"]));
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("orphan-locks: skipped, shard 0's pass is held by replica-a since "),
+        "{out}"
+    );
+}
+
+/// A Pushgateway that cannot be reached: the run's report still prints, and
+/// the exit (1) says why the push failed.
+#[tokio::test]
+async fn an_unreachable_pushgateway_is_named_with_its_cause() {
+    let env = TestEnv::new().await;
+    let (code, out, err) = run(against(&env).args([
+        "once",
+        "--job",
+        "expired-orders",
+        "--pushgateway",
+        "http://127.0.0.1:1",
+    ]));
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains("expired-orders"),
+        "the report is printed: {out}"
+    );
+    assert!(
+        err.contains("Pushgateway") && err.to_lowercase().contains("connection refused"),
+        "{err}"
+    );
+}
+
 /// Runs `once --job expired-orders` while a row lock makes it slow, through
 /// `wrap` (e.g. a pseudo-terminal); returns stdout and stderr.
 ///
@@ -205,10 +374,15 @@ async fn slow_expired_run(env: &TestEnv, wrap: fn(Command) -> Command) -> (Strin
 /// A session of the test's database is waiting on a row lock in a statement
 /// that has run for a second or more (`TIME`: whole seconds, no time zone).
 async fn lock_waited(env: &TestEnv) -> bool {
+    // The cancel's locking read, running for a second or more by the
+    // server's account. Read from the processlist, not from innodb_trx: a
+    // row lock met while the optimizer reads a const table (`id IN (?)`,
+    // state "Statistics") is not listed as a LOCK WAIT there, and the probe
+    // then never saw the wait (the run outlived its showtime lease).
     sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM information_schema.innodb_trx t \
-         JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
-         WHERE p.db = DATABASE() AND t.trx_state = 'LOCK WAIT' AND p.time >= 1",
+        "SELECT COUNT(*) FROM information_schema.processlist \
+         WHERE db = DATABASE() AND command IN ('Query', 'Execute') AND time >= 1 \
+         AND info LIKE 'SELECT id, showtime_id FROM ticket_order%FOR UPDATE%'",
     )
     .fetch_one(env.ctx.mysql.pool())
     .await
@@ -288,7 +462,7 @@ async fn every_log_line_of_a_once_run_is_json_tied_to_its_run_and_job() {
     let report: serde_json::Value = serde_json::from_str(&out).expect("stdout is the report");
     let run_id = report["run_id"].as_str().unwrap();
     let lines = json_lines(&err);
-    assert!(lines.len() >= 8, "{err}");
+    assert!(lines.len() >= 5, "{err}");
     let jobs = [
         "expired_orders",
         "paid_seats",
@@ -306,7 +480,12 @@ async fn every_log_line_of_a_once_run_is_json_tied_to_its_run_and_job() {
             Some(run_id),
             "{l:?}"
         );
-        assert!(l.contains_key("kind") || l.contains_key("kinds"), "{l:?}");
+        // (The run's own lines, its summary and the repaired showtimes',
+        // name their jobs in `jobs`.)
+        assert!(
+            l.contains_key("kind") || l.contains_key("kinds") || l.contains_key("jobs"),
+            "{l:?}"
+        );
         if let Some(k) = l.get("kind") {
             assert!(
                 jobs.contains(&k.as_str().unwrap_or("?")),
@@ -336,23 +515,34 @@ async fn every_log_line_of_a_once_run_is_json_tied_to_its_run_and_job() {
             .any(|l| l["message"] == "showtime repaired" && l["showtime_id"] == 1),
         "{err}"
     );
-    // The job lines carry exactly the report's counts.
-    for job in report["jobs"].as_array().unwrap() {
-        let line = lines
-            .iter()
-            .find(|l| l["message"] == "job run finished" && l["kind"] == job["kind"])
-            .unwrap_or_else(|| panic!("no line for {}: {err}", job["kind"]));
-        for key in [
-            "outcome",
-            "scanned",
-            "drift",
-            "fixed",
-            "deferred",
-            "skipped_busy",
-            "errors",
-            "backlog",
+    // One line for the run, carrying exactly the report's counts per job.
+    let run_lines: Vec<&serde_json::Map<String, serde_json::Value>> = lines
+        .iter()
+        .filter(|l| l["message"] == "run finished")
+        .collect();
+    assert_eq!(run_lines.len(), 1, "{err}");
+    let logged =
+        seatflow_test_support::run_line_jobs(&serde_json::Value::Object(run_lines[0].clone()));
+    let reported = report["jobs"].as_array().unwrap();
+    assert_eq!(logged.len(), reported.len(), "{err}");
+    for (line, job) in logged.iter().zip(reported) {
+        assert_eq!(line["kind"], job["kind"].as_str().unwrap());
+        assert_eq!(line["outcome"], job["outcome"].as_str().unwrap());
+        for (key, logged_as) in [
+            ("scanned", "scanned"),
+            ("drift", "drift"),
+            ("fixed", "fixed"),
+            ("deferred", "deferred"),
+            ("skipped_busy", "busy"),
+            ("errors", "errors"),
+            ("backlog", "backlog"),
         ] {
-            assert_eq!(line[key], job[key], "{key} of {}", job["kind"]);
+            assert_eq!(
+                line[logged_as],
+                job[key].to_string(),
+                "{key} of {}",
+                job["kind"]
+            );
         }
     }
 }
@@ -477,7 +667,10 @@ async fn passwords_apart_from_the_url_log_in_and_never_print() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"run_id\""), "{out}");
     assert_eq!(wrong_code, 2, "{wrong_err}");
-    assert!(wrong_err.contains("mysql.url"), "{wrong_err}");
+    assert!(
+        wrong_err.contains("`mysql.password`"),
+        "the password given apart is the one named: {wrong_err}"
+    );
     assert_eq!(shown_code, 0);
     assert!(shown_out.contains("password = \"***\""), "{shown_out}");
     for text in [&out, &err, &wrong_err, &shown_out] {

@@ -90,6 +90,88 @@ fn demo_on_private_servers_repairs_every_kind_of_drift_and_leaves_nothing_behind
     );
 }
 
+/// Stops what `demo --keep` left running, whatever the test's outcome.
+struct KeptDemo(std::path::PathBuf);
+
+impl Drop for KeptDemo {
+    fn drop(&mut self) {
+        let stop = self.0.join("stop.sh");
+        if stop.exists() {
+            let _ = Command::new("sh").arg(stop).output();
+        }
+    }
+}
+
+#[test]
+fn demo_keep_leaves_servers_to_point_the_reconciler_at_and_a_script_that_stops_them() {
+    let (code, out, err) = run(demo_command()
+        .arg("--keep")
+        .env("SEATFLOW__MYSQL__URL", "mysql://root@127.0.0.1:1")
+        .env("SEATFLOW__REDIS__URL", "redis://127.0.0.1:1"));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Private servers"))
+        .unwrap_or_else(|| panic!("no line about the private servers:\n{out}\n{err}"));
+    let dir = std::path::PathBuf::from(line.rsplit_once(", in ").unwrap().1);
+    let kept = KeptDemo(dir.clone());
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(line.contains("kept afterwards"), "{line}");
+    let (redis, mariadb) = line.split_once(", mariadbd").unwrap();
+    let pids = [
+        (number_after(redis, "(pid "), "redis-server"),
+        (number_after(mariadb, "(pid "), "mariadbd"),
+    ];
+    for (pid, program) in pids {
+        assert!(runs(pid, program), "{program} {pid} was not kept");
+    }
+    assert!(
+        out.contains(&format!(". {}/env.sh", dir.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("sh {}/stop.sh", dir.display())),
+        "{out}"
+    );
+
+    // The printed environment points the reconciler at the demo's data.
+    let env_sh = std::fs::read_to_string(dir.join("env.sh")).unwrap();
+    let mut once = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
+        once.env_remove(k);
+    }
+    for line in env_sh.lines().filter_map(|l| l.strip_prefix("export ")) {
+        let (k, v) = line.split_once('=').unwrap();
+        once.env(k, v.trim_matches('\''));
+    }
+    let mut inspect = Command::new(once.get_program());
+    inspect.envs(once.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    let (code, report, err) = run(once.args(["once", "--dry-run", "--output", "json"]));
+    assert_eq!(code, 0, "{report}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let drift: u64 = report["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["drift"].as_u64().unwrap())
+        .sum();
+    assert_eq!(drift, 0, "the demo left a converged estate: {report}");
+    let (code, map, err) = run(inspect.args(["inspect", "--showtime", "101"]));
+    assert_eq!(code, 0, "{map}\n{err}");
+    assert!(map.contains("no drift: Redis agrees with MySQL"), "{map}");
+
+    // Its stop script stops both servers and removes their data.
+    let stopped = Command::new("sh")
+        .arg(dir.join("stop.sh"))
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+    drop(kept);
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    for (pid, program) in pids {
+        assert!(!runs(pid, program), "{program} {pid} is alive");
+    }
+}
+
 #[test]
 fn configured_servers_mode_checks_redis_before_mysql() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

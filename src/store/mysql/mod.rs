@@ -5,6 +5,7 @@
 use crate::error::Result;
 use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{ConnectOptions as _, Connection as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -67,6 +68,14 @@ impl MysqlStore {
         if let Some((cert, key)) = &tls.client {
             options = options.ssl_client_cert(cert).ssl_client_key(key);
         }
+        // One connection first, outside the pool: the pool retries a
+        // refused or failing connect until its acquire timeout and then says
+        // only "pool timed out"; one attempt fails at once with the cause
+        // ("connection refused", access denied, TLS).
+        let first = tokio::time::timeout(acquire_timeout, options.connect())
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)??;
+        let _ = first.close().await;
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)

@@ -75,6 +75,26 @@ pub fn redis() -> PrivateServer {
     s
 }
 
+/// A started Redis whose default user needs `password` (`requirepass`).
+pub fn redis_with_password(password: &str) -> PrivateServer {
+    let mut s = redis_server(
+        "redis-auth",
+        None,
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            password,
+        ],
+    );
+    // PING answers -NOAUTH until one logs in: ready when it listens.
+    s.ready(Ready::Tcp, Duration::from_secs(20));
+    s.start().unwrap();
+    s
+}
+
 /// A started Redis whose every write is in its append-only file (in its temp
 /// dir), so `stop` and `start` restart it with its data.
 pub fn persistent_redis() -> PrivateServer {
