@@ -121,6 +121,7 @@ pub fn apply_grace(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::tests::orphan;
     use SeatState::*;
 
     fn hash(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -128,15 +129,6 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
-    }
-
-    fn orphan(seat: &str) -> SeatRepair {
-        SeatRepair {
-            kind: Kind::OrphanLocks,
-            seat: seat.into(),
-            observed: Some(Locked),
-            target: Free,
-        }
     }
 
     #[test]

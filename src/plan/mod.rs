@@ -554,7 +554,8 @@ mod tests {
         assert!(!still_valid(&mark_sold, &truth(None)));
     }
 
-    fn orphan(seat: &str) -> SeatRepair {
+    /// An orphan lock's release of `seat` (the grace tests use it too).
+    pub(super) fn orphan(seat: &str) -> SeatRepair {
         SeatRepair {
             kind: Kind::OrphanLocks,
             seat: seat.into(),

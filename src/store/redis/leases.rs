@@ -94,6 +94,21 @@ impl PassRecord {
     }
 }
 
+/// Extends a lease (either kind) if its value is still `value`: both kinds
+/// are a string holding their owner's value, so one script serves both.
+fn renew(key: String, value: &str, ttl_ms: u64) -> Cmd {
+    let mut c = evalsha(&LEASE_RENEW, &[key]);
+    c.arg(value).arg(ttl_ms);
+    c
+}
+
+/// Compare-and-delete of a lease (either kind) whose value is `value`.
+fn release(key: String, value: &str) -> Cmd {
+    let mut c = evalsha(&LEASE_RELEASE, &[key]);
+    c.arg(value);
+    c
+}
+
 impl RedisStore {
     /// Tries to take each showtime lease (`SET PX` with our token where
     /// there is none), in one round trip. A lease key of another type than a
@@ -154,11 +169,7 @@ impl RedisStore {
     ) -> Result<Vec<bool>> {
         let cmds: Vec<Cmd> = ids
             .iter()
-            .map(|&id| {
-                let mut c = evalsha(&LEASE_RENEW, &[self.keys.lease(id)]);
-                c.arg(token).arg(ttl_ms);
-                c
-            })
+            .map(|&id| renew(self.keys.lease(id), token, ttl_ms))
             .collect();
         self.int_results(&cmds).await
     }
@@ -167,11 +178,7 @@ impl RedisStore {
     pub async fn release_leases(&self, token: &str, ids: &[ShowtimeId]) -> Result<Vec<bool>> {
         let cmds: Vec<Cmd> = ids
             .iter()
-            .map(|&id| {
-                let mut c = evalsha(&LEASE_RELEASE, &[self.keys.lease(id)]);
-                c.arg(token);
-                c
-            })
+            .map(|&id| release(self.keys.lease(id), token))
             .collect();
         self.int_results(&cmds).await
     }
@@ -211,15 +218,13 @@ impl RedisStore {
 
     /// Extends our pass lease; false when it is not ours any more.
     pub async fn renew_pass(&self, shard: Shard, value: &str, ttl_ms: u64) -> Result<bool> {
-        let mut c = evalsha(&LEASE_RENEW, &[self.keys.pass_lease(shard)]);
-        c.arg(value).arg(ttl_ms);
+        let c = renew(self.keys.pass_lease(shard), value, ttl_ms);
         Ok(self.int_results(&[c]).await?[0])
     }
 
     /// Gives the lease back without recording a pass (stopped, failed).
     pub async fn release_pass(&self, shard: Shard, value: &str) -> Result<bool> {
-        let mut c = evalsha(&LEASE_RELEASE, &[self.keys.pass_lease(shard)]);
-        c.arg(value);
+        let c = release(self.keys.pass_lease(shard), value);
         Ok(self.int_results(&[c]).await?[0])
     }
 

@@ -56,19 +56,28 @@ impl Daemon {
     pub async fn start(mut cmd: Command, port: u16) -> Daemon {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let child = cmd.spawn().expect("daemon starts");
-        let d = Daemon {
+        let mut d = Daemon {
             child,
             base: format!("http://127.0.0.1:{port}"),
             client: reqwest::Client::new(),
         };
-        wait_until("healthz answers", Duration::from_secs(20), || async {
-            d.get("/healthz")
-                .await
-                .map(|(s, _)| s == 200)
-                .unwrap_or(false)
-        })
-        .await;
-        d
+        // A daemon that exits at once (a config error) fails the test at
+        // once, with its status, rather than after the whole wait.
+        let limit = Duration::from_secs(20);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = d.child.try_wait().expect("the daemon's status") {
+                panic!("the daemon exited ({status}) before /healthz answered");
+            }
+            if d.get("/healthz").await.is_ok_and(|(s, _)| s == 200) {
+                return d;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "timed out after {limit:?} waiting until healthz answers"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// A daemon with the default test command, once its first run is recorded.
