@@ -27,13 +27,8 @@ pub const DEPENDENCIES: [&str; 2] = ["mysql", "redis"];
 const DURATION_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
-/// Drift ages from a sweep (seconds) to a day; 300 s is the monitoring
-/// mixin's drift-age objective (`driftAgeObjectiveSeconds`) and must stay a
-/// boundary.
-pub const DRIFT_AGE_BUCKETS: [f64; 14] = [
-    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 1800.0, 3600.0, 10800.0, 21600.0,
-    86400.0,
-];
+/// Drift ages: the report keeps its observations in the same buckets.
+pub use crate::jobs::report::DRIFT_AGE_BUCKETS;
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -301,8 +296,8 @@ impl Metrics {
             self.last_success.with_label_values(&[k]).set(now);
         }
         let ages = self.drift_age.with_label_values(&[k]);
-        for ms in &r.drift_ages_ms {
-            ages.observe(*ms as f64 / 1000.0);
+        for seconds in r.drift_ages.replay() {
+            ages.observe(seconds);
         }
         self.set_dry_run(r.dry_run);
     }

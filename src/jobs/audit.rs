@@ -21,14 +21,23 @@ use crate::store::mysql::FixRecord;
 
 use crate::context::Context;
 
-/// What one job repaired in a run, per showtime: repairs and first seats.
-pub type Repaired = std::collections::BTreeMap<ShowtimeId, (u64, Vec<String>)>;
-
-/// The showtimes a run repaired, over all its jobs: one INFO line each
-/// (every job that touched it, repairs, first seats), at most SUMMARY_LINES,
-/// then one line for the rest.
+/// The showtimes a run repaired, over all its jobs, for its summary: the
+/// first SUMMARY_LINES showtimes in full (every job that touched it,
+/// repairs, first seats), one INFO line each, and the rest as two counts in
+/// one more line. A fixed size whatever the run repairs; the run's audit
+/// logs share it, so a listed showtime names every job.
 #[derive(Debug, Default)]
-pub struct RepairedShowtimes(std::collections::BTreeMap<ShowtimeId, ShowtimeRepairs>);
+pub struct RepairedShowtimes(std::sync::Mutex<Ledger>);
+
+#[derive(Debug, Default)]
+struct Ledger {
+    listed: std::collections::BTreeMap<ShowtimeId, ShowtimeRepairs>,
+    more_showtimes: u64,
+    more_repairs: u64,
+    /// The last showtime counted in `more_showtimes`: a showtime's repairs
+    /// arrive together (one script per showtime), so it is counted once.
+    last_more: Option<ShowtimeId>,
+}
 
 #[derive(Debug, Default)]
 struct ShowtimeRepairs {
@@ -38,22 +47,34 @@ struct ShowtimeRepairs {
 }
 
 impl RepairedShowtimes {
-    /// Adds one job's repairs (`AuditLog::take_repaired`).
-    pub fn add(&mut self, job: Kind, repaired: Repaired) {
-        for (showtime, (repairs, seats)) in repaired {
-            let entry = self.0.entry(showtime).or_default();
+    /// Counts one repair of `showtime` by `job`; `what` names the seat (or
+    /// order) repaired, asked for only while the showtime's line has room.
+    fn add(&self, showtime: ShowtimeId, job: Kind, what: impl FnOnce() -> String) {
+        let mut l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !l.listed.contains_key(&showtime) && l.listed.len() >= SUMMARY_LINES {
+            l.more_repairs += 1;
+            if l.last_more != Some(showtime) {
+                l.last_more = Some(showtime);
+                l.more_showtimes += 1;
+            }
+            return;
+        }
+        let entry = l.listed.entry(showtime).or_default();
+        if !entry.jobs.contains(&job) {
             entry.jobs.push(job);
-            entry.repairs += repairs;
-            for seat in seats {
-                if entry.seats.len() < SUMMARY_SEATS && !entry.seats.contains(&seat) {
-                    entry.seats.push(seat);
-                }
+        }
+        entry.repairs += 1;
+        if entry.seats.len() < SUMMARY_SEATS {
+            let seat = what();
+            if !entry.seats.contains(&seat) {
+                entry.seats.push(seat);
             }
         }
     }
 
     pub fn log(&self) {
-        for (showtime, r) in self.0.iter().take(SUMMARY_LINES) {
+        let l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for (showtime, r) in &l.listed {
             let jobs: Vec<&str> = r.jobs.iter().map(|k| k.label()).collect();
             tracing::info!(
                 showtime_id = *showtime,
@@ -63,11 +84,10 @@ impl RepairedShowtimes {
                 "showtime repaired"
             );
         }
-        if self.0.len() > SUMMARY_LINES {
-            let rest: u64 = self.0.values().skip(SUMMARY_LINES).map(|r| r.repairs).sum();
+        if l.more_showtimes > 0 {
             tracing::info!(
-                showtimes = (self.0.len() - SUMMARY_LINES) as u64,
-                repairs = rest,
+                showtimes = l.more_showtimes,
+                repairs = l.more_repairs,
                 "more showtimes repaired (not listed one by one)"
             );
         }
@@ -78,7 +98,7 @@ impl RepairedShowtimes {
 const BATCH: usize = 500;
 /// Seats named in a showtime's summary line.
 const SUMMARY_SEATS: usize = 5;
-/// Summary lines per job and run; the rest are counted in one more line.
+/// Showtimes listed one by one per run; the rest are counted in one more line.
 const SUMMARY_LINES: usize = 50;
 
 pub struct AuditLog<'a> {
@@ -88,13 +108,17 @@ pub struct AuditLog<'a> {
     pending: Vec<FixRecord>,
     in_flight: Option<JoinHandle<Result<()>>>,
     failed_batches: u64,
-    /// Per showtime repaired: repairs and the first seats (or orders), for
-    /// one INFO line each when the job's audit is flushed.
-    repaired: Repaired,
+    /// The run's summary of repaired showtimes, shared by its jobs.
+    repaired: &'a RepairedShowtimes,
 }
 
 impl<'a> AuditLog<'a> {
-    pub fn new(ctx: &'a Context, run_id: &'a str, job: Kind) -> AuditLog<'a> {
+    pub fn new(
+        ctx: &'a Context,
+        run_id: &'a str,
+        job: Kind,
+        repaired: &'a RepairedShowtimes,
+    ) -> AuditLog<'a> {
         AuditLog {
             ctx,
             run_id,
@@ -102,7 +126,7 @@ impl<'a> AuditLog<'a> {
             pending: Vec::new(),
             in_flight: None,
             failed_batches: 0,
-            repaired: std::collections::BTreeMap::new(),
+            repaired,
         }
     }
 
@@ -166,15 +190,12 @@ impl<'a> AuditLog<'a> {
             "repair applied"
         );
         if let Some(showtime) = fix.showtime_id {
-            let (n, seats) = self.repaired.entry(showtime).or_default();
-            *n += 1;
-            if seats.len() < SUMMARY_SEATS {
-                seats.push(match (&fix.seat_no, fix.order_id) {
+            self.repaired
+                .add(showtime, self.job, || match (&fix.seat_no, fix.order_id) {
                     (Some(seat), _) => seat.to_string(),
                     (None, Some(order)) => format!("order {order}"),
                     (None, None) => "hash".to_string(),
                 });
-            }
         }
         self.pending.push(fix);
         if self.pending.len() >= BATCH {
@@ -184,11 +205,6 @@ impl<'a> AuditLog<'a> {
             // The writer's lines keep the run's and the job's span fields.
             self.in_flight = Some(tokio::spawn(tracing::Instrument::in_current_span(batch)));
         }
-    }
-
-    /// What this job repaired, per showtime, for the run's summary lines.
-    pub fn take_repaired(&mut self) -> Repaired {
-        std::mem::take(&mut self.repaired)
     }
 
     /// Waits for the batch in flight, if any, and writes what is buffered.
@@ -408,4 +424,31 @@ pub async fn drain_backlog(ctx: &Context) -> Result<Drained> {
         }
     }
     Ok(drained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_of_repaired_showtimes_has_a_fixed_size() {
+        let r = RepairedShowtimes::default();
+        // Each showtime repaired by two jobs, three seats each, as a sweep's
+        // scripts return them: one showtime at a time.
+        for showtime in 1..=SUMMARY_LINES as i64 + 1_000 {
+            for job in [Kind::OrphanLocks, Kind::PaidSeats] {
+                for seat in ["A-1", "A-2", "A-3"] {
+                    r.add(showtime, job, || seat.to_string());
+                }
+            }
+        }
+        let l = r.0.lock().unwrap();
+        assert_eq!(l.listed.len(), SUMMARY_LINES);
+        let first = &l.listed[&1];
+        assert_eq!(first.jobs, [Kind::OrphanLocks, Kind::PaidSeats]);
+        assert_eq!(first.repairs, 6);
+        assert_eq!(first.seats, ["A-1", "A-2", "A-3"]);
+        assert_eq!(l.more_showtimes, 1_000);
+        assert_eq!(l.more_repairs, 6_000);
+    }
 }

@@ -64,22 +64,18 @@ pub async fn run_jobs(
     run_id: &str,
 ) -> Vec<JobReport> {
     let mut out = Vec::with_capacity(kinds.len());
-    let mut repaired = audit::RepairedShowtimes::default();
+    let repaired = audit::RepairedShowtimes::default();
     let (expired, seats): (Vec<Kind>, Vec<Kind>) =
         kinds.iter().partition(|k| **k == Kind::ExpiredOrders);
     if !expired.is_empty() {
         // Every line of the job carries its `kind` (and the run's `run_id`).
         let span = tracing::info_span!("job", kind = Kind::ExpiredOrders.label());
         let started = Instant::now();
-        let mut audit = audit::AuditLog::new(ctx, run_id, Kind::ExpiredOrders);
+        let mut audit = audit::AuditLog::new(ctx, run_id, Kind::ExpiredOrders, &repaired);
         let report = expired_orders::run(ctx, opts, &mut audit)
             .instrument(span.clone())
             .await;
-        out.push(
-            settle(report, audit, started, opts, &mut repaired)
-                .instrument(span)
-                .await,
-        );
+        out.push(settle(report, audit, started, opts).instrument(span).await);
     }
     if !seats.is_empty() {
         // The seat jobs share one sweep: its lines carry `kinds`, and a line
@@ -89,14 +85,14 @@ pub async fn run_jobs(
         let started = Instant::now();
         let audits = seats
             .iter()
-            .map(|k| audit::AuditLog::new(ctx, run_id, *k))
+            .map(|k| audit::AuditLog::new(ctx, run_id, *k, &repaired))
             .collect();
         for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits)
             .instrument(span.clone())
             .await
         {
             out.push(
-                settle(report, audit, started, opts, &mut repaired)
+                settle(report, audit, started, opts)
                     .instrument(span.clone())
                     .await,
             );
@@ -113,9 +109,7 @@ async fn settle(
     mut audit: audit::AuditLog<'_>,
     started: Instant,
     opts: &RunOptions,
-    repaired: &mut audit::RepairedShowtimes,
 ) -> JobReport {
-    repaired.add(audit.job(), audit.take_repaired());
     // A failed flush already logged every row as an event; count it below.
     let _ = audit.flush().await;
     for _ in 0..audit.failed_batches() {

@@ -29,6 +29,49 @@ impl Outcome {
     }
 }
 
+/// Drift ages from a sweep (seconds) to a day; 300 s is the monitoring
+/// mixin's drift-age objective (`driftAgeObjectiveSeconds`) and must stay a
+/// boundary.
+pub const DRIFT_AGE_BUCKETS: [f64; 14] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 1800.0, 3600.0, 10800.0, 21600.0,
+    86400.0,
+];
+
+/// A run's drift ages in `DRIFT_AGE_BUCKETS` (and one above the last): how
+/// many fell in each, and their sum. A fixed size whatever the number of
+/// repairs (a `Vec` of every age grew with them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DriftAges {
+    /// Per bucket: (observations, their sum in seconds).
+    buckets: [(u64, f64); DRIFT_AGE_BUCKETS.len() + 1],
+}
+
+impl DriftAges {
+    pub fn observe(&mut self, ms: u64) {
+        let seconds = ms as f64 / 1000.0;
+        // Prometheus' rule: a value falls in the first bucket whose upper
+        // bound is at or above it.
+        let i = DRIFT_AGE_BUCKETS.partition_point(|&le| le < seconds);
+        let (n, sum) = &mut self.buckets[i];
+        *n += 1;
+        *sum += seconds;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|(n, _)| n).sum()
+    }
+
+    /// The observations to replay into a histogram with the same buckets:
+    /// each bucket's mean, as many times as it had values. The mean lies
+    /// within its bucket, so counts per bucket and the sum come out exact.
+    pub fn replay(&self) -> impl Iterator<Item = f64> + '_ {
+        self.buckets
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .flat_map(|&(n, sum)| std::iter::repeat_n(sum / n as f64, n as usize))
+    }
+}
+
 /// Most examples of drift a report keeps per job (for the text report).
 pub const MAX_EXAMPLES: usize = 5;
 
@@ -83,12 +126,12 @@ pub struct JobReport {
     /// estate: the rest continues in the next pass.
     #[serde(skip)]
     pub cut_short: bool,
-    /// How long each repaired drift had been seen before its repair, in
-    /// milliseconds (first sighting → repair): the
-    /// `seatflow_reconcile_drift_age_seconds` observations of this run. At
-    /// most one per repair, so bounded by `batch_size`.
+    /// How long each repaired drift had been seen before its repair (first
+    /// sighting → repair): the `seatflow_reconcile_drift_age_seconds`
+    /// observations of this run, kept per bucket so a run of any size holds
+    /// the same few numbers.
     #[serde(skip)]
-    pub drift_ages_ms: Vec<u64>,
+    pub drift_ages: DriftAges,
     /// The run wrote nothing (rule 5): shown by `seatflow_reconciler_dry_run`.
     #[serde(skip)]
     pub dry_run: bool,
@@ -127,7 +170,7 @@ impl JobReport {
             fatal: None,
             nothing_completed: false,
             cut_short: false,
-            drift_ages_ms: Vec::new(),
+            drift_ages: DriftAges::default(),
             dry_run: false,
         }
     }
@@ -153,7 +196,7 @@ impl JobReport {
     }
 
     pub fn observe_drift_age(&mut self, ms: u64) {
-        self.drift_ages_ms.push(ms);
+        self.drift_ages.observe(ms);
     }
 
     /// Records a repair, applied now, of drift first seen at `first_seen_ms`
@@ -495,13 +538,35 @@ mod tests {
         j.observe_drift_since(now - 150_000);
         j.observe_drift_since(now + 60_000); // a clock ahead of ours
         j.observe_drift_age(7);
-        assert_eq!(j.drift_ages_ms.len(), 3);
-        assert!(
-            (150_000..160_000).contains(&j.drift_ages_ms[0]),
-            "{:?}",
-            j.drift_ages_ms
-        );
-        assert_eq!(j.drift_ages_ms[1..], [0, 7]);
+        assert_eq!(j.drift_ages.count(), 3);
+        let ages: Vec<f64> = j.drift_ages.replay().collect();
+        // 0 and 0.007 s share the first bucket (mean 0.0035 s); the first
+        // sighting 150 s ago falls in (120, 180].
+        assert_eq!(ages.len(), 3);
+        assert_eq!(ages[..2], [0.0035, 0.0035]);
+        assert!((150.0..160.0).contains(&ages[2]), "{ages:?}");
+    }
+
+    #[test]
+    fn drift_ages_keep_buckets_and_sum_in_fixed_size() {
+        let mut a = DriftAges::default();
+        // A bucket boundary belongs to the bucket it closes (le = 300).
+        for ms in [300_000, 299_000, 301_000, 90_000_000] {
+            a.observe(ms);
+        }
+        for _ in 0..100_000 {
+            a.observe(2_000);
+        }
+        assert_eq!(a.count(), 100_004);
+        let ages: Vec<f64> = a.replay().collect();
+        let sum: f64 = ages.iter().sum();
+        assert!((sum - (300.0 + 299.0 + 301.0 + 90_000.0 + 200_000.0)).abs() < 1e-3);
+        let in_bucket = |lo: f64, hi: f64| ages.iter().filter(|&&v| v > lo && v <= hi).count();
+        assert_eq!(in_bucket(1.0, 5.0), 100_000);
+        assert_eq!(in_bucket(180.0, 300.0), 2);
+        assert_eq!(in_bucket(300.0, 600.0), 1);
+        assert_eq!(in_bucket(86_400.0, f64::INFINITY), 1);
+        assert_eq!(std::mem::size_of::<DriftAges>(), 15 * 16);
     }
 
     #[test]
