@@ -29,6 +29,14 @@ local u = import 'lib/util.libsonnet';
     },
   },
   local daemon = c.mode == 'daemon',
+  // A sentence quoting the largest value of a pass gauge in the alert's
+  // group (text % the value), or nothing where there is none.
+  local lastPass(metric, text) =
+    local match = std.join(', ', [l + '=%q' for l in c.groupLabels]);
+    local args = std.join(' ', ['$labels.' + l for l in c.groupLabels]);
+    '{{ with printf "max(' + metric + '{' + match + '})" ' + args + ' | query }}'
+    + (text % '{{ . | first | value | printf "%.0f" }}')
+    + '{{ end }}',
   // The jobs of the shared seat pass (`kind` values); expired_orders has its
   // own schedule.
   local seatJobs = ['paid_seats', 'missing_hashes', 'orphan_locks', 'sold_orphans'],
@@ -309,7 +317,9 @@ local u = import 'lib/util.libsonnet';
                  ||| % { g: g, sel: c.selector, w: c.passOverrunWindow, t: c.passOverrunThreshold },
                  c.passOverrunFor,
                  'seatflow-reconciler seat passes do not finish within the sweep interval.',
-                 '{{ $value | printf "%%.0f" }} seat passes of %s did not finish before the next fire over the last %s: each hash is read less often than once per interval, so drift waits longer (pacing too slow, Redis or MySQL slow, or too many showtimes for the interval).' % [where, c.passOverrunWindow],
+                 '{{ $value | printf "%%.0f" }} seat passes of %s did not finish before the next fire over the last %s: each hash is read less often than once per interval, so drift waits longer (pacing too slow, Redis or MySQL slow, or too many showtimes for the interval).' % [where, c.passOverrunWindow]
+                 + lastPass('seatflow_reconcile_pass_showtimes_per_second', ' The last pass swept %s showtimes a second;')
+                 + lastPass('seatflow_reconcile_pass_shards_to_fit', ' at that pace a pass fits with sharding.total = %s (or a longer sweep.schedule: GET /status, pass.shards.N.fit).'),
                ),
                // The pass keeps changing hands: hand-overs (counted by the
                // process that took the pass over, so summed over processes)

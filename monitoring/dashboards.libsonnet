@@ -172,6 +172,13 @@ local u = import 'lib/util.libsonnet';
                      gr.target(q('sum by (instance) (rate(seatflow_reconcile_pace_backoffs_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} back-offs/min', 'B'),
                    ],
                    unit='short'), 8, 8],
+    [gr.timeseries('Pass: showtimes swept per second, and the shards a pass would fit with',
+                   'Per shard, the last pass of the process running it: showtimes it swept per second, and the sharding.total at which a pass of each shard would take at most 80 % of the sweep interval at that pace (GET /status: pass.shards.N.fit, with the interval that would fit). Quoted by SeatflowReconcilerPassOverrunning.',
+                   [
+                     gr.target(q('max by (shard) (seatflow_reconcile_pass_showtimes_per_second{%(s)s})'), 'shard {{shard}} showtimes/s'),
+                     gr.target(q('max by (shard) (seatflow_reconcile_pass_shards_to_fit{%(s)s})'), 'shard {{shard}} shards to fit', 'B'),
+                   ],
+                   unit='short'), 24, 8],
   ],
 
   local errors = [

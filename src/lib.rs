@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod model;
 pub mod pace;
 pub mod pass;
+pub mod pass_fit;
 pub mod plan;
 #[cfg(target_os = "linux")]
 pub mod process_metrics;

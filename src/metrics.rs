@@ -366,6 +366,9 @@ pub struct PassMetrics {
     pub overruns: prometheus::IntCounter,
     pub pace: prometheus::Gauge,
     pub backoffs: prometheus::IntCounter,
+    /// The last pass's pace and the shards it would fit at (`pass_fit`).
+    pub showtimes_per_second: GaugeVec,
+    pub shards_to_fit: IntGaugeVec,
 }
 
 impl PassMetrics {
@@ -414,12 +417,30 @@ impl PassMetrics {
                 "Times the pace was halved because Redis or MySQL answered slower than usual.",
             )
             .unwrap(),
+            showtimes_per_second: GaugeVec::new(
+                Opts::new(
+                    "seatflow_reconcile_pass_showtimes_per_second",
+                    "Showtimes this process's last pass of the shard swept per second.",
+                ),
+                shard,
+            )
+            .unwrap(),
+            shards_to_fit: IntGaugeVec::new(
+                Opts::new(
+                    "seatflow_reconcile_pass_shards_to_fit",
+                    "sharding.total at which a pass of each shard takes at most 80 % of the sweep interval, at the last pass's pace.",
+                ),
+                shard,
+            )
+            .unwrap(),
         };
         for i in 0..shards {
             let i = i.to_string();
             m.active.with_label_values(&[&i]);
             m.last_completed.with_label_values(&[&i]);
             m.handovers.with_label_values(&[&i]);
+            m.showtimes_per_second.with_label_values(&[&i]);
+            m.shards_to_fit.with_label_values(&[&i]);
         }
         m
     }
@@ -435,6 +456,8 @@ impl Metrics {
             Box::new(m.overruns.clone()),
             Box::new(m.pace.clone()),
             Box::new(m.backoffs.clone()),
+            Box::new(m.showtimes_per_second.clone()),
+            Box::new(m.shards_to_fit.clone()),
         ];
         for c in collectors {
             self.registry.register(c).expect("metric names are unique");

@@ -21,6 +21,7 @@ use crate::jobs::{self, RunOptions};
 use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
 use crate::pace::Pacer;
+use crate::pass_fit::{self, PassFit};
 use crate::schedule::Schedule;
 
 /// How long a dependency probe waits for each store.
@@ -67,6 +68,9 @@ pub struct ShardStatus {
     pub last_pass_finished_at: Option<DateTime<Utc>>,
     pub handovers: u64,
     pub overruns: u64,
+    /// Whether the last pass this process ran fits the interval at its
+    /// pace, and what would make it fit.
+    pub fit: Option<PassFit>,
 }
 
 /// What a schedule fires.
@@ -331,6 +335,9 @@ impl Runner {
         let deadline = slot
             .zip(self.pass_schedule.as_ref())
             .and_then(|(s, schedule)| pass_deadline(schedule, s));
+        let interval = slot
+            .zip(self.pass_schedule.as_ref())
+            .and_then(|(s, schedule)| (schedule.next_after(s)? - s).to_std().ok());
         // Dry runs take no pass lease, so they keep to their own shard.
         let shards = if slot.is_some() && !settings.reconcile.dry_run {
             own.all_from_here()
@@ -359,7 +366,7 @@ impl Runner {
             let slot_ms = slot.map_or(0, |s| s.timestamp_millis());
             let run = run_with_pass(&ctx, kinds, &self.options(deadline), slot_ms).await;
             ran_any |= !matches!(run.outcome, PassOutcome::StoodBy { .. });
-            self.record_pass(shard, &run.outcome, &run.report);
+            self.record_pass(shard, &run.outcome, &run.report, interval);
             self.record(run.report, started_at);
         }
         if !ran_any && !self.stop.is_cancelled() {
@@ -398,7 +405,13 @@ impl Runner {
         }
     }
 
-    fn record_pass(&self, shard: Shard, outcome: &PassOutcome, report: &RunReport) {
+    fn record_pass(
+        &self,
+        shard: Shard,
+        outcome: &PassOutcome,
+        report: &RunReport,
+        interval: Option<Duration>,
+    ) {
         let label = shard.index.to_string();
         let m = &self.pass_metrics;
         let mut shards = lock(&self.shards);
@@ -406,12 +419,38 @@ impl Runner {
         let ran = |st: &mut ShardStatus| {
             st.active = true;
             st.holder = None;
+            // The seat jobs share the sweep: one of them tells its size and time.
+            let sweep = report.jobs.iter().find(|j| j.kind != Kind::ExpiredOrders);
+            if let Some((j, interval)) = sweep.zip(interval) {
+                st.fit = pass_fit::measure(
+                    j.scanned,
+                    j.estate.unwrap_or(j.scanned),
+                    j.cut_short,
+                    Duration::from_millis(j.duration_ms),
+                    interval,
+                    shard.total,
+                );
+                if let Some(fit) = &st.fit {
+                    m.showtimes_per_second
+                        .with_label_values(&[&label])
+                        .set(fit.showtimes_per_second);
+                    m.shards_to_fit
+                        .with_label_values(&[&label])
+                        .set(i64::from(fit.shards_to_fit));
+                }
+            }
             if report.jobs.iter().any(|j| j.cut_short) {
                 st.overruns += 1;
                 m.overruns.inc();
+                let fit = st.fit.as_ref();
                 tracing::warn!(
                     shard = shard.index,
-                    "the pass reached the next fire before the end of the estate; the rest continues in the next pass"
+                    showtimes_per_second = fit.map(|f| f.showtimes_per_second.round()),
+                    showtimes = fit.map(|f| f.showtimes),
+                    shards_to_fit = fit.map(|f| f.shards_to_fit),
+                    interval_to_fit_seconds = fit.map(|f| f.interval_to_fit_seconds),
+                    "the pass reached the next fire before the end of the estate; the rest continues in the next pass \
+                     (at this pace a pass fits with shards_to_fit shards, or a schedule of interval_to_fit_seconds)"
                 );
             }
         };

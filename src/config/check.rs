@@ -148,7 +148,7 @@ impl SweepSettings {
         in_range(
             "sweep.max_hashes_per_second",
             self.max_hashes_per_second,
-            1,
+            0,
             1_000_000,
         )?;
         in_range("sweep.hashes_per_batch", self.hashes_per_batch, 1, 10_000)?;

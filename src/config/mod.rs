@@ -195,7 +195,8 @@ pub struct SweepSettings {
     pub soonest_window: Duration,
     /// Pace the daemon's reads (`once` always reads unpaced).
     pub pace: bool,
-    /// Seat hashes read per second at most while paced.
+    /// An optional cap on the pace, in seat hashes per second (0: none; the
+    /// pace follows Redis' answer times).
     pub max_hashes_per_second: u32,
     /// Seat hashes per Redis round trip while paced.
     pub hashes_per_batch: usize,

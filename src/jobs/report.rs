@@ -126,6 +126,10 @@ pub struct JobReport {
     /// estate: the rest continues in the next pass.
     #[serde(skip)]
     pub cut_short: bool,
+    /// ON_SALE showtimes in the sweep's scope, where it counted them (a
+    /// pass on a schedule, or with progress shown).
+    #[serde(skip)]
+    pub estate: Option<u64>,
     /// How long each repaired drift had been seen before its repair (first
     /// sighting → repair): the `seatflow_reconcile_drift_age_seconds`
     /// observations of this run, kept per bucket so a run of any size holds
@@ -170,6 +174,7 @@ impl JobReport {
             fatal: None,
             nothing_completed: false,
             cut_short: false,
+            estate: None,
             drift_ages: DriftAges::default(),
             dry_run: false,
         }

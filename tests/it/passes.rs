@@ -350,13 +350,34 @@ async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted()
         sample(&m, "seatflow_reconcile_pass_overruns_total") >= 1.0,
         "{m}"
     );
-    // The pace shown is the configured ceiling or below (a back-off).
+    // The pace shown is the configured cap or below (a back-off).
     let pace = sample(&m, "seatflow_reconcile_pace_hashes_per_second");
     assert!(pace > 0.0 && pace <= 10.0, "{pace}");
     let status = d.status().await;
+    let shard = &status["pass"]["shards"]["0"];
+    assert!(shard["overruns"].as_u64() >= Some(1), "{status}");
+    // What would make it fit, measured on the last pass: at about 10
+    // showtimes a second, 40 showtimes need about 4 s of a 2 s interval.
+    let fit = &shard["fit"];
+    assert_eq!(fit["showtimes"], 40, "{status}");
+    let rate = fit["showtimes_per_second"].as_f64().unwrap();
+    assert!(rate > 0.0 && rate <= 12.0, "{status}");
+    assert_eq!(fit["interval_seconds"], 2.0, "{status}");
+    assert!(fit["shards_to_fit"].as_u64() >= Some(2), "{status}");
     assert!(
-        status["pass"]["shards"]["0"]["overruns"].as_u64() >= Some(1),
+        fit["interval_to_fit_seconds"].as_u64() >= Some(4),
         "{status}"
+    );
+    let m = d.metrics().await;
+    assert!(
+        sample(&m, r#"seatflow_reconcile_pass_shards_to_fit{shard="0"}"#) >= 2.0,
+        "{m}"
+    );
+    assert!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_pass_showtimes_per_second{shard="0"}"#
+        ) > 0.0
     );
 }
 

@@ -274,17 +274,24 @@ impl<'a> Sweep<'a, '_> {
             .map(|j| ctx.settings.job(j.kind).scan_limit)
             .min()
             .unwrap_or(0);
-        // The total is only worth a COUNT query when someone watches.
-        let total = if self.opts.progress {
+        // The estate's size is worth a COUNT query when someone watches,
+        // and for a pass on a schedule, which says whether it fits.
+        let on_sale = if self.opts.progress || self.opts.deadline.is_some() {
             let n = ctx
                 .retry("count showtimes", || {
                     ctx.mysql.count_on_sale(ctx.scope(&self.opts.showtimes))
                 })
                 .await?;
-            Some(n.min(scan_limit as u64))
+            for j in &mut self.jobs {
+                j.report.estate = Some(n);
+            }
+            Some(n)
         } else {
             None
         };
+        let total = on_sale
+            .filter(|_| self.opts.progress)
+            .map(|n| n.min(scan_limit as u64));
         let mut scan = Scan {
             limit: scan_limit,
             total,
