@@ -446,6 +446,16 @@ impl PassMetrics {
     }
 }
 
+impl PassMetrics {
+    /// Shows the pacer's state: its pace, and its back-offs so far (the
+    /// counter catches up with the pacer's own count).
+    pub fn show_pace(&self, rate: f64, backoffs: u64) {
+        self.pace.set(rate);
+        self.backoffs
+            .inc_by(backoffs.saturating_sub(self.backoffs.get()));
+    }
+}
+
 impl Metrics {
     /// Exports the pass metrics (the daemon, when it has seat jobs).
     pub fn export_passes(&self, m: &PassMetrics) {
@@ -468,6 +478,18 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pace_and_its_back_offs_are_shown_as_the_pacer_counts_them() {
+        let m = PassMetrics::new(1);
+        m.show_pace(2000.0, 0);
+        m.show_pace(500.0, 2);
+        m.show_pace(600.0, 2);
+        assert_eq!(m.pace.get(), 600.0);
+        assert_eq!(m.backoffs.get(), 2);
+        m.show_pace(300.0, 3);
+        assert_eq!(m.backoffs.get(), 3);
+    }
 
     #[test]
     fn every_labelled_series_exists_from_start() {

@@ -381,7 +381,9 @@ impl Runner {
             }
         }
         if let Some(p) = &self.pacer {
-            self.pass_metrics.pace.set(p.rate());
+            // Between passes the pace is the budget's alone.
+            p.need(0.0);
+            self.pass_metrics.show_pace(p.rate(), p.backoffs());
         }
     }
 
