@@ -424,7 +424,8 @@ impl Runner {
             // The seat jobs share the sweep: one of them tells its size and time.
             let sweep = report.jobs.iter().find(|j| j.kind != Kind::ExpiredOrders);
             if let Some((j, interval)) = sweep.zip(interval) {
-                st.fit = pass_fit::measure(
+                // A pass too small to judge by leaves the last fit standing.
+                let measured = pass_fit::measure(
                     j.scanned,
                     j.estate.unwrap_or(j.scanned),
                     j.cut_short,
@@ -432,7 +433,8 @@ impl Runner {
                     interval,
                     shard.total,
                 );
-                if let Some(fit) = &st.fit {
+                if let Some(fit) = measured {
+                    st.fit = Some(fit);
                     m.showtimes_per_second
                         .with_label_values(&[&label])
                         .set(fit.showtimes_per_second);
