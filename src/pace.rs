@@ -136,8 +136,9 @@ struct State {
     /// The last reservation had to wait: the pace, not the stores, set how
     /// fast the pass went (climbing is pointless otherwise).
     binding: bool,
-    /// The pace the pass in progress needs to finish by its deadline, up
-    /// to `START_RATE` (and the cap): the pace never falls below it.
+    /// The pace the pass in progress needs to finish by its deadline when
+    /// that is at most `START_RATE` (and the cap), else 0: the pace never
+    /// falls below it.
     need: f64,
 }
 
@@ -189,10 +190,18 @@ impl Pacer {
     }
 
     /// The pass in progress needs `per_second` hashes a second to finish by
-    /// its deadline; 0 when it has none (or is done).
+    /// its deadline; 0 when it has none (or is done). A need past the old
+    /// fixed default (or the cap) is not met at all: such a pass overruns
+    /// even at that pace, and spending more than the budget on it would
+    /// harm holds for nothing, so the budget sets the pace and the pass's
+    /// fit says how many shards would do.
     pub fn need(&self, per_second: f64) {
         let up_to = self.cap.map_or(START_RATE, |c| c.min(START_RATE));
-        self.state().need = per_second.clamp(0.0, up_to);
+        self.state().need = if per_second <= up_to {
+            per_second.max(0.0)
+        } else {
+            0.0
+        };
     }
 
     /// How many times the pace was halved so far.
@@ -329,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pace_never_falls_below_what_the_pass_needs_up_to_the_old_default() {
+    fn the_pace_never_falls_below_what_the_pass_needs_unless_it_cannot_fit_anyway() {
         let p = Pacer::new(0, 4);
         for _ in 0..3 {
             paced_reads(&p, 150, 4, 200 * US);
@@ -342,13 +351,24 @@ mod tests {
         let t0 = Instant::now() + Duration::from_secs(3600);
         p.reserve(8, t0);
         assert_eq!(p.reserve(8, t0), 10 * MS, "8 hashes at 800/s");
-        // Past the old fixed default, the budget wins.
-        p.need(50_000.0);
+        // A pass that cannot fit even at the old fixed default: the budget
+        // wins, and the pace is what it backed off to.
+        p.need(START_RATE + 1.0);
+        assert!(p.rate() < 500.0, "{}", p.rate());
+        p.need(START_RATE);
         assert_eq!(p.rate(), START_RATE);
-        // A cap bounds the need too.
+        // A cap bounds the need too: past it, the budget again.
         let capped = Pacer::new(300, 4);
-        capped.need(800.0);
+        for _ in 0..3 {
+            paced_reads(&capped, 150, 4, 200 * US);
+            paced_reads(&capped, 2, 4, 3 * MS);
+        }
+        let backed_off = capped.rate();
+        assert!(backed_off < 300.0, "{backed_off}");
+        capped.need(300.0);
         assert_eq!(capped.rate(), 300.0);
+        capped.need(800.0);
+        assert_eq!(capped.rate(), backed_off);
         p.need(0.0);
         assert!(p.rate() < 500.0);
     }
