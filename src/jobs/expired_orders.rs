@@ -26,16 +26,6 @@ const UNKNOWN_ORDERS_LISTED: usize = 100;
 pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> JobReport {
     let mut report = JobReport::new(Kind::ExpiredOrders);
     let mut unknown = UnknownRows::new(opts.reported.clone(), ctx.repeats.clone());
-    match ctx
-        .retry("read unknown orders", || {
-            ctx.mysql
-                .unknown_expired(ctx.scope(&opts.showtimes), UNKNOWN_ORDERS_LISTED)
-        })
-        .await
-    {
-        Ok(rows) => unknown.report(&mut report, &rows),
-        Err(e) => report.error(&e),
-    }
     let leases = RunLeases::new(
         ctx.redis.clone(),
         ctx.settings.reconcile.lock_ttl,
@@ -65,6 +55,17 @@ async fn sweep(
         .unwrap_or(chrono::Duration::MAX);
     let now = ctx.retry("read clock", || ctx.mysql.now_utc()).await?;
     let deadline = now - buffer;
+    // Due orders whose deadline nobody can read: reported, never cancelled.
+    match ctx
+        .retry("read unknown orders", || {
+            ctx.mysql
+                .unknown_expired(deadline, ctx.scope(&opts.showtimes), UNKNOWN_ORDERS_LISTED)
+        })
+        .await
+    {
+        Ok(rows) => unknown.report(report, &rows),
+        Err(e) => report.error(&e),
+    }
     let mut budget = job.batch_size;
     let mut progress = super::progress::Progress::new(
         opts.progress,
