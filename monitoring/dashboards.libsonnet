@@ -166,10 +166,10 @@ local u = import 'lib/util.libsonnet';
                    [gr.target(q('sum by (instance) (increase(seatflow_reconcile_pass_overruns_total{%(s)s}[1h]))'), '{{instance}}')],
                    decimals=0), 8, 8],
     [gr.timeseries('Pace: seat-hash reads per second',
-                   'The current pace limit of seat-hash reads per process (0 = unpaced) and how often pacing backed off because Redis or MySQL latency rose (back-offs per minute, right axis units are the same number).',
+                   'The current pace limit of seat-hash reads per process (0 = unpaced) and how often pacing backed off, by the store whose latency rose (back-offs per minute; the same axis).',
                    [
                      gr.target(q('max by (instance) (seatflow_reconcile_pace_hashes_per_second{%(s)s})'), '{{instance}} limit'),
-                     gr.target(q('sum by (instance) (rate(seatflow_reconcile_pace_backoffs_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} back-offs/min', 'B'),
+                     gr.target(q('sum by (instance, store) (rate(seatflow_reconcile_pace_backoffs_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} {{store}} back-offs/min', 'B'),
                    ],
                    unit='short'), 8, 8],
     [gr.timeseries('Pass: showtimes swept per second, and the shards a pass would fit with',

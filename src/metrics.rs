@@ -17,6 +17,7 @@ use prometheus::{
 use crate::error::Stage;
 use crate::jobs::report::{JobReport, Outcome};
 use crate::model::Kind;
+use crate::pace::Backoffs;
 
 /// The `outcome` of a scheduled fire that found the previous run still
 /// going; the other outcomes are `Outcome`'s.
@@ -365,7 +366,7 @@ pub struct PassMetrics {
     pub handovers: IntCounterVec,
     pub overruns: prometheus::IntCounter,
     pub pace: prometheus::Gauge,
-    pub backoffs: prometheus::IntCounter,
+    pub backoffs: IntCounterVec,
     /// The last pass's pace and the shards it would fit at (`pass_fit`).
     pub showtimes_per_second: GaugeVec,
     pub shards_to_fit: IntGaugeVec,
@@ -412,9 +413,12 @@ impl PassMetrics {
                 "The current pace of seat hash reads in passes (0: unpaced).",
             )
             .unwrap(),
-            backoffs: prometheus::IntCounter::new(
-                "seatflow_reconcile_pace_backoffs_total",
-                "Times the pace was halved because Redis or MySQL answered slower than usual.",
+            backoffs: IntCounterVec::new(
+                Opts::new(
+                    "seatflow_reconcile_pace_backoffs_total",
+                    "Times the pace was halved because this store answered slower than usual.",
+                ),
+                &["store"],
             )
             .unwrap(),
             showtimes_per_second: GaugeVec::new(
@@ -442,6 +446,9 @@ impl PassMetrics {
             m.showtimes_per_second.with_label_values(&[&i]);
             m.shards_to_fit.with_label_values(&[&i]);
         }
+        for (store, _) in Backoffs::default().by_store() {
+            m.backoffs.with_label_values(&[store]);
+        }
         m
     }
 }
@@ -449,10 +456,12 @@ impl PassMetrics {
 impl PassMetrics {
     /// Shows the pacer's state: its pace, and its back-offs so far (the
     /// counter catches up with the pacer's own count).
-    pub fn show_pace(&self, rate: f64, backoffs: u64) {
+    pub fn show_pace(&self, rate: f64, backoffs: Backoffs) {
         self.pace.set(rate);
-        self.backoffs
-            .inc_by(backoffs.saturating_sub(self.backoffs.get()));
+        for (store, count) in backoffs.by_store() {
+            let c = self.backoffs.with_label_values(&[store]);
+            c.inc_by(count.saturating_sub(c.get()));
+        }
     }
 }
 
@@ -482,13 +491,15 @@ mod tests {
     #[test]
     fn the_pace_and_its_back_offs_are_shown_as_the_pacer_counts_them() {
         let m = PassMetrics::new(1);
-        m.show_pace(2000.0, 0);
-        m.show_pace(500.0, 2);
-        m.show_pace(600.0, 2);
+        let b = |redis, mysql| Backoffs { redis, mysql };
+        let shown = |store: &str| m.backoffs.with_label_values(&[store]).get();
+        m.show_pace(2000.0, b(0, 0));
+        m.show_pace(500.0, b(2, 0));
+        m.show_pace(600.0, b(2, 0));
         assert_eq!(m.pace.get(), 600.0);
-        assert_eq!(m.backoffs.get(), 2);
-        m.show_pace(300.0, 3);
-        assert_eq!(m.backoffs.get(), 3);
+        assert_eq!((shown("redis"), shown("mysql")), (2, 0));
+        m.show_pace(300.0, b(2, 1));
+        assert_eq!((shown("redis"), shown("mysql")), (2, 1));
     }
 
     #[test]

@@ -19,6 +19,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
+
 /// Where the pace starts: on two cores, a pace that live holds barely
 /// notice (benches/README.md, "Soak").
 const START_RATE: f64 = 2000.0;
@@ -50,6 +52,21 @@ const COOLDOWN_READS: u32 = 50;
 pub enum Store {
     Redis,
     Mysql,
+}
+
+/// Times the pace was halved so far, by the store that answered slowly:
+/// which one holds a pass back is what an operator asks next.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Backoffs {
+    pub redis: u64,
+    pub mysql: u64,
+}
+
+impl Backoffs {
+    /// (store label, count), as the metric's `store` label spells it.
+    pub fn by_store(self) -> [(&'static str, u64); 2] {
+        [("redis", self.redis), ("mysql", self.mysql)]
+    }
 }
 
 /// What a read says about the pressure on its store.
@@ -132,7 +149,7 @@ struct State {
     next_at: Option<Instant>,
     reads: [Reads; 2],
     cooldown: u32,
-    backoffs: u64,
+    backoffs: Backoffs,
     /// The last reservation had to wait: the pace, not the stores, set how
     /// fast the pass went (climbing is pointless otherwise).
     binding: bool,
@@ -162,7 +179,7 @@ impl Pacer {
                 next_at: None,
                 reads: [Reads::default(), Reads::default()],
                 cooldown: 0,
-                backoffs: 0,
+                backoffs: Backoffs::default(),
                 binding: false,
                 need: 0.0,
             }),
@@ -204,8 +221,8 @@ impl Pacer {
         };
     }
 
-    /// How many times the pace was halved so far.
-    pub fn backoffs(&self) -> u64 {
+    /// How many times the pace was halved so far, by store.
+    pub fn backoffs(&self) -> Backoffs {
         self.state().backoffs
     }
 
@@ -235,7 +252,10 @@ impl Pacer {
             Verdict::Slow => {
                 s.rate = (s.rate / 2.0).max(self.floor());
                 s.cooldown = COOLDOWN_READS;
-                s.backoffs += 1;
+                match store {
+                    Store::Redis => s.backoffs.redis += 1,
+                    Store::Mysql => s.backoffs.mysql += 1,
+                }
                 s.reads[store as usize].over.clear();
             }
             Verdict::Room if store == Store::Redis && s.binding => {
@@ -289,7 +309,7 @@ mod tests {
         paced_reads(&p, 5_000, 4, 200 * US);
         let climbed = START_RATE + 0.4 * (5_000 - WINDOW + 1) as f64;
         assert!((p.rate() - climbed).abs() < 1.0, "climbed: {}", p.rate());
-        assert_eq!(p.backoffs(), 0);
+        assert_eq!(p.backoffs(), Backoffs::default());
     }
 
     #[test]
@@ -326,11 +346,11 @@ mod tests {
         // but no climb either while it is in the window.
         paced_reads(&p, 1, 4, 3 * MS);
         paced_reads(&p, 50, 4, 200 * US);
-        assert_eq!(p.backoffs(), 0);
+        assert_eq!(p.backoffs(), Backoffs::default());
         assert_eq!(p.rate(), before);
         // A second one within the window is over the p99: halve.
         paced_reads(&p, 1, 4, 3 * MS);
-        assert_eq!(p.backoffs(), 1);
+        assert_eq!(p.backoffs(), Backoffs { redis: 1, mysql: 0 });
         assert_eq!(p.rate(), before / 2.0);
         let low = p.rate();
         paced_reads(&p, 3_000, 4, 200 * US);
@@ -383,14 +403,14 @@ mod tests {
                 p.observe(Store::Mysql, 200, Duration::from_secs(10 << round));
             }
         }
-        assert!(p.backoffs() >= 5);
+        assert!(p.backoffs().mysql >= 5);
         assert_eq!(p.rate(), FLOOR_RATE);
         // A cap below the floor is the floor.
         let slow = Pacer::new(50, 10);
         for i in 1..200 {
             slow.observe(Store::Redis, 10, i * MS);
         }
-        assert!(slow.backoffs() > 0);
+        assert!(slow.backoffs().redis > 0);
         assert_eq!(slow.rate(), 50.0);
     }
 
@@ -402,9 +422,9 @@ mod tests {
             p.observe(Store::Mysql, 200, 40 * MS);
             p.observe(Store::Redis, 10, MS / 4);
         }
-        assert_eq!(p.backoffs(), 0);
+        assert_eq!(p.backoffs(), Backoffs::default());
         // A MySQL read far over its own baseline is pressure.
         p.observe(Store::Mysql, 200, 200 * MS);
-        assert_eq!(p.backoffs(), 1);
+        assert_eq!(p.backoffs(), Backoffs { redis: 0, mysql: 1 });
     }
 }

@@ -216,7 +216,7 @@ impl Runner {
     }
 
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
-    pub fn pace(&self) -> Option<(f64, u64)> {
+    pub fn pace(&self) -> Option<(f64, crate::pace::Backoffs)> {
         self.pacer.as_ref().map(|p| (p.rate(), p.backoffs()))
     }
 
