@@ -87,6 +87,7 @@ pub fn router(runner: Arc<Runner>) -> Router {
 }
 
 async fn metrics(State(r): State<Arc<Runner>>) -> Response {
+    r.show_pace();
     (
         [(
             header::CONTENT_TYPE,

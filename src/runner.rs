@@ -383,6 +383,14 @@ impl Runner {
         if let Some(p) = &self.pacer {
             // Between passes the pace is the budget's alone.
             p.need(0.0);
+        }
+        self.show_pace();
+    }
+
+    /// Shows the pacer's state in the pass metrics: after each pass and at
+    /// each scrape, since the pace changes within a pass.
+    pub fn show_pace(&self) {
+        if let Some(p) = &self.pacer {
             self.pass_metrics.show_pace(p.rate(), p.backoffs());
         }
     }
