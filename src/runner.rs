@@ -332,12 +332,15 @@ impl Runner {
     async fn run_pass(&self, kinds: &[Kind], slot: Option<DateTime<Utc>>) {
         let settings = &self.ctx.settings;
         let own = settings.shard();
-        let deadline = slot
+        // From this fire to the next: what the pass must end within.
+        let next_fire = slot
             .zip(self.pass_schedule.as_ref())
-            .and_then(|(s, schedule)| pass_deadline(schedule, s));
-        let interval = slot
-            .zip(self.pass_schedule.as_ref())
-            .and_then(|(s, schedule)| (schedule.next_after(s)? - s).to_std().ok());
+            .and_then(|(s, schedule)| {
+                let next = schedule.next_after(s)?;
+                Some((next, (next - s).to_std().ok()?))
+            });
+        let deadline = next_fire.map(|(next, interval)| pass_deadline(next, interval));
+        let interval = next_fire.map(|(_, interval)| interval);
         // Dry runs take no pass lease, so they keep to their own shard.
         let shards = if slot.is_some() && !settings.reconcile.dry_run {
             own.all_from_here()
@@ -579,16 +582,14 @@ impl Runner {
     }
 }
 
-/// When a pass for `slot` must stop scanning: shortly before the next fire,
-/// so that it never overlaps the next pass.
-fn pass_deadline(schedule: &Schedule, slot: DateTime<Utc>) -> Option<tokio::time::Instant> {
-    let next = schedule.next_after(slot)?;
-    let interval = (next - slot).to_std().ok()?;
+/// When a pass must stop scanning: shortly before the `next` fire, so that
+/// it never overlaps the next pass.
+fn pass_deadline(next: DateTime<Utc>, interval: Duration) -> tokio::time::Instant {
     // Room for the pass's tail (audit flush, cursors): a twentieth of the
     // interval, at most 2 s.
     let margin = (interval / 20).min(Duration::from_secs(2));
     let left = (next - Utc::now()).to_std().unwrap_or_default();
-    Some(tokio::time::Instant::now() + left.saturating_sub(margin))
+    tokio::time::Instant::now() + left.saturating_sub(margin)
 }
 
 #[cfg(test)]
