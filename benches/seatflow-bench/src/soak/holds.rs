@@ -43,10 +43,16 @@ return 0
 /// Consecutive failed calls after which the workload gives up (and the soak fails).
 const MAX_CONSECUTIVE_ERRORS: u32 = 50;
 
-/// Latencies in nanoseconds, per phase.
+/// The hold latencies are also kept per window of this many seconds from
+/// the workload's start, so that a load added for a while (another client
+/// hammering Redis) can be judged against the windows around it.
+pub const WINDOW_S: u64 = 30;
+
+/// Latencies in nanoseconds, per phase, and per window and phase.
 #[derive(Debug, Default)]
 pub struct Latencies {
     pub by_phase: [Vec<u32>; 3],
+    pub by_window: Vec<[Vec<u32>; 3]>,
     /// Calls that found their seat free (held and released).
     pub held: u64,
     pub errors: u64,
@@ -144,6 +150,7 @@ impl Loop {
         let mut out = Latencies::default();
         let mut consecutive_errors = 0;
         let mut next = Instant::now();
+        let start = next;
         while !stop.load(Ordering::Relaxed) {
             let showtime = rng.random_range(1..=self.showtimes as i64);
             let seat = &self.seat_names[rng.random_range(0..self.seat_names.len())];
@@ -159,6 +166,12 @@ impl Loop {
                     out.held += held as u64;
                     let ns = u32::try_from(took.as_nanos()).unwrap_or(u32::MAX);
                     out.by_phase[tag].push(ns);
+                    let window = (started - start).as_secs() / WINDOW_S;
+                    if out.by_window.len() <= window as usize {
+                        out.by_window
+                            .resize_with(window as usize + 1, Default::default);
+                    }
+                    out.by_window[window as usize][tag].push(ns);
                 }
                 Err(e) => {
                     out.errors += 1;

@@ -11,7 +11,7 @@ use crate::services::{CmdStat, Load, Machine};
 
 use super::daemons::{Daemon, RssSample};
 use super::drift::{DriftAges, Injected};
-use super::holds::{Latencies, PHASES};
+use super::holds::{Latencies, PHASES, WINDOW_S};
 
 #[derive(Debug, Serialize)]
 pub struct SoakParams {
@@ -112,10 +112,35 @@ pub struct HoldReport {
     pub during_pass_share: f64,
     pub held: u64,
     pub errors: u64,
+    /// The same per window of `WINDOW_S` seconds from the workload's start.
+    pub windows: Vec<HoldWindow>,
+}
+
+/// One window's holds: the p99 in each phase met in it.
+#[derive(Debug, Serialize)]
+pub struct HoldWindow {
+    pub from_s: u64,
+    pub idle: Option<LatencyStats>,
+    pub outside_passes: Option<LatencyStats>,
+    pub during_passes: Option<LatencyStats>,
 }
 
 impl HoldReport {
     pub fn new(mut lat: Latencies) -> HoldReport {
+        let windows = std::mem::take(&mut lat.by_window)
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut w)| {
+                let [idle, outside_passes, during_passes] =
+                    w.each_mut().map(|v| LatencyStats::of(v));
+                HoldWindow {
+                    from_s: i as u64 * WINDOW_S,
+                    idle,
+                    outside_passes,
+                    during_passes,
+                }
+            })
+            .collect();
         let during = lat.by_phase[2].len() as f64;
         let soak = during + lat.by_phase[1].len() as f64;
         let [idle, outside, during_passes] = lat.by_phase.each_mut().map(|v| LatencyStats::of(v));
@@ -131,6 +156,7 @@ impl HoldReport {
             during_pass_share: if soak > 0.0 { during / soak } else { 0.0 },
             held: lat.held,
             errors: lat.errors,
+            windows,
         }
     }
 }
@@ -368,6 +394,25 @@ impl SoakReport {
             self.hold.during_pass_share * 100.0,
             self.hold.errors
         )?;
+        writeln!(
+            out,
+            "  p99 per {WINDOW_S} s window from the holds' start (calls): idle | outside passes | during a pass"
+        )?;
+        let cell = |l: &Option<LatencyStats>| {
+            l.as_ref().map_or("-".to_string(), |l| {
+                format!("{:.3} ({})", l.p99_ms, thousands(l.calls as u64))
+            })
+        };
+        for w in &self.hold.windows {
+            writeln!(
+                out,
+                "    {:>5} s  {:>18} {:>18} {:>18}",
+                w.from_s,
+                cell(&w.idle),
+                cell(&w.outside_passes),
+                cell(&w.during_passes)
+            )?;
+        }
         let fixes: Vec<String> = self
             .fixes
             .iter()
@@ -481,6 +526,27 @@ mod tests {
             (0.5, 0.99, 0.999, 1.0)
         );
         assert!(LatencyStats::of(&mut []).is_none());
+    }
+
+    #[test]
+    fn holds_are_judged_per_window_as_well_as_per_phase() {
+        let ms = |n: u32| n * 1_000_000;
+        let lat = Latencies {
+            by_phase: [vec![ms(1)], vec![ms(2)], vec![ms(3), ms(4)]],
+            by_window: vec![
+                [vec![ms(1)], vec![], vec![ms(3)]],
+                [vec![], vec![ms(2)], vec![ms(4)]],
+            ],
+            held: 5,
+            errors: 0,
+        };
+        let h = HoldReport::new(lat);
+        assert_eq!(h.p99_rise_during_passes_ms, Some(3.0));
+        assert_eq!(h.windows.len(), 2);
+        assert_eq!(h.windows[1].from_s, WINDOW_S);
+        assert!(h.windows[0].outside_passes.is_none());
+        assert_eq!(h.windows[0].during_passes.as_ref().unwrap().p99_ms, 3.0);
+        assert_eq!(h.windows[1].during_passes.as_ref().unwrap().p99_ms, 4.0);
     }
 
     #[test]
