@@ -13,7 +13,11 @@
 //! was the fixed default before (`START_RATE`): a pass tells the pacer the
 //! pace it needs to finish by its deadline (`need`), and the pace never
 //! falls below that. Past it, the budget wins, and the pass's measured fit
-//! (`pass_fit`) says how many shards would do. Decisions only: the caller
+//! (`pass_fit`) says how many shards would do. The budget wins too when
+//! Redis stays under pressure: a back-off now and then is noise on a busy
+//! machine, but back-offs in a row with no calm window between them mean
+//! something else is loading Redis (another client), and each one more
+//! halves what the pass may ask for. Decisions only: the caller
 //! measures and sleeps.
 
 use std::sync::Mutex;
@@ -155,8 +159,21 @@ struct State {
     binding: bool,
     /// The pace the pass in progress needs to finish by its deadline when
     /// that is at most `START_RATE` (and the cap), else 0: the pace never
-    /// falls below it.
+    /// falls below it, halved for each Redis back-off in a row past the
+    /// first (`pressure`).
     need: f64,
+    /// Redis back-offs since a whole window of reads last went by without
+    /// one.
+    pressure: u32,
+}
+
+impl State {
+    /// The pace: the budget's, or what the pass needs as far as Redis'
+    /// pressure allows, whichever is more.
+    fn pace(&self) -> f64 {
+        let yielded = self.pressure.saturating_sub(1).min(30);
+        self.rate.max(self.need / f64::from(1u32 << yielded))
+    }
 }
 
 /// One per daemon: its pace outlives a pass, so what it learned carries over.
@@ -182,6 +199,7 @@ impl Pacer {
                 backoffs: Backoffs::default(),
                 binding: false,
                 need: 0.0,
+                pressure: 0,
             }),
         }
     }
@@ -202,8 +220,7 @@ impl Pacer {
     /// The current pace, in seat hashes per second: the budget's, or what
     /// the pass needs if that is more.
     pub fn rate(&self) -> f64 {
-        let s = self.state();
-        s.rate.max(s.need)
+        self.state().pace()
     }
 
     /// The pass in progress needs `per_second` hashes a second to finish by
@@ -232,7 +249,7 @@ impl Pacer {
     pub fn reserve(&self, items: usize, now: Instant) -> Duration {
         let mut s = self.state();
         let start = s.next_at.map_or(now, |at| at.max(now));
-        let rate = s.rate.max(s.need);
+        let rate = s.pace();
         s.next_at = Some(start + Duration::from_secs_f64(items as f64 / rate));
         s.binding = start > now;
         start - now
@@ -248,12 +265,16 @@ impl Pacer {
             s.cooldown -= 1;
             return;
         }
+        let calm_window = s.reads[Store::Redis as usize].over.len() == WINDOW;
         match verdict {
             Verdict::Slow => {
                 s.rate = (s.rate / 2.0).max(self.floor());
                 s.cooldown = COOLDOWN_READS;
                 match store {
-                    Store::Redis => s.backoffs.redis += 1,
+                    Store::Redis => {
+                        s.backoffs.redis += 1;
+                        s.pressure += 1;
+                    }
                     Store::Mysql => s.backoffs.mysql += 1,
                 }
                 s.reads[store as usize].over.clear();
@@ -264,6 +285,10 @@ impl Pacer {
                 s.rate = self.cap.map_or(climbed, |c| climbed.min(c));
             }
             Verdict::Room | Verdict::Hold => {}
+        }
+        // A window of Redis reads since its last back-off, within budget.
+        if store == Store::Redis && verdict != Verdict::Slow && calm_window {
+            s.pressure = 0;
         }
     }
 }
@@ -391,6 +416,26 @@ mod tests {
         assert_eq!(capped.rate(), backed_off);
         p.need(0.0);
         assert!(p.rate() < 500.0);
+    }
+
+    #[test]
+    fn redis_under_pressure_wins_over_what_the_pass_needs() {
+        let p = Pacer::new(0, 4);
+        paced_reads(&p, 150, 4, 200 * US);
+        p.need(800.0);
+        // Another client loads Redis: back-off after back-off, no calm
+        // window between them.
+        paced_reads(&p, 200, 4, 3 * MS);
+        let b = p.backoffs().redis;
+        assert!(b >= 3, "{b}");
+        assert!(p.rate() < 800.0, "the need yields: {}", p.rate());
+        // Calm again for a window: the pass gets what it needs.
+        paced_reads(&p, 101, 4, 200 * US);
+        assert_eq!(p.rate(), 800.0);
+        // One back-off now and then is noise: the need holds.
+        paced_reads(&p, 2, 4, 3 * MS);
+        assert_eq!(p.backoffs().redis, b + 1);
+        assert_eq!(p.rate(), 800.0);
     }
 
     #[test]
