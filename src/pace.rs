@@ -218,7 +218,7 @@ impl Pacer {
     }
 
     /// The current pace, in seat hashes per second: the budget's, or what
-    /// the pass needs if that is more.
+    /// the pass needs (as far as Redis' pressure allows) if that is more.
     pub fn rate(&self) -> f64 {
         self.state().pace()
     }

@@ -393,8 +393,8 @@ impl Runner {
     /// Shows the pacer's state in the pass metrics: after each pass and at
     /// each scrape, since the pace changes within a pass.
     pub fn show_pace(&self) {
-        if let Some(p) = &self.pacer {
-            self.pass_metrics.show_pace(p.rate(), p.backoffs());
+        if let Some((rate, backoffs)) = self.pace() {
+            self.pass_metrics.show_pace(rate, backoffs);
         }
     }
 

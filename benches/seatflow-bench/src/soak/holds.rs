@@ -166,12 +166,11 @@ impl Loop {
                     out.held += held as u64;
                     let ns = u32::try_from(took.as_nanos()).unwrap_or(u32::MAX);
                     out.by_phase[tag].push(ns);
-                    let window = (started - start).as_secs() / WINDOW_S;
-                    if out.by_window.len() <= window as usize {
-                        out.by_window
-                            .resize_with(window as usize + 1, Default::default);
+                    let window = ((started - start).as_secs() / WINDOW_S) as usize;
+                    if out.by_window.len() <= window {
+                        out.by_window.resize_with(window + 1, Default::default);
                     }
-                    out.by_window[window as usize][tag].push(ns);
+                    out.by_window[window][tag].push(ns);
                 }
                 Err(e) => {
                     out.errors += 1;
