@@ -5,6 +5,8 @@
 //! and the run goes on. Each test fails when the rule that guards its window
 //! is removed; the rule is named on each test.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seatflow_reconciler::error::Stage;
@@ -15,7 +17,6 @@ use seatflow_reconciler::race_window::{
     SEAT_BEFORE_REPAIR,
 };
 use seatflow_test_support::races::{BackgroundRun, Races};
-use seatflow_test_support::servers::wait_until;
 use seatflow_test_support::{TestEnv, seed_expired};
 
 /// Showtime 5 of a 1×2 hall, warmed with `values` (the rest "0").
@@ -351,33 +352,49 @@ async fn a_cancel_releases_its_seats_before_anyone_else_touches_them() {
 
 /// Rule 2: a lease is renewed before the write once a third of its TTL is
 /// used, so a slow batch keeps its showtimes. The run stalls before its
-/// re-check until a third of the lock's TTL is gone (read in Redis); at its
-/// next window, just before the script, the lock has its full TTL again.
+/// re-check until the renewal is due; there the test takes the lock's
+/// expiry away (`PERSIST`, token kept). At the run's next window, just
+/// before the script, the lock has an expiry again: only the run's renewal
+/// (`PEXPIRE` in `lease_renew.lua`) sets one. Judged by that event, not by
+/// how much TTL is left at some moment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_stalls_renews_its_locks_before_writing() {
-    const TTL_MS: i64 = 3_000;
+    const TTL: Duration = Duration::from_secs(3);
     let races = Races::new();
-    let env = TestEnv::with(|s| s.reconcile.lock_ttl = Duration::from_millis(TTL_MS as u64)).await;
+    let env = TestEnv::with(|s| s.reconcile.lock_ttl = TTL).await;
     showtime_with(&env, &[("A-1", "1")]).await;
     let lock = env.ctx.redis.keys.lease(5);
-    let pttl = async || -> i64 { env.redis(redis::cmd("PTTL").arg(&lock)).await };
+    // The lock's token and PTTL, read together.
+    let token_and_pttl = async || -> (Option<String>, i64) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(&lock).cmd("PTTL").arg(&lock);
+        let mut c = env.ctx.redis.connection();
+        pipe.query_async(&mut c).await.unwrap()
+    };
     let mut before_recheck = races.pause_once(SEAT_BEFORE_RECHECK);
     let mut before_repair = races.pause_once(SEAT_BEFORE_REPAIR);
     let mut run = BackgroundRun::start((*env.ctx.settings).clone(), &[Kind::OrphanLocks]);
 
     run.paused_in(&mut before_recheck).await;
-    wait_until(
-        "a third of the lock's TTL used",
-        Duration::from_secs(60),
-        || async { pttl().await < TTL_MS * 2 / 3 - 200 },
-    )
-    .await;
+    // The run took the lock before this window; once a third of its TTL
+    // has passed since (the run is paused meanwhile), the renewal is due.
+    // This wait makes it due; nothing is judged by it.
+    tokio::time::sleep(TTL / 3).await;
+    let persisted: i64 = env.redis(redis::cmd("PERSIST").arg(&lock)).await;
+    assert_eq!(persisted, 1, "the run holds the lock, with an expiry");
+    let (token, pttl) = token_and_pttl().await;
+    assert!(token.is_some());
+    assert_eq!(pttl, -1, "no expiry until someone sets one");
     before_recheck.resume();
+
     run.paused_in(&mut before_repair).await;
-    let left = pttl().await;
+    let (token_now, pttl) = token_and_pttl().await;
+    assert_eq!(token_now, token, "still the run's own lock");
+    // Only the renewal gives the lock an expiry again; it is at most the
+    // TTL the run renews to (and gone only if this test stalled past it).
     assert!(
-        left > TTL_MS * 2 / 3,
-        "renewed to its full TTL: {left} ms left"
+        pttl > 0 && pttl <= TTL.as_millis() as i64,
+        "the run renewed its lock before writing: PTTL {pttl}"
     );
     before_repair.resume();
     let report = run.finish().await;
@@ -427,10 +444,17 @@ async fn two_reconcilers_cancel_an_expired_order_once() {
 /// Rules 9 and 10: the cancel of an expired order with two seats commits,
 /// and its reply is lost (a transient error). The retry recognises the
 /// commit as its own: one order cancelled, its two seats released, each
-/// audited once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// audited once. That the fault fired and was retried is read from the
+/// retry's own WARN: without it, a fault point that never fired would pass
+/// this test as an ordinary cancel.
+///
+/// One thread (the default runtime): the run is this test's own future, so
+/// the thread-local log capture sees every event it logs.
+#[tokio::test]
 async fn a_cancel_whose_reply_was_lost_counts_and_audits_once() {
     let races = Races::new();
+    let retries = RetryWarnings::default();
+    let _capture = retries.capture_on_this_thread();
     let env = TestEnv::new().await;
     let seats = env.fx.hall(1, 1, 3).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
@@ -446,6 +470,15 @@ async fn a_cancel_whose_reply_was_lost_counts_and_audits_once() {
     races.fail_once(CANCEL_REPLY_LOST);
     let report = env.job(Kind::ExpiredOrders).await;
 
+    assert_eq!(
+        retries.taken(),
+        vec![RetryWarning {
+            operation: "cancel expired orders".into(),
+            attempt: "1".into(),
+            error: "the commit's reply was lost (failpoint)".into(),
+        }],
+        "the fault fired once, after the commit, and the cancel was tried again"
+    );
     assert_eq!((report.fixed, report.errors), (1, 0), "{report:?}");
     assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
     for s in ["A-1", "A-2"] {
@@ -516,4 +549,61 @@ async fn a_seat_taken_again_after_the_cancel_commits_is_not_released() {
         env.audit().await.iter().all(|a| a.1 != "seat_released"),
         "no release audited"
     );
+}
+
+/// One "transient error, retrying" WARN of `retry::with_retry`: the
+/// operation retried, which attempt failed, and the error's text (its
+/// innermost cause: the message the fault point gave it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RetryWarning {
+    operation: String,
+    attempt: String,
+    error: String,
+}
+
+/// The retry WARNs logged on one thread while a capture is in place.
+#[derive(Clone, Default)]
+struct RetryWarnings(Arc<Mutex<Vec<RetryWarning>>>);
+
+impl RetryWarnings {
+    /// Captures on the current thread until the guard is dropped.
+    fn capture_on_this_thread(&self) -> tracing::subscriber::DefaultGuard {
+        use tracing_subscriber::layer::SubscriberExt;
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
+    }
+
+    fn taken(&self) -> Vec<RetryWarning> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RetryWarnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let mut field = |name: &str| fields.0.remove(name).unwrap_or_default();
+        if field("message") == "transient error, retrying" {
+            let error = field("error");
+            let innermost = error.rsplit(": ").next().unwrap_or_default().to_string();
+            self.0.lock().unwrap().push(RetryWarning {
+                operation: field("operation"),
+                attempt: field("attempt"),
+                error: innermost,
+            });
+        }
+    }
+}
+
+/// An event's fields as text.
+#[derive(Default)]
+struct Fields(BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().into(), format!("{value:?}"));
+    }
 }

@@ -281,7 +281,7 @@ impl Live {
 /// for a cancel, the cancel waits, its row being in its transaction).
 async fn move_audit_table(env: &TestEnv, from: &str, to: &str) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "SET SESSION lock_wait_timeout = 30; RENAME TABLE `{from}` TO `{to}`"
+        "SET SESSION lock_wait_timeout = 60; RENAME TABLE `{from}` TO `{to}`"
     )))
     .execute(env.ctx.mysql.pool())
     .await

@@ -153,14 +153,14 @@ async fn sigkill_of_the_active_replica_hands_the_pass_over() {
     // Whichever ran the latest pass is active; the other stands by.
     let stands_by =
         async |d: &Daemon| matches!(last_fire(d).await.as_str(), "standby" | "already_done");
-    wait_until("one replica stands by", Duration::from_secs(30), || async {
+    wait_until("one replica stands by", Duration::from_secs(60), || async {
         stands_by(&replicas[0]).await || stands_by(&replicas[1]).await
     })
     .await;
     // The active one is who ran the last pass, as recorded in Redis (the
     // roles may have changed since the stand-by above was seen).
     let key = format!("{}reconcile:pass-done:{{0-of-1}}", env.prefix);
-    wait_until("a pass is recorded", Duration::from_secs(30), || async {
+    wait_until("a pass is recorded", Duration::from_secs(60), || async {
         env.redis::<Option<String>>(redis::cmd("GET").arg(&key))
             .await
             .is_some()
@@ -181,7 +181,7 @@ async fn sigkill_of_the_active_replica_hands_the_pass_over() {
     // room for a loaded machine.
     wait_until(
         "the standby completes a pass",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || async { sample(&standby.metrics().await, completed) > sample(&before, completed) },
     )
     .await;
@@ -212,13 +212,13 @@ async fn a_replica_paused_past_its_lease_writes_nothing_when_it_wakes() {
     };
     let port = free_port();
     let mut a = Daemon::start(slow("replica-a", port), port).await;
-    wait_until("a is in a pass", Duration::from_secs(30), || async {
+    wait_until("a is in a pass", Duration::from_secs(60), || async {
         a.status().await["jobs"]["paid_seats"]["running"] == true
     })
     .await;
     a.signal("STOP");
     let b = start(&env, "replica-b").await;
-    wait_until("b completes a pass", Duration::from_secs(40), || async {
+    wait_until("b completes a pass", Duration::from_secs(60), || async {
         sample(
             &b.metrics().await,
             r#"seatflow_reconcile_pass_last_completed_timestamp_seconds{shard="0"}"#,
@@ -235,7 +235,7 @@ async fn a_replica_paused_past_its_lease_writes_nothing_when_it_wakes() {
     }
     a.signal("CONT");
     // Connections made while it was stopped may be reset: ask until it answers.
-    wait_until("a's stale pass ends", Duration::from_secs(30), || async {
+    wait_until("a's stale pass ends", Duration::from_secs(60), || async {
         match a.get("/status").await {
             Ok((200, body)) => {
                 let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -257,7 +257,7 @@ async fn a_replica_paused_past_its_lease_writes_nothing_when_it_wakes() {
         "the paused replica repaired after its lease lapsed"
     );
     // b repairs the drift in its next pass.
-    wait_until("b repairs the drift", Duration::from_secs(40), || async {
+    wait_until("b repairs the drift", Duration::from_secs(60), || async {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM reconcile_fix WHERE instance = 'replica-b' AND fixed_at >= ?",
         )
@@ -315,7 +315,7 @@ async fn a_rolling_restart_never_leaves_a_pass_unrun() {
     for (i, name) in names.into_iter().enumerate() {
         let other = names[1 - i];
         replicas[i].signal("TERM");
-        let status = replicas[i].wait_exit(Duration::from_secs(30)).await;
+        let status = replicas[i].wait_exit(Duration::from_secs(60)).await;
         assert!(status.is_some_and(|s| s.success()), "{name} stops cleanly");
         // `name` may have recorded a pass on its way out; any later one is
         // the other replica's.
@@ -443,7 +443,7 @@ async fn a_pass_whose_lease_is_taken_over_stops() {
         )
         .await;
     // Hang guard only: the renewal runs every 200 ms.
-    tokio::time::timeout(Duration::from_secs(30), held.stop_token().cancelled())
+    tokio::time::timeout(Duration::from_secs(60), held.stop_token().cancelled())
         .await
         .expect("the pass stops once its renewal finds the lease gone");
     assert!(!held.fence().holds());
@@ -487,7 +487,7 @@ async fn a_dropped_pass_stops_renewing_its_lease() {
     // Renewed every 200 ms while the task lives; gone after 600 ms without it.
     wait_until(
         "the dropped pass's lease to expire",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || async {
             let lease: Option<String> = env.redis(redis::cmd("GET").arg(&key)).await;
             lease.is_none()

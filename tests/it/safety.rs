@@ -6,10 +6,12 @@ use std::time::Duration;
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::SeatRepair;
-use seatflow_reconciler::model::{Kind, SeatState};
+use seatflow_reconciler::model::{Kind, SeatState, Shard};
 use seatflow_reconciler::store::mysql::RunIdentity;
-use seatflow_reconciler::store::redis::{Fenced, LeaseTake, SeatBatch};
+use seatflow_reconciler::store::redis::{Fenced, LeaseTake, SeatBatch, SuspectOp};
 use seatflow_test_support::TestEnv;
+use seatflow_test_support::own_keys::key_type;
+use seatflow_test_support::servers::wait_until;
 
 const RUN: RunIdentity<'static> = RunIdentity {
     run_id: "00000000-0000-0000-0000-000000000000",
@@ -123,7 +125,14 @@ async fn a_holder_whose_lease_expired_cannot_write() {
         redis.acquire_leases("old", &[7], 50).await.unwrap(),
         vec![LeaseTake::Taken]
     );
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    // The old holder pauses past its lease: Redis lets it expire.
+    wait_until("the old lease expires", Duration::from_secs(60), || async {
+        let left: i64 = env
+            .redis(redis::cmd("EXISTS").arg(redis.keys.lease(7)))
+            .await;
+        left == 0
+    })
+    .await;
     assert_eq!(
         redis.acquire_leases("new", &[7], 10_000).await.unwrap(),
         vec![LeaseTake::Taken]
@@ -161,6 +170,73 @@ async fn a_holder_whose_lease_expired_cannot_write() {
     );
     let holder: Option<String> = env.redis(redis::cmd("GET").arg(redis.keys.lease(7))).await;
     assert_eq!(holder.as_deref(), Some("new"));
+}
+
+/// Rule 13 in `lease_release.lua`: a lease key of another type than a
+/// string is nobody's lease, ours included, so the script checks the type
+/// before it reads the key. Releasing our showtime lease, or our pass lease
+/// (the same script), where a hash holding our token now stands answers
+/// "not ours" and deletes nothing, where a GET on it would fail the release
+/// (and with it the sweep that releases its chunk's leases, see
+/// `tests/failpoints/own_keys.rs`).
+#[tokio::test]
+async fn a_release_meeting_a_lease_key_of_another_type_deletes_nothing() {
+    let env = TestEnv::new().await;
+    let redis = &env.ctx.redis;
+    let leases = [redis.keys.lease(7), redis.keys.pass_lease(Shard::ALL)];
+    for key in &leases {
+        let _: () = env
+            .redis(redis::cmd("HSET").arg(key).arg("token").arg("me"))
+            .await;
+    }
+
+    assert_eq!(redis.release_leases("me", &[7]).await.unwrap(), vec![false]);
+    assert!(!redis.release_pass(Shard::ALL, "me").await.unwrap());
+    for key in &leases {
+        let kept: Vec<String> = env.redis(redis::cmd("HGETALL").arg(key)).await;
+        assert_eq!(kept, ["token", "me"], "{key} left alone");
+    }
+}
+
+/// Rule 13 in `rebuild_hash.lua`: the showtime lease key's type is checked
+/// before the script reads it. Our lease became a set (another tool wrote
+/// the key in another shape) between taking it and the rebuild: the script
+/// answers "not our lease" and writes nothing, no hash and no done record,
+/// where a GET on the set would have failed the script.
+#[tokio::test]
+async fn a_rebuild_meeting_a_lease_key_of_another_type_writes_nothing() {
+    let env = TestEnv::new().await;
+    let redis = &env.ctx.redis;
+    let lease = redis.keys.lease(8);
+    assert_eq!(
+        redis.acquire_leases("me", &[8], 10_000).await.unwrap(),
+        vec![LeaseTake::Taken]
+    );
+    let _: () = env.redis(redis::cmd("DEL").arg(&lease)).await;
+    let _: () = env.redis(redis::cmd("SADD").arg(&lease).arg("me")).await;
+
+    let rebuilt = redis
+        .rebuild_hash(
+            "me",
+            "op-1",
+            8,
+            &[
+                ("A-1".into(), SeatState::Free),
+                ("A-2".into(), SeatState::Free),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rebuilt.reply, Fenced::LeaseLost);
+    assert!(rebuilt.replaced.is_empty());
+    assert_eq!(key_type(&env, &redis.keys.seat(8)).await, "none", "no hash");
+    assert_eq!(
+        key_type(&env, &redis.keys.done(8)).await,
+        "none",
+        "no done record"
+    );
+    let members: Vec<String> = env.redis(redis::cmd("SMEMBERS").arg(&lease)).await;
+    assert_eq!(members, ["me"]);
 }
 
 /// Rule 3: the cancel is conditional; an order paid meanwhile stays paid.
@@ -378,6 +454,50 @@ async fn a_suspect_seen_non_orphan_starts_over() {
     assert_eq!(
         env.fx.seat_value(6, "A-1").await.unwrap().as_deref(),
         Some("2")
+    );
+}
+
+/// Rule 4: a suspect seen again keeps its first-seen time. A run records
+/// only seats its scan found without a record, so a second record of the
+/// same seat comes from a run that scanned before the first record was
+/// written (another replica, or an overlapping `once`): `record_suspects.lua`
+/// keeps the record of the same value, so the grace clock does not restart.
+/// A record of another value is replaced: the seat was not orphaned the same
+/// way throughout.
+#[tokio::test]
+async fn a_suspect_recorded_again_keeps_its_first_seen_time() {
+    let env = TestEnv::new().await;
+    let redis = &env.ctx.redis;
+    let record = |seat: &str, encoded: &str| SuspectOp::Record {
+        seat: seat.into(),
+        encoded: encoded.into(),
+    };
+    redis
+        .update_suspects(
+            &[(9, vec![record("A-1", "1@1000"), record("A-2", "2@1000")])],
+            60_000,
+        )
+        .await
+        .unwrap();
+
+    redis
+        .update_suspects(
+            &[(9, vec![record("A-1", "1@5000"), record("A-2", "1@5000")])],
+            60_000,
+        )
+        .await
+        .unwrap();
+    let mut records: Vec<(String, String)> = env
+        .redis(redis::cmd("HGETALL").arg(redis.keys.suspect(9)))
+        .await;
+    records.sort();
+    assert_eq!(
+        records,
+        [
+            ("A-1".to_string(), "1@1000".to_string()),
+            ("A-2".to_string(), "1@5000".to_string())
+        ],
+        "A-1 keeps its first sighting; A-2, seen with another value, starts over"
     );
 }
 

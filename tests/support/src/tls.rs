@@ -174,7 +174,7 @@ pub fn tls_redis(pki: &Pki, cert: &Pair, auth_clients: &str) -> PrivateServer {
         .arg(dir)
         // A plain-text PING cannot check a TLS port: it accepts connections
         // once it serves (it has no data to load).
-        .ready(Ready::Tcp, Duration::from_secs(20));
+        .ready(Ready::Tcp, Duration::from_secs(60));
     s.start().unwrap();
     s
 }
