@@ -181,6 +181,36 @@ local u = import 'lib/util.libsonnet';
                    unit='short'), 24, 8],
   ],
 
+  local changes = [
+    [gr.timeseries('Checks between passes per minute, by source, and their repairs',
+                   'Showtimes checked between passes per minute, by what asked for the check: event (a Redis keyspace notification on its seat hash), grace (an orphan whose grace period ended), retry (a failed check again); and the repairs those checks made (also counted in the repairs panels). See README, "Change-driven checks".',
+                   [
+                     gr.target(q('sum by (source) (rate(seatflow_reconcile_change_checks_total{%(s)s}[$__rate_interval])) * 60'), 'checks: {{source}}'),
+                     gr.target(q('sum by (source) (rate(seatflow_reconcile_change_fixes_total{%(s)s}[$__rate_interval])) * 60'), 'repairs: {{source}}', 'B'),
+                   ],
+                   unit='opm'), 8, 8],
+    [gr.timeseries('Keyspace notifications per minute, and gaps',
+                   'Keyspace notifications received on seat hashes per minute, per process, and gaps per hour by reason (subscribed again, connection_lost, queue_full, events_stopped): moments a change may have been missed, each of which starts a pass.',
+                   [
+                     gr.target(q('sum by (instance) (rate(seatflow_reconcile_change_events_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} events/min'),
+                     gr.target(q('sum by (reason) (increase(seatflow_reconcile_change_gaps_total{%(s)s}[1h]))'), 'gaps/h: {{reason}}', 'B'),
+                   ],
+                   unit='short'), 8, 8],
+    [gr.timeseries('Check queue: depth and oldest due',
+                   'Showtimes waiting for a check (depth) and how long the most overdue one has been due, per process. A growing wait means checks cannot keep up; a full queue (changes.queue_capacity) drops changes and counts a gap.',
+                   [
+                     gr.target(q('max by (instance) (seatflow_reconcile_change_queue_depth{%(s)s})'), '{{instance}} depth'),
+                     gr.target(q('max by (instance) (seatflow_reconcile_change_queue_oldest_due_seconds{%(s)s})'), '{{instance}} oldest due (s)', 'B'),
+                   ],
+                   unit='short'), 4, 8],
+    [gr.timeseries('Redis keyspace notifications, by state',
+                   'Whether the server sends the notifications the checks need, as each process last probed it (once a minute): on, off (notify-keyspace-events lacks Khgxe), unknown (not probed yet), unavailable (no subscription: Redis Cluster, or a failed connection), disabled (changes.redis_events = off).',
+                   [gr.target(q('max by (instance, state) (seatflow_reconcile_redis_events{%(s)s}) == 1'), '{{instance}} {{state}}')],
+                   unit='none',
+                   decimals=0,
+                   min=0), 4, 8],
+  ],
+
   local errors = [
     [gr.timeseries('Errors per minute, by stage',
                    'Errors counted after retries, by stage: mysql, redis, lock (taking or keeping a showtime lease), audit (a repair without its audit row), invalid_data (bad data left alone). See SeatflowReconcilerErrors and SeatflowReconcilerInvalidData.',
@@ -227,7 +257,7 @@ local u = import 'lib/util.libsonnet';
                  [gr.row('Overview'), overview],
                  [gr.row('Repairs and drift'), repairs],
                  [gr.row('Runs'), runs],
-               ] + (if daemon then [[gr.row('Seat passes and pacing'), passes]] else [])
+               ] + (if daemon then [[gr.row('Seat passes and pacing'), passes], [gr.row('Change-driven checks'), changes]] else [])
                + [[gr.row(if daemon then 'Errors, contention and dependencies' else 'Errors and contention'), errors]]
                + (if daemon then [[gr.row('Process'), process]] else []),
 

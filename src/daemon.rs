@@ -180,6 +180,9 @@ pub async fn run_on(
         tracing::info!(kind = kind.label(), "job disabled");
     }
     schedules.start().await?;
+    if let Some(changes) = runner.changes() {
+        crate::change_watch::spawn(&runner, changes);
+    }
 
     tracing::info!(listen = %listener.local_addr()?, "HTTP listening");
     let http_stop = CancellationToken::new();

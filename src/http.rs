@@ -138,6 +138,7 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
         "key_prefix": s.redis.key_prefix,
         "shard": {"index": s.sharding.index, "total": s.sharding.total},
         "pass": {"schedule": s.sweep.schedule, "shards": passes, "pace": pace},
+        "changes": r.changes().map(|c| c.status()),
         "jobs": jobs,
     }))
 }

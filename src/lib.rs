@@ -10,6 +10,8 @@
 #[macro_use]
 pub mod race_window;
 
+pub mod change_watch;
+pub mod changes;
 pub mod config;
 pub mod context;
 pub mod daemon;

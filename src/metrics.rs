@@ -465,6 +465,145 @@ impl PassMetrics {
     }
 }
 
+/// The change-driven checks' families (src/changes/), exported by a daemon
+/// whose changes are on.
+#[derive(Clone)]
+pub struct ChangeMetrics {
+    /// Keyspace notifications on seat hashes received (probe ones excluded).
+    pub events: prometheus::IntCounter,
+    /// Moments a source may have missed a change, by `reason`.
+    pub gaps: IntCounterVec,
+    /// Checks of a showtime run, by `source` (what asked for it).
+    pub checks: IntCounterVec,
+    /// Repairs made by checks, by `kind` and `source`.
+    pub fixes: IntCounterVec,
+    pub queue_depth: IntGauge,
+    pub queue_oldest_due: prometheus::Gauge,
+    /// 1 for the Redis events' current state (`on`, `off`, ...), 0 for the rest.
+    pub redis_events: IntGaugeVec,
+}
+
+/// Why a change may have been missed (`seatflow_reconcile_change_gaps_total{reason}`).
+pub const GAP_REASONS: [&str; 4] = [
+    "subscribed",
+    "connection_lost",
+    "queue_full",
+    "events_stopped",
+];
+
+impl ChangeMetrics {
+    /// Every series at 0, for the enabled jobs `kinds` and each check's
+    /// `sources`.
+    pub fn new(kinds: &[Kind], sources: &[&str]) -> ChangeMetrics {
+        let m = ChangeMetrics {
+            events: prometheus::IntCounter::new(
+                "seatflow_reconcile_change_events_total",
+                "Redis keyspace notifications received on seat hashes.",
+            )
+            .unwrap(),
+            gaps: IntCounterVec::new(
+                Opts::new(
+                    "seatflow_reconcile_change_gaps_total",
+                    "Moments a change may have been missed (a subscription begun or lost, a full queue, events stopped); each starts a pass.",
+                ),
+                &["reason"],
+            )
+            .unwrap(),
+            checks: IntCounterVec::new(
+                Opts::new(
+                    "seatflow_reconcile_change_checks_total",
+                    "Showtimes checked between passes, by what asked for the check.",
+                ),
+                &["source"],
+            )
+            .unwrap(),
+            fixes: IntCounterVec::new(
+                Opts::new(
+                    "seatflow_reconcile_change_fixes_total",
+                    "Repairs made by checks between passes (also counted in seatflow_reconcile_fixes_total).",
+                ),
+                &["kind", "source"],
+            )
+            .unwrap(),
+            queue_depth: IntGauge::new(
+                "seatflow_reconcile_change_queue_depth",
+                "Showtimes waiting for a check.",
+            )
+            .unwrap(),
+            queue_oldest_due: prometheus::Gauge::new(
+                "seatflow_reconcile_change_queue_oldest_due_seconds",
+                "How long the most overdue waiting showtime has been due.",
+            )
+            .unwrap(),
+            redis_events: IntGaugeVec::new(
+                Opts::new(
+                    "seatflow_reconcile_redis_events",
+                    "1 for whether Redis sends the keyspace notifications the checks need: on, off, unknown (not probed yet), unavailable (no subscription) or disabled (changes.redis_events = off).",
+                ),
+                &["state"],
+            )
+            .unwrap(),
+        };
+        for r in GAP_REASONS {
+            m.gaps.with_label_values(&[r]);
+        }
+        for src in sources {
+            m.checks.with_label_values(&[src]);
+            for k in kinds {
+                m.fixes.with_label_values(&[k.label(), src]);
+            }
+        }
+        m
+    }
+
+    /// Shows the Redis events' state: 1 for `state`, 0 for the rest of `all`.
+    pub fn show_redis_events(&self, state: &str, all: &[&str]) {
+        for s in all {
+            self.redis_events
+                .with_label_values(&[s])
+                .set((*s == state) as i64);
+        }
+    }
+}
+
+impl Metrics {
+    /// Exports the change-driven checks' metrics (the daemon, changes on).
+    pub fn export_changes(&self, m: &ChangeMetrics) {
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(m.events.clone()),
+            Box::new(m.gaps.clone()),
+            Box::new(m.checks.clone()),
+            Box::new(m.fixes.clone()),
+            Box::new(m.queue_depth.clone()),
+            Box::new(m.queue_oldest_due.clone()),
+            Box::new(m.redis_events.clone()),
+        ];
+        for c in collectors {
+            self.registry.register(c).expect("metric names are unique");
+        }
+    }
+
+    /// Records a check's job report: its repairs, errors and drift ages
+    /// count as any run's; the scan gauges and the run counters are the
+    /// pass's alone (a check of a few showtimes says nothing of the estate).
+    pub fn record_check(&self, r: &JobReport) {
+        let k = r.kind.label();
+        self.fixes.with_label_values(&[k]).inc_by(r.fixed);
+        self.mutex_busy
+            .with_label_values(&[k])
+            .inc_by(r.skipped_busy);
+        for (stage, n) in &r.errors_by_stage {
+            self.errors
+                .with_label_values(&[k, stage.label()])
+                .inc_by(*n);
+        }
+        let ages = self.drift_age.with_label_values(&[k]);
+        for seconds in r.drift_ages.replay() {
+            ages.observe(seconds);
+        }
+    }
+}
+
 impl Metrics {
     /// Exports the pass metrics (the daemon, when it has seat jobs).
     pub fn export_passes(&self, m: &PassMetrics) {

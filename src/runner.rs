@@ -14,6 +14,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::changes::Changes;
 use crate::context::Context;
 use crate::jobs::pass_run::{PassOutcome, run_with_pass};
 use crate::jobs::report::{JobReport, Outcome, RunReport};
@@ -126,6 +127,8 @@ pub struct Runner {
     expired_guard: Arc<tokio::sync::Mutex<()>>,
     status: Mutex<BTreeMap<Kind, JobStatus>>,
     shards: Mutex<BTreeMap<u32, ShardStatus>>,
+    /// Change-driven checks between passes (src/changes/); None without a pass.
+    changes: Option<Arc<Changes>>,
 }
 
 /// Why a trigger did not start a run.
@@ -186,6 +189,11 @@ impl Runner {
             .pace
             .set(pacer.as_ref().map_or(0.0, |p| p.rate()));
         let pass_schedule = Schedule::new(&settings.sweep.schedule).ok();
+        let changes =
+            (!Fire::Pass.kinds(settings).is_empty()).then(|| Arc::new(Changes::new(settings)));
+        if let Some(c) = &changes {
+            metrics.export_changes(&c.metrics);
+        }
         Arc::new(Runner {
             ctx,
             metrics,
@@ -198,6 +206,7 @@ impl Runner {
             pass_guard: Default::default(),
             expired_guard: Default::default(),
             status: Mutex::new(status),
+            changes,
             shards: Mutex::new(shards),
         })
     }
@@ -218,6 +227,37 @@ impl Runner {
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
     pub fn pace(&self) -> Option<(f64, crate::pace::Backoffs)> {
         self.pacer.as_ref().map(|p| (p.rate(), p.backoffs()))
+    }
+
+    /// The change-driven checks, when the daemon has a pass.
+    pub fn changes(&self) -> Option<&Arc<Changes>> {
+        self.changes.as_ref()
+    }
+
+    /// Cancelled when the daemon shuts down.
+    pub fn stopping(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Runs a task of the daemon's that shutdown waits for.
+    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tracker.spawn(task);
+    }
+
+    /// Whether this process ran its own shard's latest pass (holds the
+    /// shard's work; only then does it check changes between passes), or
+    /// None before its first pass.
+    pub fn active_on_own_shard(&self) -> Option<bool> {
+        let own = self.ctx.settings.shard().index;
+        lock(&self.shards)
+            .get(&own)
+            .filter(|s| s.last_fire.is_some())
+            .map(|s| s.active)
+    }
+
+    /// A pass now, outside the schedule (after a gap in change detection).
+    pub fn start_pass_now(self: &Arc<Self>) -> Result<(), NotStarted> {
+        self.start_run(self.pass_kinds(), None, false)
     }
 
     /// The enabled seat jobs: the pass's.
@@ -322,6 +362,10 @@ impl Runner {
             bad_data_reporter: self.pass_kinds().first().copied(),
             pacer: self.pacer.clone(),
             deadline,
+            grace: self
+                .changes
+                .clone()
+                .map(|c| c as Arc<dyn crate::jobs::GraceSink>),
             ..RunOptions::default()
         }
     }
@@ -393,6 +437,9 @@ impl Runner {
     /// Shows the pacer's state in the pass metrics: after each pass and at
     /// each scrape, since the pace changes within a pass.
     pub fn show_pace(&self) {
+        if let Some(c) = &self.changes {
+            c.show_queue();
+        }
         if let Some((rate, backoffs)) = self.pace() {
             self.pass_metrics.show_pace(rate, backoffs);
         }

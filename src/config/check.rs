@@ -100,6 +100,12 @@ impl Settings {
         schedule::check(expired)
             .map_err(|reason| ConfigError::new("jobs.expired_orders.schedule", reason))?;
         self.sweep.checked()?;
+        in_range(
+            "changes.queue_capacity",
+            self.changes.queue_capacity,
+            1,
+            10_000_000,
+        )?;
         Ok(self)
     }
 }
@@ -121,7 +127,7 @@ fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Settings {
     /// Every duration setting with its key.
-    fn durations(&self) -> [(&'static str, Duration); 13] {
+    fn durations(&self) -> [(&'static str, Duration); 14] {
         let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
         [
             ("mysql.connect_timeout", m.connect_timeout),
@@ -137,6 +143,7 @@ impl Settings {
             ("sweep.soonest_window", self.sweep.soonest_window),
             ("sweep.pass_lease_ttl", self.sweep.pass_lease_ttl),
             ("sweep.takeover_after", self.sweep.takeover_after),
+            ("changes.min_interval", self.changes.min_interval),
         ]
     }
 }

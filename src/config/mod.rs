@@ -210,6 +210,39 @@ pub struct SweepSettings {
     pub takeover_after: Duration,
 }
 
+/// `[changes]`: change-driven checks between passes (src/changes/).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChangesSettings {
+    /// Redis keyspace notifications on the seat hashes: `auto` subscribes
+    /// and uses them wherever the server sends them; `off` never subscribes.
+    pub redis_events: RedisEvents,
+    /// Least time between two checks of one showtime, however many changes.
+    #[serde(with = "humantime_serde")]
+    pub min_interval: Duration,
+    /// Most showtimes waiting for a check; past it a change is dropped and
+    /// counted as a gap (and an expedited pass covers it).
+    pub queue_capacity: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum RedisEvents {
+    Auto,
+    Off,
+}
+
+impl TryFrom<String> for RedisEvents {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "auto" => Ok(RedisEvents::Auto),
+            "off" => Ok(RedisEvents::Off),
+            other => Err(format!("{other:?} is not a choice: use auto or off")),
+        }
+    }
+}
+
 /// `[jobs.<job>]`, one section per job.
 #[derive(Debug, Clone, Deserialize)]
 struct JobsSettings {
@@ -231,6 +264,7 @@ pub struct Settings {
     pub sharding: ShardingSettings,
     pub log: LogSettings,
     pub sweep: SweepSettings,
+    pub changes: ChangesSettings,
     jobs: JobsSettings,
 }
 

@@ -45,6 +45,18 @@ pub struct RunOptions {
     /// The problems this run has reported, so each is counted once per run
     /// by the first job that meets it (shared by the run's jobs).
     pub reported: strict::Reported,
+    /// A change-driven check: a few showtimes, so none of a run's
+    /// housekeeping (abandoned runs, audit pruning and backlog).
+    pub check: bool,
+    /// Where a sweep asks for checks when grace periods end (the daemon's).
+    pub grace: Option<Arc<dyn GraceSink>>,
+}
+
+/// Told when a deferred orphan's grace period ends, so that it is checked
+/// then rather than a pass later (the daemon's change-driven checks).
+pub trait GraceSink: Send + Sync + std::fmt::Debug {
+    /// Deferred seats of `showtime` are ready in `in_ms` (Redis' clock).
+    fn grace_ends(&self, showtime: ShowtimeId, in_ms: i64);
 }
 
 impl RunOptions {
@@ -239,6 +251,16 @@ pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunRe
         .await
 }
 
+/// A change-driven check of `opts.showtimes`: a run of `kinds` of its own
+/// (recorded in `reconcile_run`, audited), without the housekeeping.
+pub async fn run_check(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunReport {
+    let run_id = new_run_id();
+    let span = run_span(&run_id);
+    run_once_as(ctx, kinds, opts, run_id, Vec::new())
+        .instrument(span)
+        .await
+}
+
 /// Runs `kinds` as run `run_id` (the caller's span carries it). `failed`:
 /// jobs of the run that failed before they could start (a pass that could
 /// not be claimed); they are recorded with the run, in its row's kinds and
@@ -268,7 +290,7 @@ pub(crate) async fn run_once_as(
         tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");
         audit_ok = false;
     }
-    let moved_aside = if opts.dry_run {
+    let moved_aside = if opts.dry_run || opts.check {
         0
     } else {
         close_earlier_runs(ctx).await

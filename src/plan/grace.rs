@@ -62,6 +62,9 @@ pub struct GracePlan {
     pub record: Vec<(SeatNo, Suspect)>,
     /// Suspect records of this kind whose seat is no longer an orphan.
     pub clear: Vec<SeatNo>,
+    /// How long until the first deferred seat's grace ends (ms from
+    /// `now_ms`), when any is deferred: when a check would find it ready.
+    pub ends_in_ms: Option<i64>,
 }
 
 /// Splits candidates into ready and deferred. A candidate is ready when a
@@ -101,8 +104,12 @@ pub fn apply_grace(
             Some(s) if now_ms.saturating_sub(s.first_seen_ms) >= grace_ms => {
                 plan.ready.push(candidate)
             }
-            Some(_) => plan.deferred.push(candidate),
+            Some(s) => {
+                plan.ends_within(s.first_seen_ms.saturating_add(grace_ms) - now_ms);
+                plan.deferred.push(candidate)
+            }
             None => {
+                plan.ends_within(grace_ms);
                 let state = candidate.observed.unwrap_or(watched);
                 plan.record.push((
                     candidate.seat.clone(),
@@ -116,6 +123,12 @@ pub fn apply_grace(
         }
     }
     plan
+}
+
+impl GracePlan {
+    fn ends_within(&mut self, ms: i64) {
+        self.ends_in_ms = Some(self.ends_in_ms.map_or(ms, |m| m.min(ms)));
+    }
 }
 
 #[cfg(test)]
@@ -160,6 +173,8 @@ mod tests {
         );
         // A-9 is no longer an orphan lock; B-1 belongs to sold-orphans.
         assert_eq!(plan.clear, vec!["A-9".to_string()]);
+        // A-2, seen at 9,000, is ready first: at 14,000 (A-3 at 15,000).
+        assert_eq!(plan.ends_in_ms, Some(4_000));
     }
 
     #[test]

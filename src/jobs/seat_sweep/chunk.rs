@@ -135,6 +135,12 @@ impl<'a> Sweep<'a, '_> {
                     let g =
                         plan::apply_grace(job.kind, candidates, &read.suspects, now_ms, grace_ms);
                     job.report.deferred += g.deferred.len() as u64;
+                    if let (Some(sink), Some(in_ms)) = (&self.opts.grace, g.ends_in_ms)
+                        && !self.opts.dry_run
+                    {
+                        // Checked when its grace ends, not a pass later.
+                        sink.grace_ends(showtime.id, in_ms);
+                    }
                     ops.extend(suspect_changes(job.kind, &g, read));
                     g.ready
                 } else {

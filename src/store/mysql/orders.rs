@@ -65,6 +65,35 @@ impl MysqlStore {
             .collect()
     }
 
+    /// Deadlines of PENDING orders of the scope in `[from, to)`, soonest
+    /// first, at most `limit`: (showtime, expires_at), for the checks queued
+    /// at each deadline (src/changes/). An index range of
+    /// `(status, expires_at)`; deadlines that do not decode are the job's
+    /// to report.
+    pub async fn deadlines_between(
+        &self,
+        from: NaiveDateTime,
+        to: NaiveDateTime,
+        scope: Scope<'_>,
+        limit: usize,
+    ) -> Result<Vec<(ShowtimeId, NaiveDateTime)>> {
+        let mut q = QueryBuilder::<MySql>::new(
+            "SELECT showtime_id, expires_at FROM ticket_order WHERE status = 'PENDING' AND ",
+        );
+        q.push(date_ok("expires_at"))
+            .push(" AND expires_at >= ")
+            .push_bind(from)
+            .push(" AND expires_at < ")
+            .push_bind(to);
+        push_scope(&mut q, "showtime_id", scope);
+        q.push(" ORDER BY expires_at LIMIT ")
+            .push_bind(limit as u64);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("showtime_id")?, r.try_get("expires_at")?)))
+            .collect()
+    }
+
     /// Orders the collation takes for PENDING whose `expires_at` does not
     /// decode (a zero date under a permissive `sql_mode`, a day past the
     /// month's end) and that MySQL orders before `deadline`, at most

@@ -122,12 +122,14 @@ impl RedisStore {
         response_timeout: Duration,
         instance: &str,
     ) -> Result<RedisStore> {
+        let mut subscriber = None;
         let conn = match endpoint {
             RedisEndpoint::Single(url) => {
                 let client = match tls.certificates() {
                     Some(certs) => redis::Client::build_with_tls(url, certs)?,
                     None => redis::Client::open(url)?,
                 };
+                subscriber = Some(Arc::new(client.clone()));
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(response_timeout))
@@ -150,6 +152,7 @@ impl RedisStore {
             keys: Keys::new(key_prefix.to_string()),
             client_name: client_name(instance),
             round_trips: Arc::default(),
+            subscriber,
         };
         store.load_scripts().await?;
         Ok(store)

@@ -69,6 +69,12 @@ impl Keys {
         format!("{}reconcile:audit-backlog", self.prefix)
     }
 
+    /// The hash one reconciler writes (and deletes) to learn whether the
+    /// server sends keyspace notifications.
+    pub fn events_probe(&self, instance: &str) -> String {
+        format!("{}reconcile:events-probe:{instance}", self.prefix)
+    }
+
     /// A fresh name to move an audit backlog of the wrong type aside to.
     pub fn audit_backlog_aside(&self) -> String {
         aside_key(

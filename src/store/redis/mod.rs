@@ -14,6 +14,7 @@ mod conn;
 mod cursors;
 mod keys;
 mod leases;
+mod notify;
 mod seats;
 
 pub use conn::{RedisEndpoint, RedisTls, client_name};
@@ -117,6 +118,9 @@ pub struct RedisStore {
     client_name: String,
     /// Round trips made so far (a pipeline is one), for load reporting.
     round_trips: Arc<AtomicU64>,
+    /// The single server's client, for a subscriber connection of its own
+    /// (`notify.rs`); None for a cluster.
+    subscriber: Option<Arc<redis::Client>>,
 }
 
 fn evalsha(lua: &Lua, keys: &[String]) -> Cmd {

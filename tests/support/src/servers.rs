@@ -63,7 +63,7 @@ fn redis_server(name: &str, port: Option<u16>, extra: &[&str]) -> PrivateServer 
         .arg("--dir")
         .arg(dir)
         .args(extra)
-        .ready(Ready::RedisPing, Duration::from_secs(20));
+        .ready(Ready::RedisPing, Duration::from_secs(60));
     s
 }
 
@@ -71,6 +71,25 @@ fn redis_server(name: &str, port: Option<u16>, extra: &[&str]) -> PrivateServer 
 /// `start` it to take it away and bring an empty one back on its port.
 pub fn redis() -> PrivateServer {
     let mut s = redis_server("redis", None, &["--save", "", "--appendonly", "no"]);
+    s.start().unwrap();
+    s
+}
+
+/// A started Redis that sends the keyspace notifications change-driven
+/// checks use (`notify-keyspace-events Khgxe`, as the README asks).
+pub fn redis_with_keyspace_events() -> PrivateServer {
+    let mut s = redis_server(
+        "redis-events",
+        None,
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--notify-keyspace-events",
+            "Khgxe",
+        ],
+    );
     s.start().unwrap();
     s
 }
@@ -90,7 +109,7 @@ pub fn redis_with_password(password: &str) -> PrivateServer {
         ],
     );
     // PING answers -NOAUTH until one logs in: ready when it listens.
-    s.ready(Ready::Tcp, Duration::from_secs(20));
+    s.ready(Ready::Tcp, Duration::from_secs(60));
     s.start().unwrap();
     s
 }
@@ -155,7 +174,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         for p in cluster.ports() {
-            wait_until("cluster_state:ok", Duration::from_secs(30), || async move {
+            wait_until("cluster_state:ok", Duration::from_secs(60), || async move {
                 cluster_cli(p, &["cluster", "info"]).contains("cluster_state:ok")
             })
             .await;
@@ -210,7 +229,7 @@ pub fn prometheus(config: &str) -> PrivateServer {
     ))
     .arg(format!("--web.listen-address=127.0.0.1:{port}"))
     .arg("--log.level=warn")
-    .ready(Ready::Http("/-/ready".into()), Duration::from_secs(30));
+    .ready(Ready::Http("/-/ready".into()), Duration::from_secs(60));
     s.start().unwrap();
     s
 }
@@ -231,7 +250,7 @@ pub fn pushgateway() -> PrivateServer {
             dir.join("pushgateway.data").display()
         ))
         .arg("--log.level=warn")
-        .ready(Ready::Http("/-/ready".into()), Duration::from_secs(20));
+        .ready(Ready::Http("/-/ready".into()), Duration::from_secs(60));
     s.start().unwrap();
     s
 }

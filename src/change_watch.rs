@@ -1,0 +1,359 @@
+//! The daemon's change-driven tasks (`changes/`): the subscriber (Redis
+//! keyspace notifications and the probe), the deadlines read ahead, the
+//! worker (checks what is due), and the expediter (a pass after a gap).
+//! Above the runner, whose passes and state they use.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use crate::changes::Changes;
+use crate::changes::events::{self, Channels, EventsState, Message, PROBE_EVERY, Verdict};
+use crate::changes::queue::{Due, Source};
+use crate::config::RedisEvents;
+use crate::jobs::{self, RunOptions};
+use crate::model::Kind;
+use crate::runner::{NotStarted, Runner};
+
+/// Longest wait between two subscription attempts.
+const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(30);
+
+/// Starts the three tasks on the runner's tracker (they end on shutdown).
+pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
+    let mut tasks = vec![Task::Work, Task::Expedite];
+    if runner.ctx.settings.job(Kind::ExpiredOrders).enabled {
+        tasks.push(Task::Deadlines);
+    }
+    if runner.ctx.settings.changes.redis_events == RedisEvents::Auto {
+        tasks.push(Task::Subscribe);
+    } else {
+        changes.probe().set(EventsState::Disabled);
+        show_events(changes);
+    }
+    for task in tasks {
+        let (runner, changes) = (Arc::clone(runner), Arc::clone(changes));
+        runner.clone().spawn(async move {
+            match task {
+                Task::Subscribe => subscribe(&runner, &changes).await,
+                Task::Work => work(&runner, &changes).await,
+                Task::Expedite => expedite(&runner, &changes).await,
+                Task::Deadlines => deadlines(&runner, &changes).await,
+            }
+        });
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Task {
+    Subscribe,
+    Work,
+    Expedite,
+    Deadlines,
+}
+
+fn show_events(changes: &Changes) {
+    changes.show_events();
+}
+
+/// Subscribes to the seat hashes' keyspace channels and queues a check of
+/// each showtime of this shard whose hash changed; probes once a minute
+/// whether the server sends the notifications at all. A lost subscription
+/// is a gap; it is made again with a growing wait.
+async fn subscribe(runner: &Runner, changes: &Changes) {
+    let ctx = &runner.ctx;
+    let stop = runner.stopping();
+    let instance = &ctx.settings.reconcile.instance;
+    let probe_key = ctx.redis.keys.events_probe(instance);
+    let channels = Channels::new(ctx.redis.db(), ctx.redis.keys.prefix(), &probe_key);
+    let shard = ctx.settings.shard();
+    let mut wait = Duration::from_secs(1);
+    let mut subscribed_before = false;
+    while !stop.is_cancelled() {
+        let stream = match ctx
+            .redis
+            .subscribe(&channels.seat_pattern(), &channels.probe_channel())
+            .await
+        {
+            Ok(Some(stream)) => stream,
+            Ok(None) => {
+                changes.probe().lost();
+                show_events(changes);
+                tracing::info!(
+                    "Redis keyspace notifications are not used with Redis Cluster yet: the pass alone finds drift"
+                );
+                return;
+            }
+            Err(e) => {
+                changes.probe().lost();
+                show_events(changes);
+                tracing::warn!(error = %e, retry_in = ?wait, "could not subscribe to Redis keyspace notifications");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.cancelled() => return,
+                }
+                wait = (wait * 2).min(MAX_RECONNECT_WAIT);
+                continue;
+            }
+        };
+        // Changes made while no subscription stood were seen by no one.
+        if subscribed_before {
+            changes.gap("subscribed");
+        }
+        subscribed_before = true;
+        wait = Duration::from_secs(1);
+        tokio::pin!(stream);
+        let mut probe_tick = tokio::time::interval(PROBE_EVERY);
+        let mut judge_tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                msg = stream.next() => {
+                    let Some((channel, event)) = msg else {
+                        changes.probe().lost();
+                        show_events(changes);
+                        changes.gap("connection_lost");
+                        tracing::warn!("the Redis keyspace subscription was lost; a pass covers the gap");
+                        break;
+                    };
+                    match channels.read(&channel, &event) {
+                        Message::Seat(s) | Message::SeatOther(s) => {
+                            changes.metrics.events.inc();
+                            if shard.covers(s) {
+                                changes.ask(s, Instant::now(), Source::Event);
+                            }
+                        }
+                        Message::Probe { hash_event } => {
+                            let verdict = changes.probe().seen(hash_event);
+                            if let Some(v) = verdict {
+                                log_verdict(v);
+                            }
+                            show_events(changes);
+                        }
+                        Message::Ignored => {}
+                    }
+                }
+                _ = probe_tick.tick() => {
+                    changes.probe().sent(Instant::now());
+                    if let Err(e) = ctx.redis.write_probe(&probe_key).await {
+                        tracing::warn!(error = %e, "could not write the keyspace notification probe");
+                    }
+                }
+                _ = judge_tick.tick() => {
+                    let verdict = changes.probe().judge(Instant::now());
+                    if let Some(v) = verdict {
+                        if matches!(v, Verdict::Stopped { .. }) {
+                            changes.gap("events_stopped");
+                        }
+                        log_verdict(v);
+                        show_events(changes);
+                    }
+                }
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+}
+
+fn log_verdict(v: Verdict) {
+    match v {
+        Verdict::Started => tracing::info!(
+            "Redis keyspace notifications arrive: showtimes are checked seconds after their seat hash changes"
+        ),
+        Verdict::Off {
+            hash_event,
+            del_event,
+        } => tracing::info!(
+            hash_event,
+            del_event,
+            needed = events::FLAGS_NEEDED,
+            "Redis keyspace notifications are off: the pass alone finds drift (README: \"Change-driven checks\")"
+        ),
+        Verdict::Stopped {
+            hash_event,
+            del_event,
+        } => tracing::warn!(
+            hash_event,
+            del_event,
+            needed = events::FLAGS_NEEDED,
+            "Redis keyspace notifications stopped arriving; a pass covers the gap"
+        ),
+    }
+}
+
+/// Checks what is due, a chunk at a time, grouped by source. Only the
+/// active holder of its shard's pass checks: a standby lets its due
+/// showtimes go (the active replica hears the same events).
+async fn work(runner: &Runner, changes: &Arc<Changes>) {
+    let ctx = &runner.ctx;
+    let stop = runner.stopping();
+    let chunk = ctx.settings.reconcile.scan_chunk.max(1);
+    loop {
+        let next = changes.queue().next_due();
+        let sleep = next.map_or(Duration::from_secs(3600), |due| {
+            due.saturating_duration_since(Instant::now())
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = changes.queued() => {}
+            _ = stop.cancelled() => return,
+        }
+        let Some(active) = runner.active_on_own_shard() else {
+            // Before the first pass nobody knows whose the shard is: the
+            // queue keeps what is due (a full one is a gap, and the pass it
+            // starts settles the question).
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.cancelled() => return,
+            }
+            continue;
+        };
+        let due = changes.queue().take_due(Instant::now(), chunk);
+        changes.show_queue();
+        if due.is_empty() {
+            continue;
+        }
+        if !active {
+            let now = Instant::now();
+            let mut q = changes.queue();
+            due.into_iter().for_each(|d| q.done(d, true, now));
+            continue;
+        }
+        for source in Source::ALL {
+            let part: Vec<Due> = due.iter().filter(|d| d.source == source).copied().collect();
+            if !part.is_empty() {
+                check(runner, changes, source, part).await;
+            }
+        }
+        changes.show_queue();
+    }
+}
+
+/// One check of `due`'s showtimes: the enabled seat jobs scoped to them,
+/// and `expired-orders` too for a deadline (or a retry, which may be one).
+async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec<Due>) {
+    let ctx = &runner.ctx;
+    let orders = matches!(source, Source::Deadline | Source::Retry);
+    let kinds: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|k| ctx.settings.job(*k).enabled)
+        .filter(|k| orders || k.is_seat_job())
+        .collect();
+    let opts = RunOptions {
+        dry_run: ctx.settings.reconcile.dry_run,
+        showtimes: due.iter().map(|d| d.showtime).collect(),
+        stop: runner.stopping(),
+        bad_data_reporter: kinds.iter().copied().find(|k| k.is_seat_job()),
+        check: true,
+        // A check that defers an orphan queues its grace's end too.
+        grace: Some(Arc::clone(changes) as Arc<dyn jobs::GraceSink>),
+        ..RunOptions::default()
+    };
+    // Boxed: the whole run is a deep future, kept off this task's own.
+    let report = Box::pin(jobs::run_check(ctx, &kinds, &opts)).await;
+    let ok = report.outcome() != jobs::report::Outcome::Failure;
+    for job in &report.jobs {
+        runner.metrics.record_check(job);
+        changes
+            .metrics
+            .fixes
+            .with_label_values(&[job.kind.label(), source.label()])
+            .inc_by(job.fixed);
+    }
+    changes
+        .metrics
+        .checks
+        .with_label_values(&[source.label()])
+        .inc_by(due.len() as u64);
+    let now = Instant::now();
+    let mut q = changes.queue();
+    for d in due {
+        q.done(d, ok, now);
+    }
+}
+
+/// How often the deadlines ahead are read, and how far ahead.
+const DEADLINES_EVERY: Duration = Duration::from_secs(10);
+const DEADLINES_AHEAD: Duration = Duration::from_secs(60);
+/// Most deadlines read at once (the rest: next read, or the job's schedule).
+const DEADLINES_PER_READ: usize = 10_000;
+/// A deadline's check runs this long after the order becomes due (MySQL's
+/// clock and ours are apart by a round trip).
+const DEADLINE_MARGIN: Duration = Duration::from_millis(500);
+
+/// Reads the deadlines of PENDING orders coming up (an index range of
+/// `(status, expires_at)`) and queues each order's showtime for when it is
+/// due (`expires_at + reconcile.expired_order_buffer`, by MySQL's clock).
+/// Each read covers from two reads back to a lookahead ahead: an order
+/// created after the last read is still seen, one already queued merges
+/// (same due time), and one due but still PENDING (its cancel failed or
+/// its showtime was busy) is queued again. Cancelled orders leave the
+/// range. Only the shard's active replica reads; the `expired-orders`
+/// schedule stays as the net.
+async fn deadlines(runner: &Runner, changes: &Changes) {
+    let ctx = &runner.ctx;
+    let stop = runner.stopping();
+    let buffer = chrono::Duration::from_std(ctx.settings.reconcile.expired_order_buffer)
+        .unwrap_or(chrono::Duration::MAX);
+    let ahead = chrono::Duration::from_std(DEADLINES_AHEAD).unwrap_or_default();
+    let behind = chrono::Duration::from_std(DEADLINES_EVERY * 2).unwrap_or_default();
+    let mut tick = tokio::time::interval(DEADLINES_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        if runner.active_on_own_shard() != Some(true) {
+            continue;
+        }
+        let read = async {
+            let now = ctx.mysql.now_utc().await?;
+            let due_now = now - buffer;
+            let rows = ctx
+                .mysql
+                .deadlines_between(
+                    due_now - behind,
+                    due_now + ahead,
+                    ctx.scope(&[]),
+                    DEADLINES_PER_READ,
+                )
+                .await?;
+            Ok::<_, crate::error::Error>((due_now, rows))
+        };
+        let (due_now, rows) = match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the deadlines ahead");
+                continue;
+            }
+        };
+        let at = Instant::now();
+        for (showtime, expires_at) in rows {
+            // Due already: at once.
+            let wait = (expires_at - due_now).to_std().unwrap_or_default();
+            changes.ask(showtime, at + wait + DEADLINE_MARGIN, Source::Deadline);
+        }
+    }
+}
+
+/// After a gap, a pass at once (paced like any): what no source saw, it
+/// finds. A pass already going is waited for, then one more is run.
+async fn expedite(runner: &Arc<Runner>, changes: &Changes) {
+    let stop = runner.stopping();
+    loop {
+        tokio::select! {
+            _ = changes.next_gap() => {}
+            _ = stop.cancelled() => return,
+        }
+        loop {
+            match runner.start_pass_now() {
+                Ok(()) => break,
+                Err(NotStarted::ShuttingDown) => return,
+                Err(NotStarted::AlreadyRunning) => tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.cancelled() => return,
+                },
+            }
+        }
+        tracing::info!("a pass started after a gap in change detection");
+    }
+}

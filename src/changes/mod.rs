@@ -1,0 +1,173 @@
+//! Change-driven checks: showtimes are checked seconds after something
+//! changed them (a Redis keyspace event on the seat hash, a grace period
+//! ending), through a de-duplicating work queue; the scheduled pass stays as
+//! the safety net for what no source saw, and starts at once after a gap.
+//!
+//! A check of a showtime is the pass's own code scoped to it
+//! (`RunOptions::showtimes`): same reads, planner, lease, re-check, scripts
+//! and audit. Only the active holder of its shard's pass lease checks, so
+//! replicas never double the work.
+//!
+//! Rooms: `queue.rs` decides what is due and `events.rs` reads keyspace
+//! messages and the probe (both pure); this file holds what the daemon's
+//! tasks share; `change_watch.rs` (above the runner) runs those tasks.
+
+pub mod events;
+pub mod queue;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::Settings;
+use crate::jobs::GraceSink;
+use crate::metrics::ChangeMetrics;
+use crate::model::{Kind, ShowtimeId};
+use events::{EventsState, Probe};
+use queue::{Added, Limits, Source, WorkQueue};
+
+/// A grace period's check runs this long after it ends: the seat's suspect
+/// record and the clocks that judge it are Redis' and ours, a little apart.
+const GRACE_MARGIN: Duration = Duration::from_millis(500);
+
+/// What the daemon's change-driven checks share: the queue, the Redis
+/// events' state, and their metrics.
+pub struct Changes {
+    queue: Mutex<WorkQueue>,
+    /// Wakes the worker when something is queued.
+    wake: tokio::sync::Notify,
+    /// Set by a gap; the runner starts a pass and clears it.
+    gap: AtomicBool,
+    gap_wake: tokio::sync::Notify,
+    probe: Mutex<Probe>,
+    pub metrics: ChangeMetrics,
+}
+
+impl GraceSink for Changes {
+    /// A sweep deferred seats of `showtime` whose grace ends in `in_ms`
+    /// (Redis' clock, as the sweep judged it): check it then.
+    fn grace_ends(&self, showtime: ShowtimeId, in_ms: i64) {
+        let wait = Duration::from_millis(in_ms.max(0) as u64) + GRACE_MARGIN;
+        self.ask(showtime, Instant::now() + wait, Source::Grace);
+    }
+}
+
+impl std::fmt::Debug for Changes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Changes").finish_non_exhaustive()
+    }
+}
+
+/// `/status`'s `changes`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChangesStatus {
+    pub redis_events: EventsState,
+    pub queue_depth: usize,
+    pub in_flight: usize,
+    pub oldest_due_seconds: f64,
+    pub dropped: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Changes {
+    pub fn new(all: &Settings) -> Changes {
+        let settings = &all.changes;
+        let limits = Limits {
+            capacity: settings.queue_capacity,
+            min_interval: settings.min_interval,
+            ..Limits::default()
+        };
+        let enabled: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| all.job(*k).enabled)
+            .collect();
+        let sources = Source::ALL.map(Source::label);
+        let metrics = ChangeMetrics::new(&enabled, &sources);
+        let changes = Changes {
+            queue: Mutex::new(WorkQueue::new(limits)),
+            wake: tokio::sync::Notify::new(),
+            gap: AtomicBool::new(false),
+            gap_wake: tokio::sync::Notify::new(),
+            probe: Mutex::new(Probe::default()),
+            metrics,
+        };
+        changes.show_events();
+        changes
+    }
+
+    /// Shows the Redis events' state in its gauge.
+    pub fn show_events(&self) {
+        let all = EventsState::ALL.map(EventsState::label);
+        self.metrics
+            .show_redis_events(self.redis_events().label(), &all);
+    }
+
+    /// Asks for a check of `showtime` at `due`. A full queue drops it and
+    /// counts a gap (a pass covers it).
+    pub fn ask(&self, showtime: ShowtimeId, due: Instant, source: Source) {
+        let added = lock(&self.queue).add(showtime, due, source);
+        if added == Added::Dropped {
+            self.gap("queue_full");
+        }
+        self.wake.notify_one();
+    }
+
+    /// A change may have been missed: counted, and a pass is asked for.
+    pub fn gap(&self, reason: &str) {
+        self.metrics.gaps.with_label_values(&[reason]).inc();
+        self.gap.store(true, Ordering::SeqCst);
+        self.gap_wake.notify_one();
+    }
+
+    /// Waits for a gap and clears it.
+    pub async fn next_gap(&self) {
+        loop {
+            if self.gap.swap(false, Ordering::SeqCst) {
+                return;
+            }
+            self.gap_wake.notified().await;
+        }
+    }
+
+    pub fn redis_events(&self) -> EventsState {
+        lock(&self.probe).state()
+    }
+
+    /// The probe's bookkeeping (the subscriber's).
+    pub fn probe(&self) -> std::sync::MutexGuard<'_, Probe> {
+        lock(&self.probe)
+    }
+
+    /// The queue (the worker's).
+    pub fn queue(&self) -> std::sync::MutexGuard<'_, WorkQueue> {
+        lock(&self.queue)
+    }
+
+    /// Waits until something is queued (or a while has passed).
+    pub async fn queued(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Brings the queue's gauges up to date (at each scrape, and by the worker).
+    pub fn show_queue(&self) {
+        let q = lock(&self.queue);
+        self.metrics.queue_depth.set(q.len() as i64);
+        self.metrics
+            .queue_oldest_due
+            .set(q.oldest_due_age(Instant::now()).as_secs_f64());
+    }
+
+    pub fn status(&self) -> ChangesStatus {
+        let q = lock(&self.queue);
+        ChangesStatus {
+            redis_events: self.redis_events(),
+            queue_depth: q.len(),
+            in_flight: q.in_flight(),
+            oldest_due_seconds: q.oldest_due_age(Instant::now()).as_secs_f64(),
+            dropped: q.dropped(),
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! The work queue of change-driven checks: "check showtime S at or after
+//! time T". Pure (every call takes `now`), so its rules are tested without a
+//! clock or a server.
+//!
+//! The shape of kube-runtime's scheduler and client-go's work queue:
+//! - **de-duplicated**: S waits at most once; adding it again keeps the
+//!   earlier due time (and the source that asked for it);
+//! - **never two checks of one S at once**: S handed out is *in flight*;
+//!   an add meanwhile is remembered and S waits again once the check is done,
+//!   so a change during a check is never lost;
+//! - **a minimum interval per showtime**: S is not handed out again within
+//!   `min_interval` of its last check, however many events arrive;
+//! - **retries with backoff** after a failed check;
+//! - **bounded**: past `capacity` waiting showtimes a new one is dropped and
+//!   counted as a gap (the caller then starts an expedited sweep, which covers
+//!   every showtime anyway).
+//!
+//! Hand-written rather than `tokio_util::time::DelayQueue` plus a map: the
+//! decisions are the product here, and with `now` passed in they are plain
+//! functions a property test can drive; the consumer sleeps until
+//! [`WorkQueue::next_due`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use crate::model::ShowtimeId;
+
+/// What asked for a check: the label of `drift_age_seconds{source}` and of
+/// the queue's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A Redis keyspace event on the showtime's seat hash.
+    Event,
+    /// A PENDING order of the showtime reached its deadline.
+    Deadline,
+    /// A suspect seat of the showtime reached the end of its grace period.
+    Grace,
+    /// A check that failed, tried again.
+    Retry,
+}
+
+impl Source {
+    pub const ALL: [Source; 4] = [
+        Source::Event,
+        Source::Deadline,
+        Source::Grace,
+        Source::Retry,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Event => "event",
+            Source::Deadline => "deadline",
+            Source::Grace => "grace",
+            Source::Retry => "retry",
+        }
+    }
+}
+
+/// What [`WorkQueue::add`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// S now waits (it did not before).
+    Queued,
+    /// S already waited; it keeps the earlier due time.
+    Merged,
+    /// S is being checked; it waits again once that check is done.
+    AfterCheck,
+    /// The queue is full: S was not queued (a gap).
+    Dropped,
+}
+
+/// A showtime handed out for a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    pub showtime: ShowtimeId,
+    pub source: Source,
+    /// When it was first due (for how long it waited).
+    pub due: Instant,
+    /// Failed checks of it so far, in a row.
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    due: Instant,
+    source: Source,
+    attempts: u32,
+}
+
+/// The queue's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most showtimes waiting or in flight at once.
+    pub capacity: usize,
+    /// Least time between two checks of one showtime.
+    pub min_interval: Duration,
+    /// First retry after a failed check; doubled per failure up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            capacity: 100_000,
+            min_interval: Duration::from_secs(1),
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Showtimes waiting for a check, ordered by due time.
+#[derive(Debug)]
+pub struct WorkQueue {
+    limits: Limits,
+    order: BTreeSet<(Instant, ShowtimeId)>,
+    waiting: HashMap<ShowtimeId, Waiting>,
+    /// Being checked; `Some` when added again meanwhile.
+    in_flight: HashMap<ShowtimeId, Option<Waiting>>,
+    /// When each recently checked showtime may be checked again. Pruned as
+    /// it passes, so it holds at most the showtimes checked within
+    /// `min_interval`.
+    not_before: HashMap<ShowtimeId, Instant>,
+    dropped: u64,
+}
+
+impl WorkQueue {
+    pub fn new(limits: Limits) -> WorkQueue {
+        WorkQueue {
+            limits,
+            order: BTreeSet::new(),
+            waiting: HashMap::new(),
+            in_flight: HashMap::new(),
+            not_before: HashMap::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Asks for a check of `showtime` at or after `due`.
+    pub fn add(&mut self, showtime: ShowtimeId, due: Instant, source: Source) -> Added {
+        let ask = Waiting {
+            due,
+            source,
+            attempts: 0,
+        };
+        if let Some(again) = self.in_flight.get_mut(&showtime) {
+            *again = Some(match *again {
+                Some(w) if w.due <= due => w,
+                _ => ask,
+            });
+            return Added::AfterCheck;
+        }
+        match self.waiting.get(&showtime).copied() {
+            Some(w) if w.due <= due => Added::Merged,
+            Some(w) => {
+                self.order.remove(&(w.due, showtime));
+                self.wait(
+                    showtime,
+                    Waiting {
+                        attempts: w.attempts,
+                        ..ask
+                    },
+                );
+                Added::Merged
+            }
+            None if self.waiting.len() + self.in_flight.len() >= self.limits.capacity => {
+                self.dropped += 1;
+                Added::Dropped
+            }
+            None => {
+                self.wait(showtime, ask);
+                Added::Queued
+            }
+        }
+    }
+
+    /// Puts `showtime` in line, no earlier than its minimum interval allows.
+    fn wait(&mut self, showtime: ShowtimeId, mut w: Waiting) {
+        if let Some(&not_before) = self.not_before.get(&showtime) {
+            w.due = w.due.max(not_before);
+        }
+        self.order.insert((w.due, showtime));
+        self.waiting.insert(showtime, w);
+    }
+
+    /// Hands out up to `max` showtimes due at `now`, soonest first; each is
+    /// in flight until [`WorkQueue::done`].
+    pub fn take_due(&mut self, now: Instant, max: usize) -> Vec<Due> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(&(due, showtime)) = self.order.first() else {
+                break;
+            };
+            if due > now {
+                break;
+            }
+            self.order.pop_first();
+            if let Some(w) = self.waiting.remove(&showtime) {
+                self.in_flight.insert(showtime, None);
+                out.push(Due {
+                    showtime,
+                    source: w.source,
+                    due: w.due,
+                    attempts: w.attempts,
+                });
+            }
+        }
+        self.not_before.retain(|_, t| *t > now);
+        out
+    }
+
+    /// The check of `taken` ended at `now`: `ok` or failed (then it is tried
+    /// again after a backoff). An add during the check queues it once more.
+    pub fn done(&mut self, taken: Due, ok: bool, now: Instant) {
+        let again = self.in_flight.remove(&taken.showtime).flatten();
+        self.not_before
+            .insert(taken.showtime, now + self.limits.min_interval);
+        let retry = (!ok).then(|| {
+            let doublings = taken.attempts.min(16);
+            let backoff = self
+                .limits
+                .backoff
+                .saturating_mul(1 << doublings)
+                .min(self.limits.max_backoff);
+            Waiting {
+                due: now + backoff,
+                source: Source::Retry,
+                attempts: taken.attempts + 1,
+            }
+        });
+        // The earlier of the two, so neither the change nor the retry waits
+        // longer than it asked; a retry keeps its count of failures.
+        let next = match (again, retry) {
+            (Some(a), Some(r)) => Some(if a.due < r.due {
+                Waiting {
+                    attempts: r.attempts,
+                    ..a
+                }
+            } else {
+                r
+            }),
+            (a, r) => a.or(r),
+        };
+        if let Some(w) = next {
+            // Never dropped: it takes the place its check held.
+            self.wait(taken.showtime, w);
+        }
+    }
+
+    /// When the soonest waiting showtime is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.order.first().map(|(due, _)| *due)
+    }
+
+    /// Showtimes waiting (not counting those in flight).
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Showtimes being checked.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Adds refused because the queue was full, since it was made.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// How long the most overdue waiting showtime has been due at `now`.
+    pub fn oldest_due_age(&self, now: Instant) -> Duration {
+        self.next_due()
+            .map_or(Duration::ZERO, |due| now.saturating_duration_since(due))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn limits() -> Limits {
+        Limits {
+            capacity: 3,
+            min_interval: Duration::from_secs(1),
+            backoff: Duration::from_secs(2),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+
+    fn secs(t0: Instant, s: u64) -> Instant {
+        t0 + Duration::from_secs(s)
+    }
+
+    #[test]
+    fn a_showtime_waits_once_and_the_earlier_due_time_wins() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(limits());
+        assert_eq!(q.add(1, secs(t0, 5), Source::Grace), Added::Queued);
+        assert_eq!(q.add(1, secs(t0, 9), Source::Deadline), Added::Merged);
+        assert_eq!(q.add(1, secs(t0, 2), Source::Event), Added::Merged);
+        assert_eq!(q.len(), 1);
+        assert!(q.take_due(secs(t0, 1), 10).is_empty());
+        let due = q.take_due(secs(t0, 2), 10);
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].showtime, due[0].source), (1, Source::Event));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_change_during_a_check_runs_it_once_more_after() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(limits());
+        q.add(1, t0, Source::Event);
+        let taken = q.take_due(t0, 10)[0];
+        // Never two checks at once: S is not handed out while in flight.
+        assert_eq!(q.add(1, t0, Source::Event), Added::AfterCheck);
+        assert_eq!(q.add(1, t0, Source::Event), Added::AfterCheck);
+        assert!(q.take_due(secs(t0, 5), 10).is_empty());
+        q.done(taken, true, secs(t0, 5));
+        // Once more, and no earlier than its minimum interval.
+        assert!(q.take_due(secs(t0, 5), 10).is_empty());
+        let again = q.take_due(secs(t0, 6), 10);
+        assert_eq!(again.len(), 1);
+        assert!(q.is_empty() && q.in_flight() == 1);
+    }
+
+    #[test]
+    fn events_within_the_minimum_interval_are_one_check() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(limits());
+        q.add(1, t0, Source::Event);
+        let taken = q.take_due(t0, 10)[0];
+        q.done(taken, true, t0);
+        for _ in 0..100 {
+            q.add(1, t0, Source::Event);
+        }
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.next_due(), Some(secs(t0, 1)));
+    }
+
+    #[test]
+    fn a_failed_check_is_retried_with_a_growing_backoff() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(limits());
+        q.add(7, t0, Source::Event);
+        let mut now = t0;
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let taken = q.take_due(now, 10);
+            assert_eq!(taken.len(), 1);
+            q.done(taken[0], false, now);
+            let next = q.next_due().unwrap();
+            waits.push((next - now).as_secs());
+            now = next;
+        }
+        assert_eq!(waits, vec![2, 4, 8, 10, 10]);
+        assert_eq!(q.take_due(now, 10)[0].source, Source::Retry);
+    }
+
+    #[test]
+    fn a_full_queue_drops_new_showtimes_and_counts_them_but_merges_known_ones() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(limits());
+        for s in 1..=3 {
+            assert_eq!(q.add(s, t0, Source::Event), Added::Queued);
+        }
+        assert_eq!(q.add(4, t0, Source::Event), Added::Dropped);
+        assert_eq!(q.add(2, t0, Source::Event), Added::Merged);
+        assert_eq!((q.len(), q.dropped()), (3, 1));
+    }
+
+    proptest! {
+        /// Whatever the sequence of adds, checks and outcomes: a showtime is
+        /// never handed out twice at once, never waits twice, the queue stays
+        /// within its capacity, and every add is accounted for (waiting, in
+        /// flight, checked since, or dropped).
+        #[test]
+        fn the_queue_keeps_its_rules(ops in prop::collection::vec((0u8..4, 0i64..6, 0u64..20), 1..200)) {
+            let t0 = Instant::now();
+            let mut q = WorkQueue::new(limits());
+            let mut taken: Vec<Due> = Vec::new();
+            let mut now = t0;
+            for (op, s, at) in ops {
+                now = now.max(secs(t0, at));
+                match op {
+                    0 | 1 => { q.add(s, secs(t0, at), Source::Event); }
+                    2 => {
+                        for d in q.take_due(now, 2) {
+                            prop_assert!(!taken.iter().any(|t| t.showtime == d.showtime));
+                            prop_assert!(d.due <= now);
+                            taken.push(d);
+                        }
+                    }
+                    _ => if let Some(d) = taken.pop() { q.done(d, at % 2 == 0, now); }
+                }
+                prop_assert!(q.len() + q.in_flight() <= limits().capacity);
+                prop_assert_eq!(q.order.len(), q.waiting.len());
+                prop_assert_eq!(q.in_flight(), taken.len());
+            }
+        }
+    }
+}

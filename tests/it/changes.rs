@@ -1,0 +1,285 @@
+//! Change-driven checks between passes: a Redis keyspace notification or the
+//! end of a grace period gets a showtime checked within seconds, by the
+//! pass's own code, with no pass in between (the schedule here fires once a
+//! year; the one pass is started by the admin endpoint, to make this
+//! replica its shard's active one).
+
+use std::time::Duration;
+
+use seatflow_test_support::TestEnv;
+use seatflow_test_support::daemon::{InProcessDaemon, sample};
+use seatflow_test_support::servers::{self, PrivateServer};
+
+const TOKEN: &str = "changes-test-token";
+
+/// A daemon on `redis` (the shared one when None) whose pass fires once a
+/// year, with `grace`; returns it once its first pass (started by hand) ran.
+async fn daemon_after_one_pass(
+    redis: Option<&PrivateServer>,
+    grace: Duration,
+) -> (TestEnv, InProcessDaemon) {
+    let url = redis.map(|r| format!("redis://127.0.0.1:{}", r.port()));
+    let env = TestEnv::with(|s| {
+        if let Some(url) = url {
+            s.redis.url = seatflow_reconciler::config::SecretUrl::new(url);
+        }
+        s.set_schedule(seatflow_reconciler::model::Kind::PaidSeats, "0 0 0 1 1 *");
+        s.set_schedule(
+            seatflow_reconciler::model::Kind::ExpiredOrders,
+            "0 0 0 1 1 *",
+        );
+        s.reconcile.expired_order_buffer = Duration::from_secs(1);
+        s.http.admin_token = seatflow_reconciler::config::Secret::new(TOKEN);
+        s.reconcile.orphan_grace = grace;
+    })
+    .await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.showtime(2, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[]).await.unwrap();
+    env.fx.warm_all(2, &seats, &[]).await.unwrap();
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
+    assert_eq!(code, 202, "the admin endpoint starts a pass");
+    daemon
+        .status_when("the first pass ran", |s| {
+            s["pass"]["shards"]["0"]["last_fire"] == "ran"
+        })
+        .await;
+    (env, daemon)
+}
+
+async fn post(daemon: &InProcessDaemon, path: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(daemon.url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Waits until `series` reads `value` (a check's metrics are recorded once
+/// its run has settled, just after its writes).
+async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = metrics(daemon).await;
+        if sample(&m, series) == value {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{series} did not reach {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs of the pass so far, whatever their outcome.
+fn pass_runs(exposition: &str) -> f64 {
+    ["success", "partial", "failure"]
+        .iter()
+        .map(|o| {
+            sample(
+                exposition,
+                &format!(r#"seatflow_reconcile_runs_total{{kind="paid_seats",outcome="{o}"}}"#),
+            )
+        })
+        .sum()
+}
+
+async fn metrics(daemon: &InProcessDaemon) -> String {
+    reqwest::get(daemon.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// A seat locked with no order (a crash between the hold and the order) is
+/// released seconds after the hold, on the notification of its `HSET`.
+#[tokio::test]
+async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
+    let redis = servers::redis_with_keyspace_events();
+    let (env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
+    daemon
+        .status_when("the probe finds events on", |s| {
+            s["changes"]["redis_events"] == "on"
+        })
+        .await;
+
+    env.fx.warm(2, &[("A-3", "1")]).await.unwrap();
+    daemon
+        .status_when("a check releases the orphan", |s| {
+            s["changes"]["queue_depth"] == 0 && s["changes"]["in_flight"] == 0
+        })
+        .await;
+    seatflow_test_support::servers::wait_until(
+        "the orphan lock is released",
+        Duration::from_secs(60),
+        || async { env.fx.seat_value(2, "A-3").await.unwrap().as_deref() == Some("0") },
+    )
+    .await;
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="orphan_locks",source="event"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(&m, r#"seatflow_reconcile_redis_events{state="on"}"#),
+        1.0
+    );
+    assert!(sample(&m, "seatflow_reconcile_change_events_total") >= 1.0);
+    // The check is a run of its own, audited like any.
+    let audit = env.audit().await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    // The release's own write is an event too: one more check, which
+    // finds nothing (the seat is free now).
+    assert!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_checks_total{source="event"}"#
+        ) >= 1.0
+    );
+    daemon.stop().await;
+}
+
+/// With a grace period, the event's check only records the suspect; the
+/// seat is released by the check queued for the grace period's end, not a
+/// pass later.
+#[tokio::test]
+async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
+    let redis = servers::redis_with_keyspace_events();
+    let grace = Duration::from_secs(3);
+    let (env, daemon) = daemon_after_one_pass(Some(&redis), grace).await;
+    daemon
+        .status_when("the probe finds events on", |s| {
+            s["changes"]["redis_events"] == "on"
+        })
+        .await;
+
+    env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
+    seatflow_test_support::servers::wait_until(
+        "the orphan lock is released after its grace",
+        Duration::from_secs(60),
+        || async { env.fx.seat_value(1, "A-2").await.unwrap().as_deref() == Some("0") },
+    )
+    .await;
+    // Released by the grace check.
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="orphan_locks",source="grace"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_fixes_total{kind="orphan_locks",source="event"}"#
+        ),
+        0.0,
+        "the event's check deferred it"
+    );
+    daemon.stop().await;
+}
+
+/// A PENDING order is cancelled, and its seat released, seconds after its
+/// deadline (plus the buffer): its showtime was queued for that instant
+/// from the deadlines read ahead, with no `expired-orders` run between.
+#[tokio::test]
+async fn an_unpaid_order_is_cancelled_at_its_deadline_without_a_run() {
+    let (env, daemon) = daemon_after_one_pass(None, Duration::ZERO).await;
+    let order = env.fx.order(2, "PENDING", &["A-4"], 4).await.unwrap();
+    env.fx.warm(2, &[("A-4", "1")]).await.unwrap();
+    seatflow_test_support::servers::wait_until(
+        "the order is cancelled at its deadline",
+        Duration::from_secs(60),
+        || async { env.fx.order_status(order).await.unwrap() == "CANCELLED" },
+    )
+    .await;
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="expired_orders",source="deadline"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_runs_total{kind="expired_orders",outcome="success"}"#
+        ),
+        0.0,
+        "no run of the job did it"
+    );
+    seatflow_test_support::servers::wait_until(
+        "its seat is released",
+        Duration::from_secs(60),
+        || async { env.fx.seat_value(2, "A-4").await.unwrap().as_deref() == Some("0") },
+    )
+    .await;
+    daemon.stop().await;
+}
+
+/// A server without keyspace notifications (the default) is found out by
+/// the probe and said so; nothing else changes.
+#[tokio::test]
+async fn a_server_without_keyspace_events_is_reported_off() {
+    let redis = servers::redis();
+    let (_env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
+    let status = daemon
+        .status_when("the probe finds events off", |s| {
+            s["changes"]["redis_events"] == "off"
+        })
+        .await;
+    assert_eq!(status["changes"]["queue_depth"], 0);
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_redis_events{state="off"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(&m, r#"seatflow_reconcile_redis_events{state="on"}"#),
+        0.0
+    );
+    daemon.stop().await;
+}
+
+/// A lost subscription is a gap: counted, and a pass is started at once to
+/// cover what no one heard; the subscription comes back with the server.
+#[tokio::test]
+async fn a_lost_subscription_is_a_gap_and_starts_a_pass() {
+    let mut redis = servers::redis_with_keyspace_events();
+    let (_env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
+    daemon
+        .status_when("the probe finds events on", |s| {
+            s["changes"]["redis_events"] == "on"
+        })
+        .await;
+    let passes_before = pass_runs(&metrics(&daemon).await);
+
+    redis.stop();
+    redis.start().unwrap();
+    seatflow_test_support::servers::wait_until(
+        "the gap is counted and a pass runs after it",
+        Duration::from_secs(60),
+        || async {
+            let m = metrics(&daemon).await;
+            sample(
+                &m,
+                r#"seatflow_reconcile_change_gaps_total{reason="connection_lost"}"#,
+            ) >= 1.0
+                && pass_runs(&m) > passes_before
+        },
+    )
+    .await;
+    daemon
+        .status_when("subscribed again, events on", |s| {
+            s["changes"]["redis_events"] == "on"
+        })
+        .await;
+    daemon.stop().await;
+}
