@@ -269,16 +269,8 @@ impl Metrics {
     /// Records a finished job run.
     pub fn record(&self, r: &JobReport) {
         let k = r.kind.label();
-        self.fixes.with_label_values(&[k]).inc_by(r.fixed);
+        self.record_check(r);
         self.scanned.with_label_values(&[k]).inc_by(r.scanned);
-        self.mutex_busy
-            .with_label_values(&[k])
-            .inc_by(r.skipped_busy);
-        for (stage, n) in &r.errors_by_stage {
-            self.errors
-                .with_label_values(&[k, stage.label()])
-                .inc_by(*n);
-        }
         self.runs.with_label_values(&[k, r.outcome.label()]).inc();
         self.run_duration
             .with_label_values(&[k])
@@ -295,10 +287,6 @@ impl Metrics {
         if r.outcome == Outcome::Success {
             let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
             self.last_success.with_label_values(&[k]).set(now);
-        }
-        let ages = self.drift_age.with_label_values(&[k]);
-        for seconds in r.drift_ages.replay() {
-            ages.observe(seconds);
         }
         self.set_dry_run(r.dry_run);
     }
@@ -578,14 +566,19 @@ impl Metrics {
             Box::new(m.queue_oldest_due.clone()),
             Box::new(m.redis_events.clone()),
         ];
+        self.register(collectors);
+    }
+
+    fn register(&self, collectors: Vec<Box<dyn prometheus::core::Collector>>) {
         for c in collectors {
             self.registry.register(c).expect("metric names are unique");
         }
     }
 
-    /// Records a check's job report: its repairs, errors and drift ages
-    /// count as any run's; the scan gauges and the run counters are the
-    /// pass's alone (a check of a few showtimes says nothing of the estate).
+    /// Records what a check's job report shares with any run's (`record`
+    /// adds the rest): its repairs, errors and drift ages. The scan gauges
+    /// and run counters are the runs' alone (a check of a few showtimes
+    /// says nothing of the estate).
     pub fn record_check(&self, r: &JobReport) {
         let k = r.kind.label();
         self.fixes.with_label_values(&[k]).inc_by(r.fixed);
@@ -617,9 +610,7 @@ impl Metrics {
             Box::new(m.showtimes_per_second.clone()),
             Box::new(m.shards_to_fit.clone()),
         ];
-        for c in collectors {
-            self.registry.register(c).expect("metric names are unique");
-        }
+        self.register(collectors);
     }
 }
 

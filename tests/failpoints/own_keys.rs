@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use seatflow_reconciler::error::Stage;
-use seatflow_reconciler::jobs::report::Outcome;
+use seatflow_reconciler::jobs::report::{Outcome, RunReport};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR};
 use seatflow_test_support::TestEnv;
@@ -128,21 +128,7 @@ async fn a_lock_key_turned_into_a_list_before_the_repair_is_a_lost_lease() {
         )
         .await;
 
-    let job = &report.jobs[0];
-    assert_eq!(
-        (job.outcome, job.fixed, job.fatal.as_deref()),
-        (Outcome::Partial, 0, None),
-        "{job:?}"
-    );
-    assert_eq!(
-        job.errors_by_stage,
-        BTreeMap::from([(Stage::Lock, 1)]),
-        "a lost lease, not a failed script: {job:?}"
-    );
-    assert_eq!(
-        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
-        Some("1")
-    );
+    assert_a_lost_lease_and_the_seat_untouched(&env, &report, "a failed script").await;
     assert_eq!(
         key_type(&env, &keys.done(1)).await,
         "none",
@@ -153,6 +139,30 @@ async fn a_lock_key_turned_into_a_list_before_the_repair_is_a_lost_lease() {
 
     // Still under `races`: no window of another test catches this run.
     assert_the_next_run_replaces_the_key_and_repairs(&env, &lock).await;
+}
+
+/// The run went on with the showtime dropped as a lost lease (one `lock`
+/// error, not `not_what`), and its seat is as it was.
+async fn assert_a_lost_lease_and_the_seat_untouched(
+    env: &TestEnv,
+    report: &RunReport,
+    not_what: &str,
+) {
+    let job = &report.jobs[0];
+    assert_eq!(
+        (job.outcome, job.fixed, job.fatal.as_deref()),
+        (Outcome::Partial, 0, None),
+        "{job:?}"
+    );
+    assert_eq!(
+        job.errors_by_stage,
+        BTreeMap::from([(Stage::Lock, 1)]),
+        "a lost lease, not {not_what}: {job:?}"
+    );
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
 }
 
 /// Rule 13 in `lease_renew.lua`: the key's type is checked before the
@@ -189,21 +199,7 @@ async fn a_lock_key_turned_into_a_list_before_its_renewal_is_a_lost_lease() {
         )
         .await;
 
-    let job = &report.jobs[0];
-    assert_eq!(
-        (job.outcome, job.fixed, job.fatal.as_deref()),
-        (Outcome::Partial, 0, None),
-        "{job:?}"
-    );
-    assert_eq!(
-        job.errors_by_stage,
-        BTreeMap::from([(Stage::Lock, 1)]),
-        "a lost lease, not a failed renewal: {job:?}"
-    );
-    assert_eq!(
-        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
-        Some("1")
-    );
+    assert_a_lost_lease_and_the_seat_untouched(&env, &report, "a failed renewal").await;
     assert!(env.audit().await.is_empty());
     assert_eq!(list_members(&env, &lock).await, members, "left alone");
     let pttl: i64 = env.redis(redis::cmd("PTTL").arg(&lock)).await;

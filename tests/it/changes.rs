@@ -49,6 +49,15 @@ async fn daemon_after_one_pass(
     (env, daemon)
 }
 
+/// Waits until the probe finds the server's keyspace notifications on.
+async fn events_on(daemon: &InProcessDaemon) {
+    daemon
+        .status_when("the probe finds events on", |s| {
+            s["changes"]["redis_events"] == "on"
+        })
+        .await;
+}
+
 async fn post(daemon: &InProcessDaemon, path: &str) -> (u16, String) {
     let r = reqwest::Client::new()
         .post(daemon.url(path))
@@ -104,11 +113,7 @@ async fn metrics(daemon: &InProcessDaemon) -> String {
 async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
     let redis = servers::redis_with_keyspace_events();
     let (env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
-    daemon
-        .status_when("the probe finds events on", |s| {
-            s["changes"]["redis_events"] == "on"
-        })
-        .await;
+    events_on(&daemon).await;
 
     env.fx.warm(2, &[("A-3", "1")]).await.unwrap();
     daemon
@@ -155,11 +160,7 @@ async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
     let redis = servers::redis_with_keyspace_events();
     let grace = Duration::from_secs(3);
     let (env, daemon) = daemon_after_one_pass(Some(&redis), grace).await;
-    daemon
-        .status_when("the probe finds events on", |s| {
-            s["changes"]["redis_events"] == "on"
-        })
-        .await;
+    events_on(&daemon).await;
 
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
     seatflow_test_support::servers::wait_until(
@@ -254,11 +255,7 @@ async fn a_server_without_keyspace_events_is_reported_off() {
 async fn a_lost_subscription_is_a_gap_and_starts_a_pass() {
     let mut redis = servers::redis_with_keyspace_events();
     let (_env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
-    daemon
-        .status_when("the probe finds events on", |s| {
-            s["changes"]["redis_events"] == "on"
-        })
-        .await;
+    events_on(&daemon).await;
     let passes_before = pass_runs(&metrics(&daemon).await);
 
     redis.stop();
