@@ -16,6 +16,9 @@ use crate::jobs::{self, RunOptions};
 use crate::model::Kind;
 use crate::runner::{NotStarted, Runner};
 
+/// How often the subscriber looks at this replica's role (and judges the probe).
+const ROLE_EVERY: Duration = Duration::from_secs(1);
+
 /// Longest wait between two subscription attempts.
 const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(30);
 
@@ -56,10 +59,13 @@ fn show_events(changes: &Changes) {
     changes.show_events();
 }
 
-/// Subscribes to the seat hashes' keyspace channels and queues a check of
-/// each showtime of this shard whose hash changed; probes once a minute
-/// whether the server sends the notifications at all. A lost subscription
-/// is a gap; it is made again with a growing wait.
+/// While this replica runs its shard's passes: subscribes to the seat
+/// hashes' keyspace channels and queues a check of each showtime of the
+/// shard whose hash changed; probes once a minute whether the server sends
+/// the notifications at all. A lost subscription is a gap; it is made again
+/// with a growing wait. A standby holds no subscription (each one costs
+/// Redis a copy of every event); it subscribes once a pass makes it the
+/// active replica, the pass having covered what came before.
 async fn subscribe(runner: &Runner, changes: &Changes) {
     let ctx = &runner.ctx;
     let stop = runner.stopping();
@@ -68,8 +74,18 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
     let channels = Channels::new(ctx.redis.db(), ctx.redis.keys.prefix(), &probe_key);
     let shard = ctx.settings.shard();
     let mut wait = Duration::from_secs(1);
-    let mut subscribed_before = false;
     while !stop.is_cancelled() {
+        if runner.active_on_own_shard() != Some(true) {
+            if runner.active_on_own_shard() == Some(false) {
+                changes.probe().set(EventsState::Standby);
+                show_events(changes);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(ROLE_EVERY) => {}
+                _ = stop.cancelled() => return,
+            }
+            continue;
+        }
         let stream = match ctx
             .redis
             .subscribe(&channels.seat_pattern(), &channels.probe_channel())
@@ -96,15 +112,10 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                 continue;
             }
         };
-        // Changes made while no subscription stood were seen by no one.
-        if subscribed_before {
-            changes.gap("subscribed");
-        }
-        subscribed_before = true;
         wait = Duration::from_secs(1);
         tokio::pin!(stream);
         let mut probe_tick = tokio::time::interval(PROBE_EVERY);
-        let mut judge_tick = tokio::time::interval(Duration::from_secs(1));
+        let mut judge_tick = tokio::time::interval(ROLE_EVERY);
         loop {
             tokio::select! {
                 msg = stream.next() => {
@@ -139,6 +150,10 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                     }
                 }
                 _ = judge_tick.tick() => {
+                    if runner.active_on_own_shard() != Some(true) {
+                        // Another replica runs the shard's passes now.
+                        break;
+                    }
                     let verdict = changes.probe().judge(Instant::now());
                     if let Some(v) = verdict {
                         if matches!(v, Verdict::Stopped { .. }) {

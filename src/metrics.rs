@@ -472,12 +472,7 @@ pub struct ChangeMetrics {
 }
 
 /// Why a change may have been missed (`seatflow_reconcile_change_gaps_total{reason}`).
-pub const GAP_REASONS: [&str; 4] = [
-    "subscribed",
-    "connection_lost",
-    "queue_full",
-    "events_stopped",
-];
+pub const GAP_REASONS: [&str; 3] = ["connection_lost", "queue_full", "events_stopped"];
 
 impl ChangeMetrics {
     /// Every series at 0, for the enabled jobs `kinds` and each check's
@@ -492,7 +487,7 @@ impl ChangeMetrics {
             gaps: IntCounterVec::new(
                 Opts::new(
                     "seatflow_reconcile_change_gaps_total",
-                    "Moments a change may have been missed (a subscription begun or lost, a full queue, events stopped); each starts a pass.",
+                    "Moments a change may have been missed (a subscription lost, a full queue, events stopped); each starts a pass.",
                 ),
                 &["reason"],
             )
@@ -526,7 +521,7 @@ impl ChangeMetrics {
             redis_events: IntGaugeVec::new(
                 Opts::new(
                     "seatflow_reconcile_redis_events",
-                    "1 for whether Redis sends the keyspace notifications the checks need: on, off, unknown (not probed yet), unavailable (no subscription) or disabled (changes.redis_events = off).",
+                    "1 for whether Redis sends the keyspace notifications the checks need: on, off, unknown (not probed yet), unavailable (no subscription), disabled (changes.redis_events = off) or standby (another replica runs the shard's passes and listens).",
                 ),
                 &["state"],
             )

@@ -132,15 +132,18 @@ pub enum EventsState {
     Unavailable,
     /// `changes.redis_events = "off"`: no subscription.
     Disabled,
+    /// Another replica runs this shard's passes and listens; this one does not.
+    Standby,
 }
 
 impl EventsState {
-    pub const ALL: [EventsState; 5] = [
+    pub const ALL: [EventsState; 6] = [
         EventsState::Unknown,
         EventsState::On,
         EventsState::Off,
         EventsState::Unavailable,
         EventsState::Disabled,
+        EventsState::Standby,
     ];
 
     pub fn label(self) -> &'static str {
@@ -150,6 +153,7 @@ impl EventsState {
             EventsState::Off => "off",
             EventsState::Unavailable => "unavailable",
             EventsState::Disabled => "disabled",
+            EventsState::Standby => "standby",
         }
     }
 }

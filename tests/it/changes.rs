@@ -280,3 +280,65 @@ async fn a_lost_subscription_is_a_gap_and_starts_a_pass() {
         .await;
     daemon.stop().await;
 }
+
+/// Two replicas on one shard: the one that runs the passes listens, the
+/// other stands by without a subscription (each one would cost Redis a copy
+/// of every event).
+#[tokio::test]
+async fn only_the_replica_running_the_passes_subscribes() {
+    let redis = servers::redis_with_keyspace_events();
+    let url = format!("redis://127.0.0.1:{}", redis.port());
+    let env = TestEnv::with(|s| {
+        s.redis.url = seatflow_reconciler::config::SecretUrl::new(url.clone());
+        s.set_schedule(seatflow_reconciler::model::Kind::PaidSeats, "* * * * * *");
+        s.reconcile.instance = "replica-a".into();
+    })
+    .await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(1, &seats, &[]).await.unwrap();
+    let mut b_settings = (*env.ctx.settings).clone();
+    b_settings.reconcile.instance = "replica-b".into();
+    let b_ctx = seatflow_reconciler::context::Context::connect(b_settings)
+        .await
+        .unwrap();
+    let a = InProcessDaemon::start(env.ctx.clone()).await;
+    let b = InProcessDaemon::start(b_ctx).await;
+    let state = async |d: &InProcessDaemon| {
+        let body = reqwest::get(d.url("/status"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+        s["changes"]["redis_events"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    // Whichever runs the passes: one listens, the other stands by, and the
+    // server has exactly one pattern subscription.
+    let psubs = || {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &redis.port().to_string(), "CLIENT", "LIST"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains(" psub=0 "))
+            .count()
+    };
+    seatflow_test_support::servers::wait_until(
+        "one replica listens, the other stands by",
+        Duration::from_secs(60),
+        || async {
+            let mut states = [state(&a).await, state(&b).await];
+            states.sort();
+            states == ["on", "standby"] && psubs() == 1
+        },
+    )
+    .await;
+    a.stop().await;
+    b.stop().await;
+}
