@@ -321,6 +321,32 @@ local u = import 'lib/util.libsonnet';
                  + lastPass('seatflow_reconcile_pass_showtimes_per_second', ' The last pass swept %s showtimes a second;')
                  + lastPass('seatflow_reconcile_pass_shards_to_fit', ' at that pace a pass fits with sharding.total = %s (or a longer sweep.schedule: GET /status, pass.shards.N.fit).'),
                ),
+               // Keyspace notifications were on and stopped (a probe went
+               // unanswered), and are still off.
+               alert(
+                 'SeatflowReconcilerRedisEventsStopped',
+                 'warning',
+                 |||
+                   sum by (%(g)s) (increase(seatflow_reconcile_change_gaps_total{%(sel)s, reason="events_stopped"}[%(w)s])) > 0
+                   and on (%(g)s)
+                   max by (%(g)s) (seatflow_reconcile_redis_events{%(sel)s, state="off"}) == 1
+                 ||| % { g: g, sel: c.selector, w: c.eventsStoppedWindow },
+                 c.eventsStoppedFor,
+                 'Redis stopped sending the keyspace notifications seatflow-reconciler checks by.',
+                 'Redis keyspace notifications stopped arriving for %s within the last %s and are still off (notify-keyspace-events no longer contains Khgxe: a configuration change, or a failover to a server set up differently). Drift is found by the passes alone, up to a sweep interval later.' % [where, c.eventsStoppedWindow],
+               ),
+               // Passes keep repairing what the checks between passes should
+               // have caught first (kinds Redis events can see).
+               alert(
+                 'SeatflowReconcilerChangesMissed',
+                 'warning',
+                 |||
+                   sum by (%(g)s, kind) (increase(seatflow_reconcile_change_missed_total{%(sel)s, kind=~"orphan_locks|missing_hashes"}[%(w)s])) > %(t)s
+                 ||| % { g: g, sel: c.selector, w: c.changesMissedWindow, t: c.changesMissedThreshold },
+                 c.changesMissedFor,
+                 'seatflow-reconciler passes keep finding {{ $labels.kind }} drift the change-driven checks missed.',
+                 'Passes of %s repaired {{ $value | printf "%%.0f" }} {{ $labels.kind }} seats over the last %s (more than %s) while Redis keyspace notifications were on with no gap: the checks between passes did not catch them first (events dropped, a subscriber connection to another server than the one written to, or checks failing).' % [where, c.changesMissedWindow, c.changesMissedThreshold],
+               ),
                // The pass keeps changing hands: hand-overs (counted by the
                // process that took the pass over, so summed over processes)
                // per shard over the window.

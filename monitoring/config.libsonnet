@@ -97,6 +97,17 @@
     passHandoverThreshold: 6,
     passHandoverWindow: '1h',
     passHandoverFor: '15m',
+    // Redis keyspace notifications that stopped arriving (a probe went
+    // unanswered after they had been on) and are still off (daemon only).
+    eventsStoppedWindow: '30m',
+    eventsStoppedFor: '5m',
+    // Passes repaired more than changesMissedThreshold seats of the kinds
+    // Redis events can see (orphan locks, missing hashes) in
+    // changesMissedWindow while events were on with no gap: the checks
+    // between passes miss what they should catch (daemon only).
+    changesMissedThreshold: 10,
+    changesMissedWindow: '1h',
+    changesMissedFor: '15m',
     // Dry run (seatflow_reconciler_dry_run 1) for this long: drift is found
     // and reported, nothing is repaired. Long enough for a deliberate dry-run
     // rollout to be looked at and switched off.

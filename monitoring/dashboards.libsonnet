@@ -183,10 +183,11 @@ local u = import 'lib/util.libsonnet';
 
   local changes = [
     [gr.timeseries('Checks between passes per minute, by source, and their repairs',
-                   'Showtimes checked between passes per minute, by what asked for the check: event (a Redis keyspace notification on its seat hash), grace (an orphan whose grace period ended), retry (a failed check again); and the repairs those checks made (also counted in the repairs panels). See README, "Change-driven checks".',
+                   'Showtimes checked between passes per minute, by what asked for the check: event (a Redis keyspace notification on its seat hash), grace (an orphan whose grace period ended), retry (a failed check again); and the repairs those checks made (also counted in the repairs panels); and, by kind, the repairs a pass made while events were on with no gap, which the checks missed (MySQL-only changes among them). See SeatflowReconcilerChangesMissed. See README, "Change-driven checks".',
                    [
                      gr.target(q('sum by (source) (rate(seatflow_reconcile_change_checks_total{%(s)s}[$__rate_interval])) * 60'), 'checks: {{source}}'),
                      gr.target(q('sum by (source) (rate(seatflow_reconcile_change_fixes_total{%(s)s}[$__rate_interval])) * 60'), 'repairs: {{source}}', 'B'),
+                     gr.target(q('sum by (kind) (rate(seatflow_reconcile_change_missed_total{%(s)s}[$__rate_interval])) * 60'), 'missed, repaired by a pass: {{kind}}', 'C'),
                    ],
                    unit='opm'), 8, 8],
     [gr.timeseries('Keyspace notifications per minute, and gaps',

@@ -465,6 +465,8 @@ pub struct ChangeMetrics {
     pub checks: IntCounterVec,
     /// Repairs made by checks, by `kind` and `source`.
     pub fixes: IntCounterVec,
+    /// Repairs a pass made while events were on with no gap: missed by the checks.
+    pub missed: IntCounterVec,
     pub queue_depth: IntGauge,
     pub queue_oldest_due: prometheus::Gauge,
     /// 1 for the Redis events' current state (`on`, `off`, ...), 0 for the rest.
@@ -508,6 +510,14 @@ impl ChangeMetrics {
                 &["kind", "source"],
             )
             .unwrap(),
+            missed: IntCounterVec::new(
+                Opts::new(
+                    "seatflow_reconcile_change_missed_total",
+                    "Repairs a pass made while Redis events were on with no gap since the previous pass: drift the change-driven checks did not catch first (MySQL-only changes among them).",
+                ),
+                &["kind"],
+            )
+            .unwrap(),
             queue_depth: IntGauge::new(
                 "seatflow_reconcile_change_queue_depth",
                 "Showtimes waiting for a check.",
@@ -529,6 +539,9 @@ impl ChangeMetrics {
         };
         for r in GAP_REASONS {
             m.gaps.with_label_values(&[r]);
+        }
+        for k in kinds.iter().filter(|k| k.is_seat_job()) {
+            m.missed.with_label_values(&[k.label()]);
         }
         for src in sources {
             m.checks.with_label_values(&[src]);
@@ -557,6 +570,7 @@ impl Metrics {
             Box::new(m.gaps.clone()),
             Box::new(m.checks.clone()),
             Box::new(m.fixes.clone()),
+            Box::new(m.missed.clone()),
             Box::new(m.queue_depth.clone()),
             Box::new(m.queue_oldest_due.clone()),
             Box::new(m.redis_events.clone()),

@@ -414,6 +414,13 @@ impl Runner {
             let run = run_with_pass(&ctx, kinds, &self.options(deadline), slot_ms).await;
             ran_any |= !matches!(run.outcome, PassOutcome::StoodBy { .. });
             self.record_pass(shard, &run.outcome, &run.report, interval);
+            if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.outcome)
+                && shard == own
+            {
+                let fixed: Vec<(Kind, u64)> =
+                    run.report.jobs.iter().map(|j| (j.kind, j.fixed)).collect();
+                changes.pass_ended(&fixed);
+            }
             self.record(run.report, started_at);
         }
         if !ran_any && !self.stop.is_cancelled() {

@@ -38,6 +38,9 @@ pub struct Changes {
     wake: tokio::sync::Notify,
     /// Set by a gap; the runner starts a pass and clears it.
     gap: AtomicBool,
+    /// Redis events were on, with no gap, since the last pass of the
+    /// shard ended: what the next pass repairs, they missed.
+    watching: AtomicBool,
     gap_wake: tokio::sync::Notify,
     probe: Mutex<Probe>,
     pub metrics: ChangeMetrics,
@@ -90,6 +93,7 @@ impl Changes {
             queue: Mutex::new(WorkQueue::new(limits)),
             wake: tokio::sync::Notify::new(),
             gap: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
             gap_wake: tokio::sync::Notify::new(),
             probe: Mutex::new(Probe::default()),
             metrics,
@@ -98,8 +102,29 @@ impl Changes {
         changes
     }
 
-    /// Shows the Redis events' state in its gauge.
+    /// A pass of this replica's shard ran and repaired `fixed` (per job).
+    /// If events were on with no gap since the last one, its repairs are
+    /// what the change-driven checks missed: counted by kind (MySQL-only
+    /// changes among them, which Redis events cannot see; now and then a
+    /// pass also beats a check queued for a moment later).
+    pub fn pass_ended(&self, fixed: &[(Kind, u64)]) {
+        let on = self.redis_events() == EventsState::On;
+        if self.watching.swap(on, Ordering::SeqCst) {
+            for (kind, n) in fixed {
+                self.metrics
+                    .missed
+                    .with_label_values(&[kind.label()])
+                    .inc_by(*n);
+            }
+        }
+    }
+
+    /// Shows the Redis events' state in its gauge (called at each change
+    /// of state: one away from `on` ends the watch since the last pass).
     pub fn show_events(&self) {
+        if self.redis_events() != EventsState::On {
+            self.watching.store(false, Ordering::SeqCst);
+        }
         let all = EventsState::ALL.map(EventsState::label);
         self.metrics
             .show_redis_events(self.redis_events().label(), &all);
@@ -118,6 +143,7 @@ impl Changes {
     /// A change may have been missed: counted, and a pass is asked for.
     pub fn gap(&self, reason: &str) {
         self.metrics.gaps.with_label_values(&[reason]).inc();
+        self.watching.store(false, Ordering::SeqCst);
         self.gap.store(true, Ordering::SeqCst);
         self.gap_wake.notify_one();
     }
@@ -169,5 +195,54 @@ impl Changes {
             oldest_due_seconds: q.oldest_due_age(Instant::now()).as_secs_f64(),
             dropped: q.dropped(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes() -> Changes {
+        let settings = Settings::load_with_env(None, Vec::new()).unwrap();
+        Changes::new(&settings)
+    }
+
+    fn events_on(c: &Changes) {
+        c.probe().sent(Instant::now());
+        c.probe().seen(true);
+        c.probe().seen(false);
+        c.show_events();
+    }
+
+    fn missed(c: &Changes) -> u64 {
+        c.metrics.missed.with_label_values(&["paid_seats"]).get()
+    }
+
+    #[test]
+    fn a_pass_counts_as_missed_only_what_it_repaired_after_a_whole_watch() {
+        let c = changes();
+        let fixed = [(Kind::PaidSeats, 3)];
+        // Events not known on: nothing was watched.
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 0);
+        // On from here: the pass that starts the watch counts nothing, the
+        // next one counts its repairs.
+        events_on(&c);
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 0);
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 3);
+        // A gap since the last pass: what the pass finds may be the gap's.
+        c.gap("connection_lost");
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 3);
+        // Events that left `on` between two passes end the watch too.
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 6);
+        c.probe().lost();
+        c.show_events();
+        events_on(&c);
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 6);
     }
 }
