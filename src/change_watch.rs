@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 
 use crate::changes::Changes;
 use crate::changes::events::{self, Channels, EventsState, Message, PROBE_EVERY, Verdict};
-use crate::changes::queue::{Due, Source};
+use crate::changes::queue::{CheckBudget, Due, Source};
 use crate::config::RedisEvents;
 use crate::jobs::{self, RunOptions};
 use crate::model::Kind;
@@ -73,6 +73,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
     let probe_key = ctx.redis.keys.events_probe(instance);
     let channels = Channels::new(ctx.redis.db(), ctx.redis.keys.prefix(), &probe_key);
     let shard = ctx.settings.shard();
+    let settle = ctx.settings.changes.event_settle;
     let mut wait = Duration::from_secs(1);
     while !stop.is_cancelled() {
         if runner.active_on_own_shard() != Some(true) {
@@ -130,7 +131,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                         Message::Seat(s) | Message::SeatOther(s) => {
                             changes.metrics.events.inc();
                             if shard.covers(s) {
-                                changes.ask(s, Instant::now(), Source::Event);
+                                changes.ask(s, Instant::now() + settle, Source::Event);
                             }
                         }
                         Message::Probe { hash_event } => {
@@ -195,13 +196,15 @@ fn log_verdict(v: Verdict) {
     }
 }
 
-/// Checks what is due, a chunk at a time, grouped by source. Only the
-/// active holder of its shard's pass checks: a standby lets its due
-/// showtimes go (the active replica hears the same events).
+/// Checks what is due, a chunk at a time, grouped by source, within
+/// `changes.max_checks_per_second`. Only the active holder of its shard's
+/// pass checks: a standby lets its due showtimes go (the active replica
+/// hears the same events).
 async fn work(runner: &Runner, changes: &Arc<Changes>) {
     let ctx = &runner.ctx;
     let stop = runner.stopping();
     let chunk = ctx.settings.reconcile.scan_chunk.max(1);
+    let mut budget = CheckBudget::new(ctx.settings.changes.max_checks_per_second, Instant::now());
     loop {
         let next = changes.queue().next_due();
         let sleep = next.map_or(Duration::from_secs(3600), |due| {
@@ -222,11 +225,21 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
             }
             continue;
         };
-        let due = changes.queue().take_due(Instant::now(), chunk);
+        let now = Instant::now();
+        let allowed = budget.available(now).min(chunk);
+        if allowed == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(budget.wait_for_one()) => {}
+                _ = stop.cancelled() => return,
+            }
+            continue;
+        }
+        let due = changes.queue().take_due(now, allowed);
         changes.show_queue();
         if due.is_empty() {
             continue;
         }
+        budget.spend(due.len());
         if !active {
             let now = Instant::now();
             let mut q = changes.queue();
@@ -259,6 +272,8 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
         stop: runner.stopping(),
         bad_data_reporter: kinds.iter().copied().find(|k| k.is_seat_job()),
         check: true,
+        // Its reads share the pass's pace (the latency budget).
+        pacer: runner.pacer(),
         // A check that defers an orphan queues its grace's end too.
         grace: Some(Arc::clone(changes) as Arc<dyn jobs::GraceSink>),
         ..RunOptions::default()

@@ -234,6 +234,11 @@ impl Runner {
         self.changes.as_ref()
     }
 
+    /// The pacer of the passes' reads (None: unpaced), shared by the checks.
+    pub fn pacer(&self) -> Option<Arc<Pacer>> {
+        self.pacer.clone()
+    }
+
     /// Cancelled when the daemon shuts down.
     pub fn stopping(&self) -> CancellationToken {
         self.stop.clone()

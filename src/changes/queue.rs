@@ -4,7 +4,10 @@
 //!
 //! The shape of kube-runtime's scheduler and client-go's work queue:
 //! - **de-duplicated**: S waits at most once; adding it again keeps the
-//!   earlier due time (and the source that asked for it);
+//!   earlier due time and the weightier source (a deadline over a grace end
+//!   over an event);
+//! - **two lanes**: known repairs (grace ends, deadlines, retries) are
+//!   handed out before events, so an event storm cannot hold them up;
 //! - **never two checks of one S at once**: S handed out is *in flight*;
 //!   an add meanwhile is remembered and S waits again once the check is done,
 //!   so a change during a check is never lost;
@@ -41,6 +44,24 @@ pub enum Source {
 }
 
 impl Source {
+    /// Which wins when one showtime is asked for by two sources: a deadline
+    /// (its check also runs `expired-orders`), a retry (which may be one),
+    /// a grace end, an event.
+    fn rank(self) -> u8 {
+        match self {
+            Source::Event => 0,
+            Source::Grace => 1,
+            Source::Retry => 2,
+            Source::Deadline => 3,
+        }
+    }
+
+    /// The lane it waits in: known repairs (grace ends, deadlines, retries)
+    /// go before mere changes, so an event storm cannot hold them up.
+    fn lane(self) -> usize {
+        (self == Source::Event) as usize
+    }
+
     pub const ALL: [Source; 4] = [
         Source::Event,
         Source::Deadline,
@@ -89,6 +110,22 @@ struct Waiting {
     attempts: u32,
 }
 
+impl Waiting {
+    /// One showtime asked for twice: the earlier due time, the weightier
+    /// source, the failures so far.
+    fn merge(self, other: Waiting) -> Waiting {
+        Waiting {
+            due: self.due.min(other.due),
+            source: if other.source.rank() > self.source.rank() {
+                other.source
+            } else {
+                self.source
+            },
+            attempts: self.attempts.max(other.attempts),
+        }
+    }
+}
+
 /// The queue's limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -112,11 +149,52 @@ impl Default for Limits {
     }
 }
 
-/// Showtimes waiting for a check, ordered by due time.
+/// How many checks may start now: a token bucket refilled at `per_second`,
+/// holding at most a second's worth, so that checks between passes cost at
+/// most that many seat-hash reads a second however many changes arrive (the
+/// rest wait, de-duplicated, in the queue; the pass is the net).
+#[derive(Debug, Clone, Copy)]
+pub struct CheckBudget {
+    per_second: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl CheckBudget {
+    pub fn new(per_second: u32, now: Instant) -> CheckBudget {
+        let per_second = f64::from(per_second.max(1));
+        CheckBudget {
+            per_second,
+            tokens: per_second,
+            at: now,
+        }
+    }
+
+    /// Checks that may start at `now` (whole ones).
+    pub fn available(&mut self, now: Instant) -> usize {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.per_second);
+        self.at = now;
+        self.tokens.floor() as usize
+    }
+
+    /// `n` checks started.
+    pub fn spend(&mut self, n: usize) {
+        self.tokens -= n as f64;
+    }
+
+    /// How long until one more check may start.
+    pub fn wait_for_one(&self) -> Duration {
+        Duration::from_secs_f64(((1.0 - self.tokens) / self.per_second).max(0.0))
+    }
+}
+
+/// Showtimes waiting for a check, in two lanes ordered by due time.
 #[derive(Debug)]
 pub struct WorkQueue {
     limits: Limits,
-    order: BTreeSet<(Instant, ShowtimeId)>,
+    /// By [`Source::lane`]: known repairs, then events.
+    lanes: [BTreeSet<(Instant, ShowtimeId)>; 2],
     waiting: HashMap<ShowtimeId, Waiting>,
     /// Being checked; `Some` when added again meanwhile.
     in_flight: HashMap<ShowtimeId, Option<Waiting>>,
@@ -131,7 +209,7 @@ impl WorkQueue {
     pub fn new(limits: Limits) -> WorkQueue {
         WorkQueue {
             limits,
-            order: BTreeSet::new(),
+            lanes: Default::default(),
             waiting: HashMap::new(),
             in_flight: HashMap::new(),
             not_before: HashMap::new(),
@@ -147,23 +225,13 @@ impl WorkQueue {
             attempts: 0,
         };
         if let Some(again) = self.in_flight.get_mut(&showtime) {
-            *again = Some(match *again {
-                Some(w) if w.due <= due => w,
-                _ => ask,
-            });
+            *again = Some(again.map_or(ask, |w| w.merge(ask)));
             return Added::AfterCheck;
         }
         match self.waiting.get(&showtime).copied() {
-            Some(w) if w.due <= due => Added::Merged,
             Some(w) => {
-                self.order.remove(&(w.due, showtime));
-                self.wait(
-                    showtime,
-                    Waiting {
-                        attempts: w.attempts,
-                        ..ask
-                    },
-                );
+                self.lanes[w.source.lane()].remove(&(w.due, showtime));
+                self.wait(showtime, w.merge(ask));
                 Added::Merged
             }
             None if self.waiting.len() + self.in_flight.len() >= self.limits.capacity => {
@@ -182,34 +250,41 @@ impl WorkQueue {
         if let Some(&not_before) = self.not_before.get(&showtime) {
             w.due = w.due.max(not_before);
         }
-        self.order.insert((w.due, showtime));
+        self.lanes[w.source.lane()].insert((w.due, showtime));
         self.waiting.insert(showtime, w);
     }
 
-    /// Hands out up to `max` showtimes due at `now`, soonest first; each is
-    /// in flight until [`WorkQueue::done`].
+    /// Hands out up to `max` showtimes due at `now`, known repairs first,
+    /// then events, each lane soonest first; each is in flight until
+    /// [`WorkQueue::done`].
     pub fn take_due(&mut self, now: Instant, max: usize) -> Vec<Due> {
         let mut out = Vec::new();
-        while out.len() < max {
-            let Some(&(due, showtime)) = self.order.first() else {
-                break;
-            };
-            if due > now {
-                break;
-            }
-            self.order.pop_first();
-            if let Some(w) = self.waiting.remove(&showtime) {
-                self.in_flight.insert(showtime, None);
-                out.push(Due {
-                    showtime,
-                    source: w.source,
-                    due: w.due,
-                    attempts: w.attempts,
-                });
+        for lane in 0..self.lanes.len() {
+            while out.len() < max {
+                let Some(&(due, showtime)) = self.lanes[lane].first() else {
+                    break;
+                };
+                if due > now {
+                    break;
+                }
+                self.lanes[lane].pop_first();
+                self.hand_out(showtime, &mut out);
             }
         }
         self.not_before.retain(|_, t| *t > now);
         out
+    }
+
+    fn hand_out(&mut self, showtime: ShowtimeId, out: &mut Vec<Due>) {
+        if let Some(w) = self.waiting.remove(&showtime) {
+            self.in_flight.insert(showtime, None);
+            out.push(Due {
+                showtime,
+                source: w.source,
+                due: w.due,
+                attempts: w.attempts,
+            });
+        }
     }
 
     /// The check of `taken` ended at `now`: `ok` or failed (then it is tried
@@ -231,17 +306,10 @@ impl WorkQueue {
                 attempts: taken.attempts + 1,
             }
         });
-        // The earlier of the two, so neither the change nor the retry waits
-        // longer than it asked; a retry keeps its count of failures.
+        // Neither the change nor the retry waits longer than it asked; a
+        // retry keeps its count of failures.
         let next = match (again, retry) {
-            (Some(a), Some(r)) => Some(if a.due < r.due {
-                Waiting {
-                    attempts: r.attempts,
-                    ..a
-                }
-            } else {
-                r
-            }),
+            (Some(a), Some(r)) => Some(a.merge(r)),
             (a, r) => a.or(r),
         };
         if let Some(w) = next {
@@ -252,7 +320,10 @@ impl WorkQueue {
 
     /// When the soonest waiting showtime is due.
     pub fn next_due(&self) -> Option<Instant> {
-        self.order.first().map(|(due, _)| *due)
+        self.lanes
+            .iter()
+            .filter_map(|lane| lane.first().map(|(due, _)| *due))
+            .min()
     }
 
     /// Showtimes waiting (not counting those in flight).
@@ -310,7 +381,9 @@ mod tests {
         assert!(q.take_due(secs(t0, 1), 10).is_empty());
         let due = q.take_due(secs(t0, 2), 10);
         assert_eq!(due.len(), 1);
-        assert_eq!((due[0].showtime, due[0].source), (1, Source::Event));
+        // The earliest time, the weightiest source (a deadline's check
+        // also runs `expired-orders`).
+        assert_eq!((due[0].showtime, due[0].source), (1, Source::Deadline));
         assert!(q.is_empty());
     }
 
@@ -366,6 +439,43 @@ mod tests {
     }
 
     #[test]
+    fn known_repairs_go_before_events_due_earlier() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(Limits {
+            capacity: 10,
+            ..limits()
+        });
+        for s in 1..=3 {
+            q.add(s, t0, Source::Event);
+        }
+        q.add(9, secs(t0, 5), Source::Grace);
+        let first = q.take_due(secs(t0, 5), 2);
+        assert_eq!(
+            first.iter().map(|d| d.showtime).collect::<Vec<_>>(),
+            vec![9, 1]
+        );
+        // An event on a showtime waiting for its grace keeps it in the
+        // repairs' lane.
+        q.add(7, secs(t0, 9), Source::Grace);
+        q.add(7, secs(t0, 6), Source::Event);
+        let next = q.take_due(secs(t0, 6), 1);
+        assert_eq!((next[0].showtime, next[0].source), (7, Source::Grace));
+    }
+
+    #[test]
+    fn the_budget_lets_through_its_rate_and_a_second_at_most() {
+        let t0 = Instant::now();
+        let mut b = CheckBudget::new(20, t0);
+        assert_eq!(b.available(t0), 20);
+        b.spend(20);
+        assert_eq!(b.available(t0), 0);
+        assert_eq!(b.wait_for_one(), Duration::from_millis(50));
+        assert_eq!(b.available(t0 + Duration::from_millis(500)), 10);
+        // Idle for a minute: still one second's worth, not a minute's.
+        assert_eq!(b.available(t0 + Duration::from_secs(60)), 20);
+    }
+
+    #[test]
     fn a_full_queue_drops_new_showtimes_and_counts_them_but_merges_known_ones() {
         let t0 = Instant::now();
         let mut q = WorkQueue::new(limits());
@@ -402,7 +512,7 @@ mod tests {
                     _ => if let Some(d) = taken.pop() { q.done(d, at % 2 == 0, now); }
                 }
                 prop_assert!(q.len() + q.in_flight() <= limits().capacity);
-                prop_assert_eq!(q.order.len(), q.waiting.len());
+                prop_assert_eq!(q.lanes.iter().map(BTreeSet::len).sum::<usize>(), q.waiting.len());
                 prop_assert_eq!(q.in_flight(), taken.len());
             }
         }

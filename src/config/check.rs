@@ -106,6 +106,12 @@ impl Settings {
             1,
             10_000_000,
         )?;
+        in_range(
+            "changes.max_checks_per_second",
+            self.changes.max_checks_per_second,
+            1,
+            100_000,
+        )?;
         Ok(self)
     }
 }
@@ -127,7 +133,7 @@ fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Settings {
     /// Every duration setting with its key.
-    fn durations(&self) -> [(&'static str, Duration); 14] {
+    fn durations(&self) -> [(&'static str, Duration); 15] {
         let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
         [
             ("mysql.connect_timeout", m.connect_timeout),
@@ -144,6 +150,7 @@ impl Settings {
             ("sweep.pass_lease_ttl", self.sweep.pass_lease_ttl),
             ("sweep.takeover_after", self.sweep.takeover_after),
             ("changes.min_interval", self.changes.min_interval),
+            ("changes.event_settle", self.changes.event_settle),
         ]
     }
 }

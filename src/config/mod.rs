@@ -219,6 +219,13 @@ pub struct ChangesSettings {
     /// Least time between two checks of one showtime, however many changes.
     #[serde(with = "humantime_serde")]
     pub min_interval: Duration,
+    /// How long after a keyspace notification its showtime is checked: the
+    /// application's own next step (the order after a hold, `"2"` after a
+    /// payment) lands first, and a burst of changes is one check.
+    #[serde(with = "humantime_serde")]
+    pub event_settle: Duration,
+    /// Most showtimes checked a second (each check reads its seat hash once).
+    pub max_checks_per_second: u32,
     /// Most showtimes waiting for a check; past it a change is dropped and
     /// counted as a gap (and an expedited pass covers it).
     pub queue_capacity: usize,

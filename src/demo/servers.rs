@@ -340,6 +340,16 @@ impl Drop for PrivateServer {
 /// A started private `redis-server` under `parent`: a free port on
 /// 127.0.0.1, no persistence, its state in its own directory.
 pub fn start_redis(parent: &Path, program: PathBuf) -> anyhow::Result<PrivateServer> {
+    start_redis_with(parent, program, &[])
+}
+
+/// As [`start_redis`], with `extra` arguments for the server
+/// (`--notify-keyspace-events Khgxe`).
+pub fn start_redis_with(
+    parent: &Path,
+    program: PathBuf,
+    extra: &[&str],
+) -> anyhow::Result<PrivateServer> {
     let mut redis = PrivateServer::new_in(parent, "redis", program)?;
     let (port, dir) = (redis.port().to_string(), redis.dir().to_owned());
     redis
@@ -355,6 +365,7 @@ pub fn start_redis(parent: &Path, program: PathBuf) -> anyhow::Result<PrivateSer
         ])
         .arg("--dir")
         .arg(dir)
+        .args(extra)
         .ready(Ready::RedisPing, Duration::from_secs(20));
     redis.start()?;
     Ok(redis)

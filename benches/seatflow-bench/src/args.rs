@@ -224,6 +224,11 @@ pub struct SoakArgs {
     /// The reconciler to run; default: `seatflow-reconciler` next to this binary.
     #[arg(long, value_name = "PATH")]
     pub reconciler: Option<PathBuf>,
+    /// The private Redis's `notify-keyspace-events` (`Khgxe`: the
+    /// notifications the daemon's change-driven checks use); default: the
+    /// server's own (none).
+    #[arg(long, value_name = "FLAGS")]
+    pub keyspace_events: Option<String>,
 }
 
 impl SoakArgs {

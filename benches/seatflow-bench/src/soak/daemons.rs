@@ -74,6 +74,9 @@ pub struct Daemon {
     pub passes_s: Vec<f64>,
     pub status_errors: u64,
     pub exit: Option<String>,
+    /// Its `seatflow_reconcile_change_*` and `_redis_events` series at the
+    /// end (checks, repairs and misses by source), as exposed.
+    pub changes: std::collections::BTreeMap<String, f64>,
 }
 
 impl Daemon {
@@ -112,7 +115,27 @@ impl Daemon {
             passes_s: Vec::new(),
             status_errors: 0,
             exit: None,
+            changes: Default::default(),
         })
+    }
+
+    /// Reads its change-driven checks' series from `/metrics`.
+    pub async fn read_change_counters(&mut self) {
+        let Ok((200, body)) = http_get(self.port, "/metrics").await else {
+            return;
+        };
+        self.changes = body
+            .lines()
+            .filter(|l| {
+                l.starts_with("seatflow_reconcile_change_")
+                    || l.starts_with("seatflow_reconcile_redis_events")
+            })
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                Some((series.to_string(), value.parse().ok()?))
+            })
+            .filter(|(_, v)| *v != 0.0)
+            .collect();
     }
 
     pub fn pid(&self) -> u32 {

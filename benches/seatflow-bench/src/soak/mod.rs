@@ -141,7 +141,7 @@ async fn soak(
     reconciler: &std::path::Path,
     redis_bin: PathBuf,
 ) -> Result<SoakReport> {
-    let redis_port = start_redis(rig, redis_bin)?;
+    let redis_port = start_redis(rig, redis_bin, args.keyspace_events.as_deref())?;
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     let scan_chunk = Settings::load_with_env(None, Vec::new())?
         .reconcile
@@ -215,7 +215,11 @@ async fn soak(
     let wall_s = soak_end.1.duration_since(soak_start.1).as_secs_f64();
     let cpu_end: Vec<Option<f64>> = rig.daemons.iter().map(Daemon::cpu_s).collect();
 
-    // 5. Stop (the daemons flush their audit on SIGTERM), then read the audit.
+    // 5. Their change-driven checks' counters, then stop (the daemons flush
+    // their audit on SIGTERM), then read the audit.
+    for d in &mut rig.daemons {
+        d.read_change_counters().await;
+    }
     eprintln!("stopping the daemons …");
     for d in &mut rig.daemons {
         d.stop().await;
@@ -286,9 +290,14 @@ async fn soak(
     })
 }
 
-/// A private `redis-server` in the soak's directory, without persistence.
-fn start_redis(rig: &mut Rig, program: PathBuf) -> Result<u16> {
-    let redis = seatflow_reconciler::demo::servers::start_redis(rig.dir.path(), program)?;
+/// A private `redis-server` in the soak's directory, without persistence,
+/// sending the keyspace notifications `events` names.
+fn start_redis(rig: &mut Rig, program: PathBuf, events: Option<&str>) -> Result<u16> {
+    let extra: Vec<&str> = events
+        .map(|flags| vec!["--notify-keyspace-events", flags])
+        .unwrap_or_default();
+    let redis =
+        seatflow_reconciler::demo::servers::start_redis_with(rig.dir.path(), program, &extra)?;
     let port = redis.port();
     rig.redis = Some(redis);
     Ok(port)

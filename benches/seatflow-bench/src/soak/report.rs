@@ -228,6 +228,8 @@ pub struct DaemonReport {
     pub exit: Option<String>,
     /// The last lines of its log (what the log volume is made of).
     pub log_tail: String,
+    /// Its non-zero change-driven checks' series at the end.
+    pub changes: std::collections::BTreeMap<String, f64>,
 }
 
 impl DaemonReport {
@@ -247,6 +249,7 @@ impl DaemonReport {
             status_errors: d.status_errors,
             exit: d.exit.clone(),
             log_tail: d.log_tail(),
+            changes: d.changes.clone(),
         }
     }
 }
@@ -493,6 +496,9 @@ impl SoakReport {
                 dm.exit.as_deref().unwrap_or("running"),
                 dm.status_errors
             )?;
+            for (series, value) in &dm.changes {
+                writeln!(out, "  {series} {value}")?;
+            }
             let tail: Vec<&str> = dm.log_tail.lines().collect();
             for line in &tail[tail.len().saturating_sub(5)..] {
                 writeln!(out, "  log: {line}")?;
