@@ -190,6 +190,10 @@ local u = import 'lib/util.libsonnet';
                      gr.target(q('sum by (kind) (rate(seatflow_reconcile_change_missed_total{%(s)s}[$__rate_interval])) * 60'), 'missed, repaired by a pass: {{kind}}', 'C'),
                    ],
                    unit='opm'), 8, 8],
+    [gr.timeseries('Drift age at repair between passes, p99 by source',
+                   'How long drift repaired by a check between passes had been seen before its repair (seatflow_reconcile_change_drift_age_seconds), p99 by what asked for the check: event, grace (orphans, from their first sighting: about orphan_grace), deadline (expired orders, from their deadline), retry.',
+                   [gr.target(q('histogram_quantile(0.99, sum by (le, source) (rate(seatflow_reconcile_change_drift_age_seconds_bucket{%(s)s}[$__rate_interval])))'), '{{source}}')],
+                   unit='s'), 8, 8],
     [gr.timeseries('Keyspace notifications per minute, and gaps',
                    'Keyspace notifications received on seat hashes per minute, per process, and gaps per hour by reason (connection_lost, queue_full, events_stopped): moments a change may have been missed, each of which starts a pass.',
                    [
@@ -203,13 +207,13 @@ local u = import 'lib/util.libsonnet';
                      gr.target(q('max by (instance) (seatflow_reconcile_change_queue_depth{%(s)s})'), '{{instance}} depth'),
                      gr.target(q('max by (instance) (seatflow_reconcile_change_queue_oldest_due_seconds{%(s)s})'), '{{instance}} oldest due (s)', 'B'),
                    ],
-                   unit='short'), 4, 8],
+                   unit='short'), 12, 8],
     [gr.timeseries('Redis keyspace notifications, by state',
                    'Whether the server sends the notifications the checks need, as each process last probed it (once a minute): on, off (notify-keyspace-events lacks Khgxe), unknown (not probed yet), unavailable (no subscription: Redis Cluster, or a failed connection), disabled (changes.redis_events = off), standby (another replica runs the passes of this shard and listens).',
                    [gr.target(q('max by (instance, state) (seatflow_reconcile_redis_events{%(s)s}) == 1'), '{{instance}} {{state}}')],
                    unit='none',
                    decimals=0,
-                   min=0), 4, 8],
+                   min=0), 12, 8],
   ],
 
   local errors = [

@@ -283,11 +283,7 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
     let ok = report.outcome() != jobs::report::Outcome::Failure;
     for job in &report.jobs {
         runner.metrics.record_check(job);
-        changes
-            .metrics
-            .fixes
-            .with_label_values(&[job.kind.label(), source.label()])
-            .inc_by(job.fixed);
+        changes.record_check(job, source);
     }
     changes
         .metrics

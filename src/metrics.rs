@@ -467,6 +467,8 @@ pub struct ChangeMetrics {
     pub fixes: IntCounterVec,
     /// Repairs a pass made while events were on with no gap: missed by the checks.
     pub missed: IntCounterVec,
+    /// The drift ages of the checks' repairs, by `kind` and `source`.
+    pub drift_age: HistogramVec,
     pub queue_depth: IntGauge,
     pub queue_oldest_due: prometheus::Gauge,
     /// 1 for the Redis events' current state (`on`, `off`, ...), 0 for the rest.
@@ -518,6 +520,15 @@ impl ChangeMetrics {
                 &["kind"],
             )
             .unwrap(),
+            drift_age: HistogramVec::new(
+                HistogramOpts::new(
+                    "seatflow_reconcile_change_drift_age_seconds",
+                    "seatflow_reconcile_drift_age_seconds of the repairs made by checks between passes, by what asked for the check (the passes' are the rest).",
+                )
+                .buckets(DRIFT_AGE_BUCKETS.to_vec()),
+                &["kind", "source"],
+            )
+            .unwrap(),
             queue_depth: IntGauge::new(
                 "seatflow_reconcile_change_queue_depth",
                 "Showtimes waiting for a check.",
@@ -547,6 +558,7 @@ impl ChangeMetrics {
             m.checks.with_label_values(&[src]);
             for k in kinds {
                 m.fixes.with_label_values(&[k.label(), src]);
+                m.drift_age.with_label_values(&[k.label(), src]);
             }
         }
         m
@@ -571,6 +583,7 @@ impl Metrics {
             Box::new(m.checks.clone()),
             Box::new(m.fixes.clone()),
             Box::new(m.missed.clone()),
+            Box::new(m.drift_age.clone()),
             Box::new(m.queue_depth.clone()),
             Box::new(m.queue_oldest_due.clone()),
             Box::new(m.redis_events.clone()),

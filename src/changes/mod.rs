@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::jobs::GraceSink;
+use crate::jobs::report::JobReport;
 use crate::metrics::ChangeMetrics;
 use crate::model::{Kind, ShowtimeId};
 use events::{EventsState, Probe};
@@ -100,6 +101,19 @@ impl Changes {
         };
         changes.show_events();
         changes
+    }
+
+    /// A check's job report, by what asked for the check.
+    pub fn record_check(&self, job: &JobReport, source: Source) {
+        let labels = [job.kind.label(), source.label()];
+        self.metrics
+            .fixes
+            .with_label_values(&labels)
+            .inc_by(job.fixed);
+        let ages = self.metrics.drift_age.with_label_values(&labels);
+        for seconds in job.drift_ages.replay() {
+            ages.observe(seconds);
+        }
     }
 
     /// A pass of this replica's shard ran and repaired `fixed` (per job).

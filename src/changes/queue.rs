@@ -6,8 +6,10 @@
 //! - **de-duplicated**: S waits at most once; adding it again keeps the
 //!   earlier due time and the weightier source (a deadline over a grace end
 //!   over an event);
-//! - **two lanes**: known repairs (grace ends, deadlines, retries) are
-//!   handed out before events, so an event storm cannot hold them up;
+//! - **two lanes**: known repairs (grace ends, deadlines, retries) and
+//!   events share each hand-out half and half (either takes what the other
+//!   leaves), so neither a storm of events nor a flood of grace ends holds
+//!   the other up;
 //! - **never two checks of one S at once**: S handed out is *in flight*;
 //!   an add meanwhile is remembered and S waits again once the check is done,
 //!   so a change during a check is never lost;
@@ -56,8 +58,8 @@ impl Source {
         }
     }
 
-    /// The lane it waits in: known repairs (grace ends, deadlines, retries)
-    /// go before mere changes, so an event storm cannot hold them up.
+    /// The lane it waits in: known repairs (grace ends, deadlines, retries),
+    /// or mere changes.
     fn lane(self) -> usize {
         (self == Source::Event) as usize
     }
@@ -193,8 +195,10 @@ impl CheckBudget {
 #[derive(Debug)]
 pub struct WorkQueue {
     limits: Limits,
-    /// By [`Source::lane`]: known repairs, then events.
+    /// By [`Source::lane`]: known repairs, and events.
     lanes: [BTreeSet<(Instant, ShowtimeId)>; 2],
+    /// The lane the next hand-out starts with.
+    first_lane: usize,
     waiting: HashMap<ShowtimeId, Waiting>,
     /// Being checked; `Some` when added again meanwhile.
     in_flight: HashMap<ShowtimeId, Option<Waiting>>,
@@ -210,6 +214,7 @@ impl WorkQueue {
         WorkQueue {
             limits,
             lanes: Default::default(),
+            first_lane: 0,
             waiting: HashMap::new(),
             in_flight: HashMap::new(),
             not_before: HashMap::new(),
@@ -254,13 +259,16 @@ impl WorkQueue {
         self.waiting.insert(showtime, w);
     }
 
-    /// Hands out up to `max` showtimes due at `now`, known repairs first,
-    /// then events, each lane soonest first; each is in flight until
-    /// [`WorkQueue::done`].
+    /// Hands out up to `max` showtimes due at `now`, each lane soonest
+    /// first: one lane takes up to half (rounded up), the other the rest,
+    /// and either what the other leaves; the lane that goes first takes
+    /// turns, so that hand-outs of one share the lanes too. Each is in
+    /// flight until [`WorkQueue::done`].
     pub fn take_due(&mut self, now: Instant, max: usize) -> Vec<Due> {
         let mut out = Vec::new();
-        for lane in 0..self.lanes.len() {
-            while out.len() < max {
+        let (first, second) = (self.first_lane, 1 - self.first_lane);
+        for (lane, upto) in [(first, max.div_ceil(2)), (second, max), (first, max)] {
+            while out.len() < upto {
                 let Some(&(due, showtime)) = self.lanes[lane].first() else {
                     break;
                 };
@@ -270,6 +278,9 @@ impl WorkQueue {
                 self.lanes[lane].pop_first();
                 self.hand_out(showtime, &mut out);
             }
+        }
+        if !out.is_empty() {
+            self.first_lane = 1 - self.first_lane;
         }
         self.not_before.retain(|_, t| *t > now);
         out
@@ -439,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn known_repairs_go_before_events_due_earlier() {
+    fn known_repairs_and_events_share_each_hand_out() {
         let t0 = Instant::now();
         let mut q = WorkQueue::new(Limits {
             capacity: 10,
@@ -448,12 +459,19 @@ mod tests {
         for s in 1..=3 {
             q.add(s, t0, Source::Event);
         }
+        q.add(8, secs(t0, 4), Source::Grace);
         q.add(9, secs(t0, 5), Source::Grace);
+        // Half each: the grace ends do not starve the earlier events.
         let first = q.take_due(secs(t0, 5), 2);
         assert_eq!(
             first.iter().map(|d| d.showtime).collect::<Vec<_>>(),
-            vec![9, 1]
+            vec![8, 1]
         );
+        // One at a time, the lanes take turns.
+        let one = |q: &mut WorkQueue| q.take_due(secs(t0, 5), 1)[0].showtime;
+        assert_eq!((one(&mut q), one(&mut q)), (2, 9));
+        // A lane with nothing due leaves its share to the other.
+        assert_eq!(one(&mut q), 3);
         // An event on a showtime waiting for its grace keeps it in the
         // repairs' lane.
         q.add(7, secs(t0, 9), Source::Grace);
