@@ -275,7 +275,7 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
         // Its reads share the pass's pace (the latency budget).
         pacer: runner.pacer(),
         // A check that defers an orphan queues its grace's end too.
-        grace: Some(Arc::clone(changes) as Arc<dyn jobs::GraceSink>),
+        changes: Some(Arc::clone(changes) as Arc<dyn jobs::ChangeSink>),
         ..RunOptions::default()
     };
     // Boxed: the whole run is a deep future, kept off this task's own.

@@ -367,10 +367,10 @@ impl Runner {
             bad_data_reporter: self.pass_kinds().first().copied(),
             pacer: self.pacer.clone(),
             deadline,
-            grace: self
+            changes: self
                 .changes
                 .clone()
-                .map(|c| c as Arc<dyn crate::jobs::GraceSink>),
+                .map(|c| c as Arc<dyn crate::jobs::ChangeSink>),
             ..RunOptions::default()
         }
     }

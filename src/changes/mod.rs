@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::Settings;
-use crate::jobs::GraceSink;
+use crate::jobs::ChangeSink;
 use crate::jobs::report::JobReport;
 use crate::metrics::ChangeMetrics;
 use crate::model::{Kind, ShowtimeId};
@@ -47,12 +47,19 @@ pub struct Changes {
     pub metrics: ChangeMetrics,
 }
 
-impl GraceSink for Changes {
+impl ChangeSink for Changes {
     /// A sweep deferred seats of `showtime` whose grace ends in `in_ms`
     /// (Redis' clock, as the sweep judged it): check it then.
     fn grace_ends(&self, showtime: ShowtimeId, in_ms: i64) {
         let wait = Duration::from_millis(in_ms.max(0) as u64) + GRACE_MARGIN;
         self.ask(showtime, Instant::now() + wait, Source::Grace);
+    }
+
+    fn swept(&self, showtimes: &[ShowtimeId], read_at: Instant) {
+        let mut q = lock(&self.queue);
+        for s in showtimes {
+            q.swept(*s, read_at);
+        }
     }
 }
 
@@ -82,6 +89,7 @@ impl Changes {
         let limits = Limits {
             capacity: settings.queue_capacity,
             min_interval: settings.min_interval,
+            event_settle: settings.event_settle,
             ..Limits::default()
         };
         let enabled: Vec<Kind> = Kind::ALL

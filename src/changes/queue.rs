@@ -138,6 +138,9 @@ pub struct Limits {
     /// First retry after a failed check; doubled per failure up to `max_backoff`.
     pub backoff: Duration,
     pub max_backoff: Duration,
+    /// How long after its notification an event is due (its change is that
+    /// much older than its due time).
+    pub event_settle: Duration,
 }
 
 impl Default for Limits {
@@ -147,6 +150,7 @@ impl Default for Limits {
             min_interval: Duration::from_secs(1),
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
+            event_settle: Duration::from_secs(2),
         }
     }
 }
@@ -329,6 +333,25 @@ impl WorkQueue {
         }
     }
 
+    /// `showtime` was read (by a pass or a check) from `read_at` on: a
+    /// waiting check asked for by something before that is dropped, since
+    /// that read saw it (an event's change is `event_settle` older than its
+    /// due time; a grace end or a deadline is its due time). Whatever the
+    /// read could not repair, the sweep that read it asks for again.
+    pub fn swept(&mut self, showtime: ShowtimeId, read_at: Instant) {
+        let Some(w) = self.waiting.get(&showtime).copied() else {
+            return;
+        };
+        let cause = match w.source {
+            Source::Event => w.due.checked_sub(self.limits.event_settle),
+            _ => Some(w.due),
+        };
+        if cause.is_none_or(|c| c <= read_at) {
+            self.lanes[w.source.lane()].remove(&(w.due, showtime));
+            self.waiting.remove(&showtime);
+        }
+    }
+
     /// When the soonest waiting showtime is due.
     pub fn next_due(&self) -> Option<Instant> {
         self.lanes
@@ -374,6 +397,7 @@ mod tests {
             min_interval: Duration::from_secs(1),
             backoff: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10),
+            event_settle: Duration::from_secs(2),
         }
     }
 
@@ -478,6 +502,24 @@ mod tests {
         q.add(7, secs(t0, 6), Source::Event);
         let next = q.take_due(secs(t0, 6), 1);
         assert_eq!((next[0].showtime, next[0].source), (7, Source::Grace));
+    }
+
+    #[test]
+    fn a_read_after_the_change_drops_its_check_and_one_before_keeps_it() {
+        let t0 = secs(Instant::now(), 100);
+        let mut q = WorkQueue::new(limits());
+        // An event at t0 is due at t0 + 2 (settle); a grace end at t0 + 50.
+        q.add(1, secs(t0, 2), Source::Event);
+        q.add(2, secs(t0, 50), Source::Grace);
+        // A read that began before the change leaves it waiting.
+        q.swept(1, t0 - Duration::from_millis(1));
+        q.swept(2, secs(t0, 49));
+        assert_eq!(q.len(), 2);
+        // A read that began after it saw it: no check needed.
+        q.swept(1, t0);
+        q.swept(2, secs(t0, 50));
+        assert!(q.is_empty());
+        assert_eq!(q.next_due(), None);
     }
 
     #[test]

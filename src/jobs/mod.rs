@@ -48,15 +48,19 @@ pub struct RunOptions {
     /// A change-driven check: a few showtimes, so none of a run's
     /// housekeeping (abandoned runs, audit pruning and backlog).
     pub check: bool,
-    /// Where a sweep asks for checks when grace periods end (the daemon's).
-    pub grace: Option<Arc<dyn GraceSink>>,
+    /// What a sweep tells the daemon's change-driven checks (its own, a
+    /// pass's or a check's).
+    pub changes: Option<Arc<dyn ChangeSink>>,
 }
 
-/// Told when a deferred orphan's grace period ends, so that it is checked
-/// then rather than a pass later (the daemon's change-driven checks).
-pub trait GraceSink: Send + Sync + std::fmt::Debug {
-    /// Deferred seats of `showtime` are ready in `in_ms` (Redis' clock).
+/// What a sweep tells the daemon's change-driven checks.
+pub trait ChangeSink: Send + Sync + std::fmt::Debug {
+    /// Deferred seats of `showtime` are ready in `in_ms` (Redis' clock):
+    /// check it then rather than a pass later.
     fn grace_ends(&self, showtime: ShowtimeId, in_ms: i64);
+    /// `showtimes` were read from `read_at` on: what changed before is seen,
+    /// and no check needs to wait for it.
+    fn swept(&self, showtimes: &[ShowtimeId], read_at: std::time::Instant);
 }
 
 impl RunOptions {

@@ -55,12 +55,22 @@ impl<'a> Sweep<'a, '_> {
 
     /// Plans one chunk and repairs what its jobs may repair.
     pub(super) async fn chunk(&mut self, fetched: Fetched) -> Result<(), Error> {
-        let Fetched { page, reads, .. } = fetched;
+        let Fetched {
+            page,
+            reads,
+            read_at,
+            ..
+        } = fetched;
         if page.is_empty() {
             return Ok(());
         }
         let ctx = self.ctx;
         let (now_ms, reads, occupancy) = reads?;
+        if let Some(sink) = &self.opts.changes {
+            // Read, so planned here: checks asked for before need not wait.
+            let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
+            sink.swept(&ids, read_at);
+        }
         self.load_templates(&page).await?;
         let occupancy = strict::name_seats(ctx, &page, &self.templates, occupancy).await?;
         self.unknown(&occupancy.unknown);
@@ -135,7 +145,7 @@ impl<'a> Sweep<'a, '_> {
                     let g =
                         plan::apply_grace(job.kind, candidates, &read.suspects, now_ms, grace_ms);
                     job.report.deferred += g.deferred.len() as u64;
-                    if let (Some(sink), Some(in_ms)) = (&self.opts.grace, g.ends_in_ms)
+                    if let (Some(sink), Some(in_ms)) = (&self.opts.changes, g.ends_in_ms)
                         && !self.opts.dry_run
                     {
                         // Checked when its grace ends, not a pass later.

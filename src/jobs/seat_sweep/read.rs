@@ -29,6 +29,8 @@ pub(super) struct Fetched {
     pub(super) want: usize,
     /// Redis time, the hash reads and the occupancy; an error quarantines the chunk.
     pub(super) reads: Result<(i64, Vec<ShowtimeRead>, OccupancyRead), Error>,
+    /// When the hash reads began: changes before it are in them.
+    pub(super) read_at: Instant,
 }
 
 /// Reads the next page (`None` when `want` is 0 or the page is empty) and,
@@ -55,10 +57,12 @@ pub(super) async fn fetch(
         return Ok(Some(Fetched {
             page,
             want,
+            read_at: Instant::now(),
             reads: Ok((0, Vec::new(), OccupancyRead::default())),
         }));
     }
     let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
+    let read_at = Instant::now();
     let read_hashes = || read_hashes(ctx, opts.pacer.as_deref(), &ids, what.suspects);
     let read_occupancy = |of: Vec<ShowtimeId>| async move {
         let started = Instant::now();
@@ -95,7 +99,12 @@ pub(super) async fn fetch(
         let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));
         hashes.and_then(|(now_ms, reads)| occupancy.map(|o| (now_ms, reads, o)))
     };
-    Ok(Some(Fetched { page, want, reads }))
+    Ok(Some(Fetched {
+        page,
+        want,
+        reads,
+        read_at,
+    }))
 }
 
 /// Reads the seat hashes (and suspect records) of `ids`: in one pipeline,
