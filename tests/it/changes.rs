@@ -68,6 +68,14 @@ async fn post(daemon: &InProcessDaemon, path: &str) -> (u16, String) {
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
+/// Waits until seat `seat` of `showtime` reads `value` in Redis (`what`).
+async fn seat_becomes(env: &TestEnv, showtime: i64, seat: &str, value: &str, what: &str) {
+    seatflow_test_support::servers::wait_until(what, Duration::from_secs(60), || async {
+        env.fx.seat_value(showtime, seat).await.unwrap().as_deref() == Some(value)
+    })
+    .await;
+}
+
 /// Waits until `series` reads `value` (a check's metrics are recorded once
 /// its run has settled, just after its writes).
 async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
@@ -116,17 +124,7 @@ async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
     events_on(&daemon).await;
 
     env.fx.warm(2, &[("A-3", "1")]).await.unwrap();
-    daemon
-        .status_when("a check releases the orphan", |s| {
-            s["changes"]["queue_depth"] == 0 && s["changes"]["in_flight"] == 0
-        })
-        .await;
-    seatflow_test_support::servers::wait_until(
-        "the orphan lock is released",
-        Duration::from_secs(60),
-        || async { env.fx.seat_value(2, "A-3").await.unwrap().as_deref() == Some("0") },
-    )
-    .await;
+    seat_becomes(&env, 2, "A-3", "0", "the orphan lock is released").await;
     let m = metric_reaches(
         &daemon,
         r#"seatflow_reconcile_change_fixes_total{kind="orphan_locks",source="event"}"#,
@@ -163,10 +161,12 @@ async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
     events_on(&daemon).await;
 
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
-    seatflow_test_support::servers::wait_until(
+    seat_becomes(
+        &env,
+        1,
+        "A-2",
+        "0",
         "the orphan lock is released after its grace",
-        Duration::from_secs(60),
-        || async { env.fx.seat_value(1, "A-2").await.unwrap().as_deref() == Some("0") },
     )
     .await;
     // Released by the grace check.
@@ -215,12 +215,7 @@ async fn an_unpaid_order_is_cancelled_at_its_deadline_without_a_run() {
         0.0,
         "no run of the job did it"
     );
-    seatflow_test_support::servers::wait_until(
-        "its seat is released",
-        Duration::from_secs(60),
-        || async { env.fx.seat_value(2, "A-4").await.unwrap().as_deref() == Some("0") },
-    )
-    .await;
+    seat_becomes(&env, 2, "A-4", "0", "its seat is released").await;
     daemon.stop().await;
 }
 
