@@ -238,6 +238,18 @@ impl PrivateServer {
         lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
     }
 
+    /// The log's error lines (`[ERROR]`, as mariadbd writes them), which a
+    /// tool's closing advice can push out of the tail; "" when none.
+    fn log_errors(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("[ERROR]")).collect();
+        if errors.is_empty() {
+            String::new()
+        } else {
+            format!("errors:\n{}\n", errors.join("\n"))
+        }
+    }
+
     fn log_file(&self) -> anyhow::Result<File> {
         OpenOptions::new()
             .create(true)
@@ -258,8 +270,9 @@ impl PrivateServer {
             .with_context(|| format!("{}: cannot run {what}", self.name))?;
         if !status.success() {
             bail!(
-                "{}: {what} failed ({status}); its log:\n{}",
+                "{}: {what} failed ({status}); {}its log:\n{}",
                 self.name,
+                self.log_errors(),
                 self.log_tail()
             );
         }
