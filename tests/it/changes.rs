@@ -337,3 +337,28 @@ async fn only_the_replica_running_the_passes_subscribes() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A seat hash deleted or expired (an eviction is the same notification's
+/// other name) is rebuilt on its event, with no pass: the other members of
+/// the class the `hset` test samples.
+#[tokio::test]
+async fn a_hash_deleted_or_expired_is_rebuilt_on_its_event() {
+    let redis = servers::redis_with_keyspace_events();
+    let (env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
+    events_on(&daemon).await;
+    let keys = &env.ctx.redis.keys;
+    let _: () = env.redis(redis::cmd("DEL").arg(keys.seat(1))).await;
+    let _: () = env
+        .redis(redis::cmd("PEXPIRE").arg(keys.seat(2)).arg(50))
+        .await;
+    metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="missing_hashes",source="event"}"#,
+        2.0,
+    )
+    .await;
+    for showtime in [1, 2] {
+        assert_eq!(env.fx.hash(showtime).await.unwrap().len(), 4, "{showtime}");
+    }
+    daemon.stop().await;
+}
