@@ -1,79 +1,94 @@
 #!/usr/bin/env bash
-# Mutation testing of the safety-critical code with cargo-mutants
-# (`cargo install --locked cargo-mutants`). Not part of CI: each mutant is a
-# rebuild and a test run, about a minute on 2 cores, so a full run takes
-# hours. Needs the same Redis and MariaDB as `cargo test`.
+# Mutation testing of the safety-critical code. Not part of CI (the full run
+# is about two hours on 2 cores); needs the same Redis and MariaDB as
+# `cargo test`, and cargo-mutants (`cargo install --locked cargo-mutants`).
 #
-#   bash scripts/mutants.sh [GROUP...]   # planner repair-path store-scripts pass (default: all)
-#   ITERATE=1 bash scripts/mutants.sh ...  # again, skipping what the last run caught
+#   bash scripts/mutants.sh [GROUP...]   # default: every group
+#   ITERATE=1 bash scripts/mutants.sh …  # again, skipping what the last run caught
 #
-# Results land in mutants.out/<group>/ (caught.txt, missed.txt, timeout.txt,
-# unviable.txt and a log per mutant). Tests run with --no-fail-fast, so each
-# log names every test that caught its mutant.
-#
-# What is mutated, and by which tests:
-# - planner: all of src/plan.rs (the pure decisions), by the unit and
-#   property tests and the integration tests that run the planner end to end.
-# - repair-path: the sweep's lock → re-check → script, the expired-orders
-#   cancel chain, the showtime lease, the conditional MySQL writes.
+# Groups, and what judges their mutants:
+# - planner: src/plan/ and the strict reading of rows (src/model/contract.rs,
+#   occupancy.rs), by the unit and property tests and the integration tests
+#   that run the planner end to end.
+# - repair-path: the sweep's lease → re-check → script, the expired-orders
+#   cancel chain, the showtime lease, the conditional MySQL writes and the
+#   re-check's reading.
 # - store-scripts: the store functions that call the Lua scripts (repairs,
 #   rebuilds, suspects, leases) and decode their replies.
-# - pass: the daemon's pass lease (src/pass.rs and its Redis calls), by the
-#   real-daemon tests in tests/it/passes.rs.
+# - pass: the daemon's pass lease (src/pass.rs and its Redis calls).
+# - lua: every Lua script (src/store/lua/), by scripts/mutants/guards.py.
+# - sql: the SQL text of the conditional cancel and of the re-check before
+#   a write, by scripts/mutants/guards.py.
+#
+# Each group runs its tests unmutated first and stops the run when they
+# fail. Results land in mutants.out/<group>/mutants.out/ (caught.txt,
+# missed.txt, timeout.txt, unviable.txt, logs/). Then verdict.py updates
+# scripts/mutants/summary.md (commit it) and exits non-zero when a mutant
+# survived that scripts/mutants/survivors.txt does not list with a reason.
 #
 # The integration tests are two test targets: `it` (tests/it/) and
-# `failpoints` (tests/failpoints/, the tests that arm failpoints). Either
-# names a test `<file>::<test>` after its file, so a group picks its test
-# targets (--cargo-arg=--lib, --cargo-arg=--test=...) and, within them, its
-# tests by name: libtest runs those whose name contains one of the group's
-# filters (`::tests::` is every unit test of the library, `races::` the race
-# tests, `safety::` tests/it/safety.rs, ...).
+# `failpoints` (tests/failpoints/, the tests that arm failpoints). A test is
+# named `<file>::<test>` after its file, so a group picks its targets and,
+# within them, its tests by name (`::tests::` is every unit test of the
+# library, `races::` the race tests, `safety::` tests/it/safety.rs, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-run() { # group, test-name filters (comma-separated), then cargo-mutants filters and --cargo-arg=<test target>s
+rust() { # group, test-name filters (comma-separated), then cargo-mutants filters and --cargo-arg=<test target>s
   local group=$1 list=$2; shift 2
-  local names filters=() name
+  local names filters=() name status=0
   IFS=, read -ra names <<< "$list"
   for name in "${names[@]}"; do filters+=("--cargo-test-arg=$name"); done
   echo "== mutants: $group =="
-  mkdir -p "mutants.out/$group"
   # Test targets go in --cargo-arg, so each mutant builds only those; the
   # name filters go to the test binaries, after `--`.
-  cargo mutants --in-place --baseline skip --profile mutants --no-shuffle ${ITERATE:+--iterate} \
+  cargo mutants --in-place --no-shuffle ${ITERATE:+--iterate} \
     --timeout 150 --build-timeout 600 --output "mutants.out/$group" "$@" \
-    --cargo-test-arg=--no-fail-fast --cargo-test-arg=-- "${filters[@]}" \
-    || true # non-zero when a mutant is missed
-  for outcome in caught missed timeout unviable; do
-    printf '%-9s %s\n' "$outcome" "$(wc -l < "mutants.out/$group/mutants.out/$outcome.txt")"
-  done
+    --cargo-test-arg=-- "${filters[@]}" || status=$?
+  # 2 and 3 are missed mutants and timeouts: the verdict judges those.
+  case $status in
+    0|2|3) ;;
+    4) echo "$group: the tests fail unmutated; nothing was judged" >&2; exit 1 ;;
+    *) echo "$group: cargo-mutants failed ($status)" >&2; exit 1 ;;
+  esac
 }
 
+guards() { # lua or sql
+  echo "== mutants: $1 =="
+  python3 scripts/mutants/guards.py "$1" ${ITERATE:+--iterate}
+}
+
+all=(planner repair-path store-scripts pass lua sql)
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(planner repair-path store-scripts pass)
+[ ${#groups[@]} -gt 0 ] || groups=("${all[@]}")
 for group in "${groups[@]}"; do
   case $group in
     planner)
-      run planner ::tests::,planner_props::,safety::,races:: --file src/plan.rs \
+      rust planner ::tests::,planner_props::,safety::,strict_reading::,bad_data::,races:: \
+        --file 'src/plan/*.rs' --file src/model/contract.rs --file src/model/occupancy.rs \
         --cargo-arg=--lib --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     repair-path)
-      run repair-path races::,safety::,own_keys:: \
-        --file src/jobs/seat_sweep.rs --file src/jobs/expired_orders.rs \
-        --file src/lease.rs --file src/store/mysql.rs \
+      rust repair-path races::,safety::,own_keys::,strict_reading::,jobs:: \
+        --file src/jobs/seat_sweep/repair.rs --file src/jobs/expired_orders.rs \
+        --file src/lease.rs --file src/store/mysql/orders.rs --file src/store/mysql/recheck.rs \
         --re "Sweep<'a, '_>::(apply|repair_seats|rebuild)\b" \
         --re '\b(cancel_chunk|cancel_locked)\b' \
         --re 'RunLeases::(acquire|renew_due|release)\b' \
-        --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history)\b' \
+        --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history|seats_named)\b' \
+        --re '\bpush_position\b' \
         --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     store-scripts)
-      run store-scripts races::,safety::,own_keys:: --file src/store/redis.rs \
+      rust store-scripts races::,safety::,own_keys::,strict_reading::,jobs:: \
+        --file src/store/redis/seats.rs --file src/store/redis/leases.rs \
         --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
         --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     pass)
-      run pass ::tests::,passes:: --file src/pass.rs --file src/store/redis.rs \
+      rust pass ::tests::,passes::,cluster:: --file src/pass.rs --file src/store/redis/leases.rs \
         --re 'src/pass\.rs' \
         --re 'RedisStore::(claim_pass|renew_pass|release_pass|finish_pass)\b' \
         --cargo-arg=--lib --cargo-arg=--test=it ;;
-    *) echo "unknown group $group (planner, repair-path, store-scripts, pass)" >&2; exit 2 ;;
+    lua|sql) guards "$group" ;;
+    *) echo "unknown group $group (${all[*]})" >&2; exit 2 ;;
   esac
 done
+python3 scripts/mutants/verdict.py "${groups[@]}"

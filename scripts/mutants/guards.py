@@ -18,17 +18,21 @@ one at a time, rebuilds, and runs the tests named for the file. A mutant is
 *unviable* when it does not build or load (Redis refuses the script; MariaDB
 calls the SQL a syntax error or names a column it does not have).
 
-    python3 scripts/mutants/guards.py lua|sql [--list] [--only SUBSTRING]
+    python3 scripts/mutants/guards.py lua|sql [--list] [--only SUBSTRING] [--iterate]
 
-Results go to mutants.out/<group>/ (caught.txt, missed.txt, timeout.txt,
-unviable.txt, one log per mutant), as cargo-mutants writes them. The
-unmutated tests run first: when they fail, nothing is judged (exit 1).
-The source is restored after each mutant, also when interrupted.
+Results go to mutants.out/<group>/mutants.out/ (caught.txt, missed.txt,
+timeout.txt, unviable.txt, logs/), laid out as cargo-mutants lays out its
+own, so one verdict (verdict.py) reads both; `--iterate` skips what an
+earlier run caught or found unviable and keeps it (previously_caught.txt),
+as cargo-mutants' `--iterate` does. The unmutated tests run first: when
+they fail, nothing is judged (exit 1). The source is restored after each
+mutant, also when interrupted.
 """
 
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -361,31 +365,41 @@ def main():
     ap.add_argument("group", choices=sorted(GROUPS))
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
     ap.add_argument("--only", help="only mutants whose name contains this")
+    ap.add_argument("--iterate", action="store_true", help="skip what the last run caught or found unviable")
     args = ap.parse_args()
+
+    out = ROOT / "mutants.out" / args.group / "mutants.out"
+    logs = out / "logs"
+    earlier = {}
+    if args.iterate:
+        for outcome in ("caught", "previously_caught", "unviable"):
+            f = out / f"{outcome}.txt"
+            earlier[outcome] = f.read_text().splitlines() if f.exists() else []
+    skip = {x for names in earlier.values() for x in names}
 
     plan = []
     for t in GROUPS[args.group]:
         text = (ROOT / t.path).read_text()
         ms = sql_mutants(t.path, text, t.functions) if t.functions else lua_mutants(t.path, text)
-        plan += [(t, m, text) for m in ms if not args.only or args.only in m.name(text)]
+        plan += [(t, m, text) for m in ms if (not args.only or args.only in m.name(text)) and m.name(text) not in skip]
     if args.list:
         for _, m, text in plan:
             print(m.name(text))
         return 0
 
-    out = ROOT / "mutants.out" / args.group
-    out.mkdir(parents=True, exist_ok=True)
-    for f in out.glob("*"):
-        f.unlink()
+    if logs.exists():
+        shutil.rmtree(out)
+    logs.mkdir(parents=True)
     # The baseline: every test set of the group passes unmutated.
-    for tests in {tuple(t.tests) for t in GROUPS[args.group]}:
-        if cargo_test(list(tests), out / "baseline.log") != "ok":
-            print(f"baseline failed: see {out / 'baseline.log'}", file=sys.stderr)
+    for n, tests in enumerate(sorted({tuple(t.tests) for t in GROUPS[args.group]})):
+        if cargo_test(list(tests), logs / f"baseline-{n}.log") != "ok":
+            print(f"baseline failed: see {logs}/baseline-{n}.log", file=sys.stderr)
             return 1
-    results = {"caught": [], "missed": [], "timeout": [], "unviable": []}
+    results = {"caught": [], "missed": [], "timeout": [], "unviable": earlier.get("unviable", [])}
+    results["previously_caught"] = earlier.get("caught", []) + earlier.get("previously_caught", [])
     for n, (t, m, text) in enumerate(plan, 1):
         started = time.monotonic()
-        outcome = judge(t, m, text, out / f"{n:03}.log")
+        outcome = judge(t, m, text, logs / f"{n:03}.log")
         results[outcome].append(m.name(text))
         print(f"[{n}/{len(plan)}] {outcome:8} {m.name(text)} ({time.monotonic() - started:.0f} s)", flush=True)
     for outcome, names in results.items():
