@@ -1009,7 +1009,7 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
         .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
         .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
         .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s");
-    let (code, out, err) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;
+    let (code, out, err) = run_with_timeout(clone_command(&once), Duration::from_secs(60)).await;
     assert_eq!(code, 0, "once failed:\n{err}\n{out}");
     let report: Value = serde_json::from_str(&out).expect("stdout is one JSON object");
     assert_eq!(report["fixed"]["orphan_locks_released"], 1, "{report}");
@@ -1099,7 +1099,7 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
 
     // A second run continues the counters; a failed run keeps the last success.
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
-    let (code, _, err) = run_with_timeout(clone_command(&once), Duration::from_secs(30)).await;
+    let (code, _, err) = run_with_timeout(clone_command(&once), Duration::from_secs(60)).await;
     assert_eq!(code, 0, "{err}");
     // Redis refuses to show the seat hash to the reconciler's user (NOPERM),
     // so every chunk fails. (A corrupt cursor key no longer fails a run: it
@@ -1107,7 +1107,7 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
     let user = seatflow_test_support::AclUser::create(&env, &[], &[]).await;
     let mut failing = clone_command(&once);
     failing.env("SEATFLOW__REDIS__URL", user.url());
-    let (code, _, _) = run_with_timeout(failing, Duration::from_secs(30)).await;
+    let (code, _, _) = run_with_timeout(failing, Duration::from_secs(60)).await;
     assert_eq!(
         code, 1,
         "orphan-locks fails: its seat hashes cannot be read"
