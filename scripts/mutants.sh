@@ -40,6 +40,7 @@ rust() { # group, test-name filters (comma-separated), then cargo-mutants filter
   IFS=, read -ra names <<< "$list"
   for name in "${names[@]}"; do filters+=("--cargo-test-arg=$name"); done
   echo "== mutants: $group =="
+  mkdir -p "mutants.out/$group"
   # Test targets go in --cargo-arg, so each mutant builds only those; the
   # name filters go to the test binaries, after `--`.
   cargo mutants --in-place --no-shuffle ${ITERATE:+--iterate} \
