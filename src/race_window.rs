@@ -15,6 +15,12 @@ pub const SEAT_BEFORE_RECHECK: &str = "seat-sweep-before-recheck";
 /// the fenced compare-and-set script (rules 1, 2 and 13).
 pub const SEAT_BEFORE_REPAIR: &str = "seat-sweep-before-repair";
 
+/// missing-hashes: the showtime is leased, its seats read in MySQL and the
+/// lease renewed; next, the fenced script that creates the hash from that
+/// read only if it is still missing (rules 1, 2 and 13; the contract's
+/// "never clobber a hash that appeared meanwhile").
+pub const SEAT_BEFORE_REBUILD: &str = "seat-sweep-before-rebuild";
+
 /// expired-orders: the showtime leases are taken; next, the conditional cancel
 /// in MySQL (rule 3).
 pub const EXPIRED_BEFORE_CANCEL: &str = "expired-orders-before-cancel";
@@ -31,9 +37,10 @@ pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";
 pub const CANCEL_REPLY_LOST: &str = "mysql-cancel-reply-lost";
 
 /// Every window, for tests that check each one is reached.
-pub const ALL: [&str; 4] = [
+pub const ALL: [&str; 5] = [
     SEAT_BEFORE_RECHECK,
     SEAT_BEFORE_REPAIR,
+    SEAT_BEFORE_REBUILD,
     EXPIRED_BEFORE_CANCEL,
     EXPIRED_AFTER_CANCEL,
 ];

@@ -281,6 +281,7 @@ impl<'a> Sweep<'a, '_> {
                     .error(&Error::LeaseLost(id));
                 continue;
             }
+            race_window!(crate::race_window::SEAT_BEFORE_REBUILD);
             let op_id = uuid::Uuid::new_v4().simple().to_string();
             let result = ctx
                 .retry("rebuild hash", || {
