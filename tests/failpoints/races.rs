@@ -13,8 +13,8 @@ use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
-    CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_RECHECK,
-    SEAT_BEFORE_REPAIR,
+    CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_REBUILD,
+    SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
 };
 use seatflow_test_support::races::{BackgroundRun, Races};
 use seatflow_test_support::{TestEnv, seed_expired};
@@ -45,9 +45,9 @@ async fn assert_left_alone(
     assert!(env.audit().await.is_empty());
 }
 
-/// seatflow's hold of one seat: `"0"` → `"1"` in one script, then the
-/// PENDING order. None when the seat was not free (the hold is refused).
-async fn hold(env: &TestEnv, showtime: i64, seat: &str) -> Option<i64> {
+/// The first step of seatflow's hold: `"0"` → `"1"` in one script. False
+/// when the seat was not free (the hold is refused).
+async fn hold_in_redis(env: &TestEnv, showtime: i64, seat: &str) -> bool {
     let held: i64 = env
         .redis(
             redis::cmd("EVAL")
@@ -57,7 +57,13 @@ async fn hold(env: &TestEnv, showtime: i64, seat: &str) -> Option<i64> {
                 .arg(seat),
         )
         .await;
-    if held == 0 {
+    held == 1
+}
+
+/// seatflow's hold of one seat: `"0"` → `"1"` in one script, then the
+/// PENDING order. None when the seat was not free (the hold is refused).
+async fn hold(env: &TestEnv, showtime: i64, seat: &str) -> Option<i64> {
+    if !hold_in_redis(env, showtime, seat).await {
         return None;
     }
     Some(
@@ -549,6 +555,37 @@ async fn a_seat_taken_again_after_the_cancel_commits_is_not_released() {
         env.audit().await.iter().all(|a| a.1 != "seat_released"),
         "no release audited"
     );
+}
+
+/// The contract's rebuild: "never clobber a hash that appeared meanwhile"
+/// (the rebuild script creates the hash only while it is missing; rules 1
+/// and 13). The hash of an ON_SALE showtime is missing; the run has read
+/// its seats in MySQL (all free) and is about to write them. In that
+/// window seatflow warms the hash again and a customer holds A-2, their
+/// order committing. The rebuild, from its older read, leaves the live
+/// hash alone: the customer keeps the seat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_warmed_again_before_the_rebuild_keeps_a_new_hold() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(5, 1, 60, "ON_SALE").await.unwrap();
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_REBUILD,
+            &[Kind::MissingHashes],
+            async || {
+                assert!(env.fx.hash(5).await.unwrap().is_empty(), "still missing");
+                env.fx.warm_all(5, &seats, &[]).await.unwrap();
+                assert!(hold(&env, 5, "A-2").await.is_some(), "the hold succeeds");
+            },
+        )
+        .await;
+
+    assert_left_alone(&env, &report, 5, "A-2", "1").await;
+    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("0"));
+    assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
 /// One "transient error, retrying" WARN of `retry::with_retry`: the
