@@ -588,6 +588,68 @@ async fn a_hash_warmed_again_before_the_rebuild_keeps_a_new_hold() {
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
+/// A sold orphan: A-1 shows sold, its order was refunded, and seatflow's
+/// refund has not yet set the seat `"0"` (the contract's refund window).
+async fn refunded_sold_orphan(env: &TestEnv) {
+    showtime_with(env, &[("A-1", "2")]).await;
+    env.fx.order(5, "REFUNDED", &["A-1"], 900).await.unwrap();
+}
+
+/// Rule 4's re-check, for sold orphans: the seat shows sold again by the
+/// time of the write, but not for the same customer. A sold orphan (its
+/// order refunded) is scanned; before the re-check, seatflow's refund
+/// frees the seat, and a new customer holds it, orders and pays, so it
+/// shows `"2"` again, the value the scan saw. The re-check finds the PAID
+/// order and the new customer's seat stays sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seat_sold_again_before_the_recheck_is_not_released() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    refunded_sold_orphan(&env).await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_RECHECK,
+            &[Kind::SoldOrphans],
+            async || {
+                env.fx.warm(5, &[("A-1", "0")]).await.unwrap();
+                let order = hold(&env, 5, "A-1").await.expect("the seat is free");
+                assert!(env.fx.pay(order).await.unwrap());
+                env.fx.warm(5, &[("A-1", "2")]).await.unwrap();
+            },
+        )
+        .await;
+
+    assert_left_alone(&env, &report, 5, "A-1", "2").await;
+    assert_every_valid_order_keeps_its_seats(&env).await;
+}
+
+/// Rule 1: compare-and-set, for sold orphans. A sold orphan (its order
+/// refunded) passed the re-check; before the script, seatflow's refund
+/// frees the seat and a new customer holds it, their order committing.
+/// The script sees `"1"`, not the `"2"` it was told, and leaves the new
+/// customer's hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sold_orphan_held_again_before_the_write_is_not_released() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    refunded_sold_orphan(&env).await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_REPAIR,
+            &[Kind::SoldOrphans],
+            async || {
+                env.fx.warm(5, &[("A-1", "0")]).await.unwrap();
+                assert!(hold(&env, 5, "A-1").await.is_some(), "the seat is free");
+            },
+        )
+        .await;
+
+    assert_left_alone(&env, &report, 5, "A-1", "1").await;
+    assert_every_valid_order_keeps_its_seats(&env).await;
+}
+
 /// One "transient error, retrying" WARN of `retry::with_retry`: the
 /// operation retried, which attempt failed, and the error's text (its
 /// innermost cause: the message the fault point gave it).
