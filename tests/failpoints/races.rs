@@ -650,6 +650,80 @@ async fn a_sold_orphan_held_again_before_the_write_is_not_released() {
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
+/// Rule 2's fencing across the cancel chain. The expired order is
+/// cancelled (committed), its seat still `"1"`; then the run stalls past
+/// its lease, which another reconciler takes: it releases the seat (an
+/// orphan lock now: the order is cancelled) and lets the lease go, and a
+/// new customer holds the seat, their order still being written. The run
+/// goes on: its re-check finds no order on the seat, and its `"1"` → `"0"`
+/// would wipe out the new hold; the script finds the lease not the run's
+/// and writes nothing. What the contract asks for after the cancel (the
+/// seat released) was done once, by the other reconciler; the customer
+/// keeps the seat.
+///
+/// The lease TTL is long, so the run's own renewal before the write is not
+/// due (the lease is taken away by hand, as its expiry would): the token
+/// check in the script is what stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_whose_lease_passed_on_leaves_the_seats_to_the_new_holder() {
+    let races = Races::new();
+    let env = TestEnv::with(|s| s.reconcile.lock_ttl = Duration::from_secs(600)).await;
+    let order = seed_expired(&env).await;
+    let lock = env.ctx.redis.keys.lease(1);
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_AFTER_CANCEL,
+            &[Kind::ExpiredOrders],
+            async || {
+                assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+                let expired: i64 = env.redis(redis::cmd("DEL").arg(&lock)).await;
+                assert_eq!(expired, 1, "the run held the showtime's lease");
+
+                let other = env.job(Kind::OrphanLocks).await;
+                assert_eq!(
+                    (other.fixed, other.skipped_busy),
+                    (1, 0),
+                    "the other reconciler released the seat: {other:?}"
+                );
+                assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("0"));
+                // The new customer's hold; their order is still being written.
+                assert!(hold_in_redis(&env, 1, "A-1").await, "the seat is free");
+            },
+        )
+        .await;
+    // The new customer's order commits.
+    env.fx.order(1, "PENDING", &["A-1"], 900).await.unwrap();
+
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("1"));
+    assert_every_valid_order_keeps_its_seats(&env).await;
+    let job = &report.jobs[0];
+    assert_eq!(job.fixed, 1, "the cancel: {job:?}");
+    assert_eq!(job.errors_by_stage.get(&Stage::Lock), Some(&1), "{job:?}");
+    let fixes: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT job, kind, seat_no FROM reconcile_fix ORDER BY job")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        fixes,
+        vec![
+            ("expired_orders".into(), "order_cancelled".into(), None),
+            (
+                "orphan_locks".into(),
+                "seat_released".into(),
+                Some("A-1".into())
+            ),
+        ],
+        "cancelled by the run, the seat released once, by the other reconciler"
+    );
+    let again = env.once(&Kind::ALL).await;
+    assert!(
+        again.jobs.iter().all(|j| (j.drift, j.fixed) == (0, 0)),
+        "converged: {again:?}"
+    );
+}
+
 /// One "transient error, retrying" WARN of `retry::with_retry`: the
 /// operation retried, which attempt failed, and the error's text (its
 /// innermost cause: the message the fault point gave it).
