@@ -724,6 +724,58 @@ async fn a_cancel_whose_lease_passed_on_leaves_the_seats_to_the_new_holder() {
     );
 }
 
+/// The premise of the `1 → 0 → 1` argument (ARCHITECTURE.md, "What a
+/// compare-and-set cannot see"): between a run's re-check and its script,
+/// no reconciler can free the seat for a new customer to hold, so the
+/// script cannot find "its" `"1"` put back by someone else's release. Run
+/// A has re-checked an orphan lock (A-1) and is about to write; in that
+/// window another reconciler runs every job (it also finds an expired
+/// order on A-2, of the same showtime): it skips the showtime as busy and
+/// writes nothing, and a new customer's hold of A-1 is refused, the seat
+/// still showing `"1"`. Then A releases A-1, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reconciler_frees_a_seat_between_the_recheck_and_the_write() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    showtime_with(&env, &[("A-1", "1"), ("A-2", "1")]).await;
+    let expired = env.fx.order(5, "PENDING", &["A-2"], -600).await.unwrap();
+    let a = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_REPAIR,
+            &[Kind::OrphanLocks],
+            async || {
+                let b = env.once(&Kind::ALL).await;
+                let drift: u64 = b.jobs.iter().map(|j| j.drift).sum();
+                let fixed: u64 = b.jobs.iter().map(|j| j.fixed).sum();
+                let busy: u64 = b.jobs.iter().map(|j| j.skipped_busy).sum();
+                assert_eq!(
+                    (drift, fixed, busy),
+                    (2, 0, 2),
+                    "B saw the orphan lock and the expired order, skipped both as busy: {b:?}"
+                );
+                assert_eq!(hold(&env, 5, "A-1").await, None, "the seat is not free");
+                assert_eq!(env.fx.order_status(expired).await.unwrap(), "PENDING");
+                assert!(env.audit().await.is_empty());
+            },
+        )
+        .await;
+
+    assert_eq!(a.jobs[0].fixed, 1, "{a:?}");
+    assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some("0"));
+    assert_eq!(seat(&env, 5, "A-2").await.as_deref(), Some("1"));
+    let fixes: Vec<(String, Option<String>, String)> =
+        sqlx::query_as("SELECT job, seat_no, run_id FROM reconcile_fix")
+            .fetch_all(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        fixes,
+        vec![("orphan_locks".into(), Some("A-1".into()), a.run_id.clone())],
+        "released once, by A"
+    );
+}
+
 /// One "transient error, retrying" WARN of `retry::with_retry`: the
 /// operation retried, which attempt failed, and the error's text (its
 /// innermost cause: the message the fault point gave it).
