@@ -36,15 +36,6 @@ pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";
 /// 9 and 10: cancelled and audited once).
 pub const CANCEL_REPLY_LOST: &str = "mysql-cancel-reply-lost";
 
-/// Every window, for tests that check each one is reached.
-pub const ALL: [&str; 5] = [
-    SEAT_BEFORE_RECHECK,
-    SEAT_BEFORE_REPAIR,
-    SEAT_BEFORE_REBUILD,
-    EXPIRED_BEFORE_CANCEL,
-    EXPIRED_AFTER_CANCEL,
-];
-
 /// Marks a race window (one of the constants above).
 macro_rules! race_window {
     ($name:expr) => {
