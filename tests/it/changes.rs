@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use seatflow_reconciler::config::Settings;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{InProcessDaemon, sample};
 use seatflow_test_support::servers::{self, PrivateServer};
@@ -17,6 +18,16 @@ const TOKEN: &str = "changes-test-token";
 async fn daemon_after_one_pass(
     redis: Option<&PrivateServer>,
     grace: Duration,
+) -> (TestEnv, InProcessDaemon) {
+    daemon_on_estate(redis, 2, |s| s.reconcile.orphan_grace = grace).await
+}
+
+/// The same on `showtimes` ON_SALE showtimes of one 1×4 hall, warmed and
+/// consistent, with `tweak` applied to the settings.
+async fn daemon_on_estate(
+    redis: Option<&PrivateServer>,
+    showtimes: i64,
+    tweak: impl FnOnce(&mut Settings),
 ) -> (TestEnv, InProcessDaemon) {
     let url = redis.map(|r| format!("redis://127.0.0.1:{}", r.port()));
     let env = TestEnv::with(|s| {
@@ -30,14 +41,14 @@ async fn daemon_after_one_pass(
         );
         s.reconcile.expired_order_buffer = Duration::from_secs(1);
         s.http.admin_token = seatflow_reconciler::config::Secret::new(TOKEN);
-        s.reconcile.orphan_grace = grace;
+        tweak(s);
     })
     .await;
     let seats = env.fx.hall(1, 1, 4).await.unwrap();
-    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
-    env.fx.showtime(2, 1, 60, "ON_SALE").await.unwrap();
-    env.fx.warm_all(1, &seats, &[]).await.unwrap();
-    env.fx.warm_all(2, &seats, &[]).await.unwrap();
+    for showtime in 1..=showtimes {
+        env.fx.showtime(showtime, 1, 60, "ON_SALE").await.unwrap();
+        env.fx.warm_all(showtime, &seats, &[]).await.unwrap();
+    }
     let daemon = InProcessDaemon::start(env.ctx.clone()).await;
     let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
     assert_eq!(code, 202, "the admin endpoint starts a pass");
@@ -360,5 +371,132 @@ async fn a_hash_deleted_or_expired_is_rebuilt_on_its_event() {
     for showtime in [1, 2] {
         assert_eq!(env.fx.hash(showtime).await.unwrap().len(), 4, "{showtime}");
     }
+    daemon.stop().await;
+}
+
+/// Rewrites every seat of showtimes `1..=showtimes` with its own value
+/// ("0": no drift), pipelined, as fast as the server takes it, for `spell`;
+/// samples `/metrics` meanwhile. Returns the commands sent and the largest
+/// queue depth seen.
+async fn storm(
+    env: &TestEnv,
+    redis: &PrivateServer,
+    daemon: &InProcessDaemon,
+    showtimes: i64,
+    spell: Duration,
+) -> (u64, f64) {
+    let keys = env.ctx.redis.keys.clone();
+    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}", redis.port()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let writer = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut sent = 0u64;
+        while started.elapsed() < spell {
+            let mut pipe = redis::pipe();
+            for showtime in 1..=showtimes {
+                for seat in ["A-1", "A-2", "A-3", "A-4"] {
+                    pipe.hset(keys.seat(showtime), seat, "0").ignore();
+                }
+            }
+            let () = pipe.query_async(&mut conn).await.unwrap();
+            sent += showtimes as u64 * 4;
+        }
+        sent
+    });
+    let mut deepest: f64 = 0.0;
+    while !writer.is_finished() {
+        let m = metrics(daemon).await;
+        deepest = deepest.max(sample(&m, "seatflow_reconcile_change_queue_depth"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (writer.await.unwrap(), deepest)
+}
+
+/// A storm of changes (every seat of its showtimes rewritten as fast as
+/// Redis takes it) costs each showtime at most one check per
+/// `changes.min_interval`, however many events: a showtime waits in the
+/// queue once, and is not handed out again before its interval. The budget
+/// is lifted here, so that only the interval holds the checks back.
+#[tokio::test]
+async fn a_storm_checks_each_showtime_at_most_once_per_min_interval() {
+    const SHOWTIMES: i64 = 20;
+    let min_interval = Duration::from_secs(2);
+    let redis = servers::redis_with_keyspace_events();
+    let (env, daemon) = daemon_on_estate(Some(&redis), SHOWTIMES, |s| {
+        s.changes.min_interval = min_interval;
+        s.changes.event_settle = Duration::ZERO;
+        s.changes.max_checks_per_second = 1_000_000;
+    })
+    .await;
+    events_on(&daemon).await;
+    let checks = |m: &str| {
+        sample(
+            m,
+            r#"seatflow_reconcile_change_checks_total{source="event"}"#,
+        )
+    };
+    let before = metrics(&daemon).await;
+    let started = std::time::Instant::now();
+
+    let (sent, deepest) = storm(&env, &redis, &daemon, SHOWTIMES, Duration::from_secs(6)).await;
+
+    let after = metrics(&daemon).await;
+    let spell = started.elapsed().as_secs_f64();
+    let events = sample(&after, "seatflow_reconcile_change_events_total")
+        - sample(&before, "seatflow_reconcile_change_events_total");
+    let checked = checks(&after) - checks(&before);
+    // Each showtime: one check at most per interval within the spell, one
+    // at its start, and one finishing across its end.
+    let most = SHOWTIMES as f64 * (spell / min_interval.as_secs_f64() + 2.0).floor();
+    assert!(
+        events > 10.0 * most,
+        "a storm: {events} events ({sent} writes) against at most {most} checks"
+    );
+    assert!(checked >= 1.0, "the storm was checked at all");
+    assert!(
+        checked <= most,
+        "{checked} checks of {SHOWTIMES} showtimes in {spell:.1} s (interval {min_interval:?})"
+    );
+    assert!(deepest <= SHOWTIMES as f64, "queue depth {deepest}");
+    daemon.stop().await;
+}
+
+/// A storm over more showtimes than the queue holds: the queue stays at its
+/// bound (`changes.queue_capacity`), what it drops is counted as a gap, and
+/// the gap starts a pass, which covers what was dropped.
+#[tokio::test]
+async fn a_storm_over_more_showtimes_than_the_queue_holds_is_a_gap_and_a_pass() {
+    const SHOWTIMES: i64 = 200;
+    const CAPACITY: usize = 50;
+    let redis = servers::redis_with_keyspace_events();
+    let (env, daemon) = daemon_on_estate(Some(&redis), SHOWTIMES, |s| {
+        s.changes.queue_capacity = CAPACITY;
+    })
+    .await;
+    events_on(&daemon).await;
+    let passes_before = pass_runs(&metrics(&daemon).await);
+
+    let (_, deepest) = storm(&env, &redis, &daemon, SHOWTIMES, Duration::from_secs(3)).await;
+
+    assert!(
+        deepest <= CAPACITY as f64,
+        "queue depth {deepest} over its capacity {CAPACITY}"
+    );
+    seatflow_test_support::servers::wait_until(
+        "the dropped changes are a gap, and a pass runs after it",
+        Duration::from_secs(60),
+        || async {
+            let m = metrics(&daemon).await;
+            sample(
+                &m,
+                r#"seatflow_reconcile_change_gaps_total{reason="queue_full"}"#,
+            ) >= 1.0
+                && pass_runs(&m) > passes_before
+        },
+    )
+    .await;
     daemon.stop().await;
 }
