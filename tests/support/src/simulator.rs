@@ -14,6 +14,12 @@
 //! customer whose order was (or was about to be) committed is harm. A Redis
 //! loss ([`Simulator::lose_hash`]) bumps a counter the steps compare, so
 //! seats lost with the hash are told apart from seats taken.
+//!
+//! The estate is whatever [`SimConfig::showtimes`] lists: each showtime with
+//! the seats a customer may pick (its hall's enabled seats), so halls of
+//! different sizes and disabled seats need nothing else here. A small hall
+//! sells out: a customer who finds no free seat waits a step before trying
+//! again, as people do, rather than spinning on a full showtime.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -186,6 +192,8 @@ pub struct Simulator {
     /// Flows that held their seats and finished so far, and crashes among them.
     finished: Arc<AtomicI64>,
     crashed: Arc<AtomicI64>,
+    /// The same, by flow, while the traffic runs.
+    finished_by_flow: Arc<Mutex<BTreeMap<Flow, i64>>>,
 }
 
 /// What the contract lets a flow's seats hold at a step: while its order is
@@ -209,6 +217,7 @@ impl Simulator {
             in_flight: Arc::new(AtomicI64::new(0)),
             finished: Arc::new(AtomicI64::new(0)),
             crashed: Arc::new(AtomicI64::new(0)),
+            finished_by_flow: Arc::default(),
         }
     }
 
@@ -219,6 +228,15 @@ impl Simulator {
             self.finished.load(Ordering::SeqCst),
             self.crashed.load(Ordering::SeqCst),
         )
+    }
+
+    /// Flows that held their seats and finished so far, by flow (a test can
+    /// wait for the drift of each kind of crash, as it happens).
+    pub fn finished_by_flow(&self) -> BTreeMap<Flow, i64> {
+        self.finished_by_flow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Flows that hold seats and have not taken their last step yet.
@@ -260,26 +278,39 @@ impl Simulator {
                         .expect("weights")
                         .0;
                     let (record, failed) = sim.flow(flow, &cfg).await;
-                    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(e) = failed {
-                        log.errors += 1;
-                        tracing::debug!(error = %e, ?flow, "simulated flow failed");
-                    }
+                    let sold_out = record.is_none() && failed.is_none();
                     if let Some(record) = &record {
                         sim.finished.fetch_add(1, Ordering::SeqCst);
                         if record.flow.is_crash() {
                             sim.crashed.fetch_add(1, Ordering::SeqCst);
                         }
+                        *sim.finished_by_flow
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(record.flow)
+                            .or_default() += 1;
                     }
-                    match record {
-                        Some(record) => {
-                            *log.flows.entry(format!("{flow:?}")).or_default() += 1;
-                            if record.refused_occupied {
-                                log.order_conflicts += 1;
-                            }
-                            log.holds.push(record);
+                    {
+                        let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+                        if let Some(e) = failed {
+                            log.errors += 1;
+                            tracing::debug!(error = %e, ?flow, "simulated flow failed");
                         }
-                        None => log.sold_out += 1,
+                        match record {
+                            Some(record) => {
+                                *log.flows.entry(format!("{flow:?}")).or_default() += 1;
+                                if record.refused_occupied {
+                                    log.order_conflicts += 1;
+                                }
+                                log.holds.push(record);
+                            }
+                            None => log.sold_out += 1,
+                        }
+                    }
+                    if sold_out {
+                        // Seats were taken (a small hall sells out): wait
+                        // a step before trying again.
+                        sim.pause(&cfg).await;
                     }
                 }
             }));
