@@ -277,8 +277,23 @@ impl HandsOff {
         let mut out = Vec::new();
         for (id, was) in &before.hashes {
             let now = self.hashes.get(id).cloned().flatten();
-            if was != &now {
-                out.push(format!("showtime {id}: hash {was:?} became {now:?}"));
+            match (was, &now) {
+                (Some(was), Some(now)) => {
+                    let fields: std::collections::BTreeSet<&String> =
+                        was.keys().chain(now.keys()).collect();
+                    for f in fields {
+                        let (a, b) = (was.get(f), now.get(f));
+                        if a != b {
+                            out.push(format!("showtime {id} seat {f}: {a:?} became {b:?}"));
+                        }
+                    }
+                }
+                (None, None) => {}
+                _ => out.push(format!(
+                    "showtime {id}: hash {} became {}",
+                    if was.is_some() { "present" } else { "absent" },
+                    if now.is_some() { "present" } else { "absent" }
+                )),
             }
         }
         if self.orders != before.orders {
