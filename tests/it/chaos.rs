@@ -388,9 +388,15 @@ async fn abandoned_pending(env: &TestEnv) -> i64 {
 /// A reconciler daemon as the test runs it: its own MariaDB user and
 /// instance name (so its connections can be found, and its audit rows told
 /// apart), every second, a short grace, JSON logs read as they come.
-async fn start_reconciler(env: &TestEnv, user: &DbUser, instance: &str) -> (Daemon, LogTap) {
+async fn start_reconciler(
+    env: &TestEnv,
+    user: &DbUser,
+    instance: &str,
+    extra_env: &[(&str, &str)],
+) -> (Daemon, LogTap) {
     let port = free_port();
     let mut cmd = daemon_command(env, port);
+    cmd.envs(extra_env.iter().copied());
     cmd.env("SEATFLOW__MYSQL__URL", user.url(env))
         .env("SEATFLOW__RECONCILE__INSTANCE", instance)
         .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "1s")
@@ -464,7 +470,7 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     let mut daemons = Vec::new();
     let mut logs = Vec::new();
     for (user, instance) in users.iter().zip(&live_instances) {
-        let (d, log) = start_reconciler(&env, user, instance).await;
+        let (d, log) = start_reconciler(&env, user, instance, &[]).await;
         daemons.push(d);
         logs.push(log);
     }
@@ -565,7 +571,11 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     // rows must wait in Redis (seen there), to be written later.
     move_audit_table(&env, "reconcile_fix", "reconcile_fix_away").await;
     for (user, instance) in users.iter().zip(&cut_instances) {
-        let (d, log) = start_reconciler(&env, user, instance).await;
+        // The shard's pass was last run by the first pair, gone for good:
+        // take it over a second after a fire (the default waits 10 s for
+        // the reconciler that ran it last).
+        let takeover = [("SEATFLOW__SWEEP__TAKEOVER_AFTER", "1s")];
+        let (d, log) = start_reconciler(&env, user, instance, &takeover).await;
         daemons.push(d);
         logs.push(log);
     }

@@ -24,7 +24,7 @@
 //! phase: the design keeps a batch MariaDB refuses in Redis and writes it
 //! with a later run (a cancel's row is in the cancel's own transaction), so
 //! a row is lost only when Redis refuses it too. Redis is up here (only
-//! connections are killed, and every write is retried), so "logged as lost"
+//! connections are killed), so "logged as lost"
 //! is not accepted at all.
 
 use std::collections::{BTreeMap, BTreeSet};
