@@ -36,6 +36,16 @@ pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";
 /// 9 and 10: cancelled and audited once).
 pub const CANCEL_REPLY_LOST: &str = "mysql-cancel-reply-lost";
 
+/// A fault: the reply to the audit backlog's read is lost (a dropped
+/// connection), after Redis ran it. No row may be lost for it (rule 10):
+/// the rows leave the backlog only once MySQL has them.
+pub const AUDIT_BACKLOG_READ_LOST: &str = "audit-backlog-read-reply-lost";
+
+/// A fault: the audit backlog's rows are in MySQL, and the request that
+/// removes them from Redis is lost before it arrives. The next drain writes
+/// them again, harmlessly (`fix_id`), and removes them.
+pub const AUDIT_BACKLOG_ACK_LOST: &str = "audit-backlog-ack-lost";
+
 /// Marks a race window (one of the constants above).
 macro_rules! race_window {
     ($name:expr) => {

@@ -70,8 +70,9 @@ GROUPS = {
         Target("src/store/lua/cursor_cas.lua", SEAT_TESTS + ["passes::"]),
         Target("src/store/lua/pass_claim.lua", PASS_TESTS),
         Target("src/store/lua/pass_finish.lua", PASS_TESTS),
-        Target("src/store/lua/backlog_push.lua", SEAT_TESTS + CHANGE_TESTS),
-        Target("src/store/lua/backlog_pop.lua", SEAT_TESTS + CHANGE_TESTS),
+        Target("src/store/lua/backlog_push.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
+        Target("src/store/lua/backlog_read.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
+        Target("src/store/lua/backlog_ack.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
     ],
     "sql": [
         # The conditional cancel (rule 3) and the recognition of its own

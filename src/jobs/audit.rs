@@ -9,7 +9,7 @@
 //! Eventually complete: a batch MySQL does not take is kept in Redis
 //! (`{prefix}reconcile:audit-backlog`), and the next run writes it before
 //! anything else (`drain_backlog`). A backlog key of another type than a
-//! list is moved aside (rule 13: renamed, never deleted) by the push or pop
+//! list is moved aside (rule 13: renamed, never deleted) by the push or read
 //! that meets it, and the rows still go on. Cancels need none of this: their
 //! rows are committed with them.
 
@@ -358,7 +358,7 @@ impl BacklogEntry {
     }
 }
 
-/// Entries taken off the backlog per round, and rounds per run at most.
+/// Entries read from the backlog per round, and rounds per run at most.
 const BACKLOG_BATCH: usize = 500;
 const BACKLOG_ROUNDS: usize = 20;
 
@@ -375,13 +375,22 @@ pub struct Drained {
 }
 
 /// Writes audit rows that earlier runs kept in Redis because MySQL did not
-/// take them. Rows are taken off the list first (each by one reconciler) and
-/// put back if MySQL still refuses; rows are idempotent by `fix_id`. A
-/// backlog key of another type is moved aside, and the drain goes on.
+/// take them. Rows are read, written (idempotent by `fix_id`: two
+/// reconcilers draining at once write a row once), and only then removed
+/// from the backlog: a lost reply or a crash anywhere in between leaves
+/// them for the next run, never loses one. A backlog key of another type is
+/// moved aside, and the drain goes on.
 pub async fn drain_backlog(ctx: &Context) -> Result<Drained> {
     let mut drained = Drained::default();
     for _ in 0..BACKLOG_ROUNDS {
-        let (raw, aside) = ctx.redis.pop_audit_backlog(BACKLOG_BATCH).await?;
+        let (raw, aside) = ctx.redis.read_audit_backlog(BACKLOG_BATCH).await?;
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!(crate::race_window::AUDIT_BACKLOG_READ_LOST, |_| {
+            Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the reply was lost (failpoint)",
+            ))))
+        });
         if let Some(aside) = &aside {
             moved_aside(ctx, aside);
             drained.moved_aside += 1;
@@ -391,12 +400,10 @@ pub async fn drain_backlog(ctx: &Context) -> Result<Drained> {
         }
         let mut by_run: std::collections::BTreeMap<(String, String), Vec<FixRecord>> =
             Default::default();
-        let mut taken = Vec::new();
         for entry in &raw {
             match BacklogEntry::decode(entry) {
                 Some((run_id, instance, fix)) => {
                     by_run.entry((run_id, instance)).or_default().push(fix);
-                    taken.push(entry.clone());
                 }
                 None => {
                     drained.dropped += 1;
@@ -409,16 +416,19 @@ pub async fn drain_backlog(ctx: &Context) -> Result<Drained> {
             }
         }
         for ((run_id, instance), rows) in &by_run {
-            if let Err(e) = ctx.mysql.insert_fixes(run_id, instance, rows).await {
-                // Put this round back for a later run (rows already written are
-                // written again harmlessly: INSERT IGNORE by fix_id).
-                if let Ok(Some(aside)) = ctx.redis.push_audit_backlog(&taken).await {
-                    moved_aside(ctx, &aside);
-                }
-                return Err(e);
-            }
+            // On an error the round stays in the backlog, rows already
+            // written included (written again harmlessly).
+            ctx.mysql.insert_fixes(run_id, instance, rows).await?;
             drained.written += rows.len() as u64;
         }
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!(crate::race_window::AUDIT_BACKLOG_ACK_LOST, |_| {
+            Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the request was lost (failpoint)",
+            ))))
+        });
+        ctx.redis.ack_audit_backlog(&raw).await?;
         if raw.len() < BACKLOG_BATCH {
             break;
         }

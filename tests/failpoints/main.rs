@@ -7,5 +7,6 @@
 //! no other test shares the process: the other integration tests are in
 //! `tests/it` (see its `main.rs`).
 
+mod audit_backlog;
 mod own_keys;
 mod races;

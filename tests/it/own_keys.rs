@@ -235,7 +235,7 @@ async fn scripts_check_every_key_type_before_their_first_write() {
     );
 
     // The audit backlog of another type: moved aside, never deleted (it may
-    // hold rows someone needs); the push or the pop goes on with a list.
+    // hold rows someone needs); the push or the read goes on with a list.
     let backlog = redis.keys.audit_backlog();
     let _: () = env.redis(redis::cmd("SADD").arg(&backlog).arg("m")).await;
     let pushed_aside = redis
@@ -249,11 +249,17 @@ async fn scripts_check_every_key_type_before_their_first_write() {
         .await;
     assert_eq!(rows, ["row"]);
     assert_eq!(
-        redis.pop_audit_backlog(10).await.unwrap(),
+        redis.read_audit_backlog(10).await.unwrap(),
         (vec!["row".to_string()], None)
     );
+    assert_eq!(redis.ack_audit_backlog(&["row".into()]).await.unwrap(), 1);
     corrupt(&env, &backlog).await;
-    let (rows, popped_aside) = redis.pop_audit_backlog(10).await.unwrap();
+    assert_eq!(
+        redis.ack_audit_backlog(&["row".into()]).await.unwrap(),
+        0,
+        "left alone"
+    );
+    let (rows, popped_aside) = redis.read_audit_backlog(10).await.unwrap();
     assert!(rows.is_empty());
     let popped_aside = popped_aside.expect("moved aside");
     assert_ne!(popped_aside, pushed_aside);

@@ -34,22 +34,35 @@ impl RedisStore {
         Ok((moved == 1).then_some(aside))
     }
 
-    /// Takes up to `n` entries off the audit backlog: each is taken by one
-    /// reconciler only, whoever else drains at the same time. A backlog key
-    /// of another type is moved aside (rule 13) instead, and the name it was
-    /// moved to returned with no entries, for the caller to report.
-    pub async fn pop_audit_backlog(&self, n: usize) -> Result<(Vec<String>, Option<String>)> {
+    /// Reads up to `n` entries at the head of the audit backlog, leaving
+    /// them there until `ack_audit_backlog` (two reconcilers draining at
+    /// once may read the same rows: writing them is idempotent). A backlog
+    /// key of another type is moved aside (rule 13) instead, and the name
+    /// it was moved to returned with no entries, for the caller to report.
+    pub async fn read_audit_backlog(&self, n: usize) -> Result<(Vec<String>, Option<String>)> {
         let aside = self.keys.audit_backlog_aside();
-        let mut c = evalsha(&BACKLOG_POP, &[self.keys.audit_backlog(), aside.clone()]);
+        let mut c = evalsha(&BACKLOG_READ, &[self.keys.audit_backlog(), aside.clone()]);
         c.arg(n);
         let reply: Vec<Value> = from_value(self.pipeline(&[c]).await?.remove(0)?)?;
         let mut reply = reply.into_iter();
         let moved: i64 = match reply.next() {
             Some(v) => from_value(v)?,
-            None => return Err(Error::Protocol("backlog pop replied nothing".into())),
+            None => return Err(Error::Protocol("backlog read replied nothing".into())),
         };
         let entries = reply.map(from_value).collect::<Result<Vec<String>>>()?;
         Ok((entries, (moved == 1).then_some(aside)))
+    }
+
+    /// Removes `entries` (as `read_audit_backlog` returned them, now in
+    /// MySQL) from the backlog's head; returns how many it removed. Safe to
+    /// repeat.
+    pub async fn ack_audit_backlog(&self, entries: &[String]) -> Result<u64> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let mut c = evalsha(&BACKLOG_ACK, &[self.keys.audit_backlog()]);
+        c.arg(entries);
+        from_value(self.pipeline(&[c]).await?.remove(0)?)
     }
 
     /// A cursor: `Ok(value)`, or `Err(WrongType)` when the key is not a

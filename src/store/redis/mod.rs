@@ -58,9 +58,11 @@ lua!(PASS_FINISH, "../lua/pass_finish.lua");
 
 lua!(BACKLOG_PUSH, "../lua/backlog_push.lua");
 
-lua!(BACKLOG_POP, "../lua/backlog_pop.lua");
+lua!(BACKLOG_READ, "../lua/backlog_read.lua");
 
-const ALL_SCRIPTS: [&Lua; 11] = [
+lua!(BACKLOG_ACK, "../lua/backlog_ack.lua");
+
+const ALL_SCRIPTS: [&Lua; 12] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
     &RECORD_SUSPECTS,
@@ -71,7 +73,8 @@ const ALL_SCRIPTS: [&Lua; 11] = [
     &PASS_CLAIM,
     &PASS_FINISH,
     &BACKLOG_PUSH,
-    &BACKLOG_POP,
+    &BACKLOG_READ,
+    &BACKLOG_ACK,
 ];
 
 /// One Redis server (reconnecting on its own) or a Redis Cluster.
