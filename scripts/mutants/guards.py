@@ -49,7 +49,6 @@ TEST_TARGETS = ["--test", "it", "--test", "failpoints"]
 SEAT_TESTS = ["races::", "safety::", "own_keys::", "strict_reading::", "bad_data::", "jobs::"]
 LEASE_TESTS = SEAT_TESTS + ["passes::", "cluster::"]
 PASS_TESTS = ["passes::", "daemon::", "cluster::"]
-CHANGE_TESTS = ["changes::"]
 
 
 @dataclass
@@ -59,20 +58,26 @@ class Target:
     functions: tuple = ()  # SQL: the Rust items whose string literals are mutated
 
 
+def lua_target(path, tests):
+    """A script, judged by the tests of its callers and by its own contract
+    (tests/it/lua_scripts.rs: the script called directly)."""
+    return Target(path, tests + ["lua_scripts::"])
+
+
 GROUPS = {
     "lua": [
-        Target("src/store/lua/repair_seats.lua", SEAT_TESTS),
-        Target("src/store/lua/rebuild_hash.lua", SEAT_TESTS),
-        Target("src/store/lua/record_suspects.lua", SEAT_TESTS),
-        Target("src/store/lua/lease_acquire.lua", LEASE_TESTS),
-        Target("src/store/lua/lease_renew.lua", LEASE_TESTS),
-        Target("src/store/lua/lease_release.lua", LEASE_TESTS),
-        Target("src/store/lua/cursor_cas.lua", SEAT_TESTS + ["passes::"]),
-        Target("src/store/lua/pass_claim.lua", PASS_TESTS),
-        Target("src/store/lua/pass_finish.lua", PASS_TESTS),
-        Target("src/store/lua/backlog_push.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
-        Target("src/store/lua/backlog_read.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
-        Target("src/store/lua/backlog_ack.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
+        lua_target("src/store/lua/repair_seats.lua", SEAT_TESTS),
+        lua_target("src/store/lua/rebuild_hash.lua", SEAT_TESTS),
+        lua_target("src/store/lua/record_suspects.lua", SEAT_TESTS),
+        lua_target("src/store/lua/lease_acquire.lua", LEASE_TESTS),
+        lua_target("src/store/lua/lease_renew.lua", LEASE_TESTS),
+        lua_target("src/store/lua/lease_release.lua", LEASE_TESTS),
+        lua_target("src/store/lua/cursor_cas.lua", SEAT_TESTS + ["passes::"]),
+        lua_target("src/store/lua/pass_claim.lua", PASS_TESTS),
+        lua_target("src/store/lua/pass_finish.lua", PASS_TESTS),
+        lua_target("src/store/lua/backlog_push.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
+        lua_target("src/store/lua/backlog_read.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
+        lua_target("src/store/lua/backlog_ack.lua", SEAT_TESTS + ["audit::", "audit_backlog::"]),
     ],
     "sql": [
         # The conditional cancel (rule 3) and the recognition of its own

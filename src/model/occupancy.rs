@@ -204,6 +204,7 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(occ.len(), 4);
+        assert!(!occ.is_empty() && Occupancy::default().is_empty());
         let seven: Vec<_> = occ.of(7).iter().collect();
         assert_eq!(
             seven,

@@ -55,6 +55,7 @@ mod http_bounds;
 mod inspect;
 mod jobs;
 mod junk_props;
+mod lua_scripts;
 mod observability;
 mod own_keys;
 mod passes;

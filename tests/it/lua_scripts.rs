@@ -1,0 +1,185 @@
+//! The Lua scripts' own contract, called directly: the source the product
+//! compiles in, run with EVAL on the real server. The product's callers
+//! never send a malformed call or name a seat twice, so the run-level tests
+//! cannot reach these guards; they are what keeps a future caller's mistake
+//! (or a retry) from writing what it should not (rule 13: every check
+//! before the first write; rules 9 and 10: a retried operation gets its
+//! first reply back).
+
+use redis::Value;
+use seatflow_test_support::TestEnv;
+
+const REPAIR_SEATS: &str = include_str!("../../src/store/lua/repair_seats.lua");
+const REBUILD_HASH: &str = include_str!("../../src/store/lua/rebuild_hash.lua");
+const RECORD_SUSPECTS: &str = include_str!("../../src/store/lua/record_suspects.lua");
+
+const TOKEN: &str = "our-token";
+const SHOWTIME: i64 = 7;
+
+async fn eval(
+    env: &TestEnv,
+    script: &str,
+    keys: &[String],
+    args: &[&str],
+) -> redis::RedisResult<Value> {
+    let mut c = env.ctx.redis.connection();
+    let script = redis::Script::new(script);
+    let mut invocation = script.prepare_invoke();
+    for k in keys {
+        invocation.key(k);
+    }
+    for a in args {
+        invocation.arg(*a);
+    }
+    invocation.invoke_async(&mut c).await
+}
+
+/// The error a refused call replies with.
+fn refused(reply: redis::RedisResult<Value>) -> String {
+    match reply {
+        Err(e) => e.to_string(),
+        Ok(v) => panic!("the call was accepted: {v:?}"),
+    }
+}
+
+fn ints(reply: redis::RedisResult<Value>) -> Vec<i64> {
+    redis::from_redis_value(reply.unwrap()).unwrap()
+}
+
+/// Keys of showtime `SHOWTIME` the seat scripts take, with our lease held.
+async fn leased(env: &TestEnv) -> (String, String, String, String) {
+    let k = &env.ctx.redis.keys;
+    let _: () = env
+        .redis(
+            redis::cmd("SET")
+                .arg(k.lease(SHOWTIME))
+                .arg(TOKEN)
+                .arg("PX")
+                .arg(60_000),
+        )
+        .await;
+    (
+        k.seat(SHOWTIME),
+        k.lease(SHOWTIME),
+        k.suspect(SHOWTIME),
+        k.done(SHOWTIME),
+    )
+}
+
+async fn exists(env: &TestEnv, key: &str) -> bool {
+    env.redis::<i64>(redis::cmd("EXISTS").arg(key)).await == 1
+}
+
+/// A seat named twice in one call: the second triple compares with what
+/// the first one wrote, not with what the hash held before the call.
+#[tokio::test]
+async fn repair_seats_judges_a_seat_named_twice_by_the_first_write() {
+    let env = TestEnv::new().await;
+    let (seat, lease, suspect, done) = leased(&env).await;
+    let _: () = env
+        .redis(redis::cmd("HSET").arg(&seat).arg("A-1").arg("1"))
+        .await;
+    let keys = [seat.clone(), lease, suspect, done];
+    let reply = eval(
+        &env,
+        REPAIR_SEATS,
+        &keys,
+        &[TOKEN, "op-1", "A-1", "1", "0", "A-1", "1", "2"],
+    )
+    .await;
+    assert_eq!(
+        ints(reply),
+        [1, 0, 1, 0],
+        "the second triple saw the first's \"0\""
+    );
+    assert_eq!(
+        env.fx.seat_value(SHOWTIME, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
+}
+
+/// Arguments that are not seat triples, or a target that is not a seat
+/// state, are refused before any write.
+#[tokio::test]
+async fn repair_seats_refuses_malformed_arguments_and_writes_nothing() {
+    let env = TestEnv::new().await;
+    let (seat, lease, suspect, done) = leased(&env).await;
+    let _: () = env
+        .redis(redis::cmd("HSET").arg(&seat).arg("A-1").arg("1"))
+        .await;
+    let keys = [seat.clone(), lease, suspect, done.clone()];
+    let err = refused(eval(&env, REPAIR_SEATS, &keys, &[TOKEN, "op-1", "A-1", "1"]).await);
+    assert!(err.contains("not seat triples"), "{err}");
+    let err = refused(eval(&env, REPAIR_SEATS, &keys, &[TOKEN, "op-2", "A-1", "1", "3"]).await);
+    assert!(err.contains("not 0, 1 or 2"), "{err}");
+    assert_eq!(
+        env.fx.seat_value(SHOWTIME, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
+    assert!(!exists(&env, &done).await, "no reply recorded");
+}
+
+/// Arguments that are not field/value pairs (none, or one left over) are
+/// refused before any write: no half hash.
+#[tokio::test]
+async fn rebuild_hash_refuses_arguments_that_are_not_pairs() {
+    let env = TestEnv::new().await;
+    let (seat, lease, _, done) = leased(&env).await;
+    let keys = [seat.clone(), lease, done.clone()];
+    for args in [
+        &[TOKEN, "op-1"][..],
+        &[TOKEN, "op-2", "A-1", "0", "A-2"][..],
+    ] {
+        let err = refused(eval(&env, REBUILD_HASH, &keys, args).await);
+        assert!(err.contains("not field/value pairs"), "{args:?}: {err}");
+    }
+    assert!(!exists(&env, &seat).await);
+    assert!(!exists(&env, &done).await);
+}
+
+/// A rebuild retried with its operation id (its reply was lost) gets its
+/// first reply, "created", not "the hash exists": the retry is audited as
+/// the rebuild it was, once. The reply is kept under the showtime's done key.
+#[tokio::test]
+async fn a_retried_rebuild_gets_its_first_reply() {
+    let env = TestEnv::new().await;
+    let (seat, lease, _, done) = leased(&env).await;
+    let keys = [seat.clone(), lease, done.clone()];
+    let args = [TOKEN, "op-1", "A-1", "0", "A-2", "1"];
+    assert_eq!(ints(eval(&env, REBUILD_HASH, &keys, &args).await), [1, 0]);
+    assert_eq!(
+        ints(eval(&env, REBUILD_HASH, &keys, &args).await),
+        [1, 0],
+        "the retry"
+    );
+    let kept: Option<String> = env.redis(redis::cmd("HGET").arg(&done).arg("op-1")).await;
+    assert_eq!(kept.as_deref(), Some("1"));
+    // A new operation on the now existing hash leaves it alone.
+    let again = [TOKEN, "op-2", "A-1", "1", "A-2", "1"];
+    assert_eq!(ints(eval(&env, REBUILD_HASH, &keys, &again).await), [0, 0]);
+    assert_eq!(
+        env.fx.seat_value(SHOWTIME, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
+}
+
+/// A TTL that is not a positive number of milliseconds is refused: a
+/// record key without expiry (or one that expires at once) never is.
+#[tokio::test]
+async fn record_suspects_refuses_a_ttl_that_is_not_positive() {
+    let env = TestEnv::new().await;
+    let suspect = env.ctx.redis.keys.suspect(SHOWTIME);
+    for ttl in ["0", "-5", "soon"] {
+        let err = refused(
+            eval(
+                &env,
+                RECORD_SUSPECTS,
+                &[suspect.clone()],
+                &[ttl, "r", "A-1", "1@5"],
+            )
+            .await,
+        );
+        assert!(err.contains("bad arguments"), "{ttl}: {err}");
+    }
+    assert!(!exists(&env, &suspect).await);
+}
