@@ -163,8 +163,9 @@ async fn a_retried_rebuild_gets_its_first_reply() {
     );
 }
 
-/// A TTL that is not a positive number of milliseconds is refused: a
-/// record key without expiry (or one that expires at once) never is.
+/// A TTL that is not a positive number of milliseconds is refused (a
+/// record key without expiry, or one that expires at once, never is), and
+/// so are arguments that are not triples.
 #[tokio::test]
 async fn record_suspects_refuses_a_ttl_that_is_not_positive() {
     let env = TestEnv::new().await;
@@ -181,5 +182,9 @@ async fn record_suspects_refuses_a_ttl_that_is_not_positive() {
         );
         assert!(err.contains("bad arguments"), "{ttl}: {err}");
     }
+    // Nor arguments that are not triples.
+    let keys = [suspect.clone()];
+    let err = refused(eval(&env, RECORD_SUSPECTS, &keys, &["1000", "r", "A-1"]).await);
+    assert!(err.contains("bad arguments"), "{err}");
     assert!(!exists(&env, &suspect).await);
 }
