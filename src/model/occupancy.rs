@@ -222,7 +222,7 @@ mod tests {
             }
         );
         assert_eq!(occ.of(3).get("B-2").valid, Some(Pending));
-        assert!(occ.of(5).is_empty() && occ.of(99).is_empty());
+        assert!(occ.of(5).is_empty() && occ.of(99).is_empty() && !occ.of(7).is_empty());
     }
 
     /// Rule 15: raising needs the valid occupancy's state; lowering also
