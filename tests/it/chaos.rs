@@ -28,6 +28,10 @@
 //! either. At the end the stores are in the contract's expected state,
 //! judged by an oracle written here from the contract alone, and both kinds
 //! of connection were really killed.
+//!
+//! Redis here is a private server with keyspace notifications on, so the
+//! reconcilers' change-driven checks run too (and are seen to), beside the
+//! pass every second: the event-driven path under the same faults.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::BufRead;
@@ -38,9 +42,10 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use rand::seq::IndexedRandom;
+use seatflow_reconciler::config::SecretUrl;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
-use seatflow_test_support::servers::wait_until;
+use seatflow_test_support::servers::{self, wait_until};
 use seatflow_test_support::simulator::{Flow, SimConfig, Simulator};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -240,6 +245,9 @@ struct Live {
     /// The most suspects waiting out the grace period, by kind (both
     /// reconcilers' `seatflow_reconcile_deferred`).
     deferred: BTreeMap<&'static str, f64>,
+    /// The most showtimes checked on a keyspace event (both reconcilers'
+    /// `seatflow_reconcile_change_checks_total{source="event"}`).
+    event_checks: f64,
     observations: u64,
 }
 
@@ -255,6 +263,7 @@ impl Live {
         .await
         .unwrap_or_default(); // none while the audit table is away
         let mut deferred = BTreeMap::new();
+        let mut event_checks = 0.0;
         for d in daemons {
             // A daemon whose connections are being killed still answers
             // HTTP; a refused scrape is simply not an observation.
@@ -265,7 +274,12 @@ impl Live {
                 *deferred.entry(k).or_insert(0.0) +=
                     sample(&m, &format!(r#"seatflow_reconcile_deferred{{kind="{k}"}}"#));
             }
+            event_checks += sample(
+                &m,
+                r#"seatflow_reconcile_change_checks_total{source="event"}"#,
+            );
         }
+        self.event_checks = self.event_checks.max(event_checks);
         if sim.holds_in_flight() == 0 {
             return;
         }
@@ -280,12 +294,14 @@ impl Live {
         }
     }
 
-    /// Releases and deferrals of both orphan kinds were seen.
+    /// Releases and deferrals of both orphan kinds were seen, and checks
+    /// on keyspace events.
     fn complete(&self) -> bool {
-        ORPHAN_KINDS.iter().all(|k| {
-            self.releases.get(*k).copied().unwrap_or(0) > 0
-                && self.deferred.get(k).copied().unwrap_or(0.0) > 0.0
-        })
+        self.event_checks > 0.0
+            && ORPHAN_KINDS.iter().all(|k| {
+                self.releases.get(*k).copied().unwrap_or(0) > 0
+                    && self.deferred.get(k).copied().unwrap_or(0.0) > 0.0
+            })
     }
 }
 
@@ -403,6 +419,10 @@ async fn start_reconciler(
         .env("SEATFLOW__RECONCILE__EXPIRED_ORDER_BUFFER", "1s")
         .env("SEATFLOW__RECONCILE__LOCK_TTL", "5s")
         .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "2s")
+        // A check on a keyspace event at once: with a pass every second, a
+        // check due later would nearly always find its showtime read by a
+        // pass first (and be dropped), and the event path go unexercised.
+        .env("SEATFLOW__CHANGES__EVENT_SETTLE", "0s")
         // The job reports and audit-failure events are read from the log:
         // info level, JSON.
         .env("SEATFLOW__LOG__FORMAT", "json")
@@ -454,7 +474,9 @@ fn audit_failures(lines: &[Value]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_traffic_and_killed_connections_converge_without_harm() {
-    let env = TestEnv::new().await;
+    let redis = servers::redis_with_keyspace_events();
+    let url = format!("redis://127.0.0.1:{}", redis.port());
+    let env = TestEnv::with(|s| s.redis.url = SecretUrl::new(url)).await;
     let id = &env.db["sf_test_".len()..];
     let estate = Estate::build(&env).await;
     let hands_off_at_start = HandsOff::snapshot(&env, &estate).await;
@@ -764,7 +786,7 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     let report = format!(
         "chaos: estate {}; {} flows ({} crashes, {} sold out, {} order conflicts, {} sim errors, {} lost with the hash) {:?} \
          in {traffic_for:?}; killed {} Redis and {} MariaDB connections ({} attempts); \
-         seen live ({} observations): releases {:?}, deferred at most {:?}; \
+         seen live ({} observations): releases {:?}, deferred at most {:?}, {} showtimes checked on events; \
          live repairs {live_repairs:?}; reconciler-only phase: audit rows by job {cut_repairs:?} \
          ({cut_audit_failures} written late through Redis, the audit table back after {audit_back_after:?}), \
          converged {converged_after:?} after it started",
@@ -782,6 +804,7 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
         live.observations,
         live.releases,
         live.deferred,
+        live.event_checks,
     );
     println!("{report}");
     let _ = std::fs::write(
@@ -799,7 +822,7 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     );
     assert!(
         live.complete(),
-        "orphans released and suspects deferred while customers held seats: {report}"
+        "orphans released, suspects deferred and showtimes checked on keyspace events while customers held seats: {report}"
     );
     for k in KINDS {
         assert!(

@@ -40,7 +40,7 @@ pub fn daemon_command(env: &TestEnv, port: u16) -> Command {
     }
     c.arg("run")
         .env("SEATFLOW__MYSQL__URL", &env.db_url)
-        .env("SEATFLOW__REDIS__URL", crate::redis_url())
+        .env("SEATFLOW__REDIS__URL", env.ctx.settings.redis.url.expose())
         .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
         .env("SEATFLOW__RECONCILE__ORPHAN_GRACE", "0s")
         .env("SEATFLOW__HTTP__LISTEN", format!("127.0.0.1:{port}"))
