@@ -12,6 +12,11 @@ use seatflow_test_support::TestEnv;
 const REPAIR_SEATS: &str = include_str!("../../src/store/lua/repair_seats.lua");
 const REBUILD_HASH: &str = include_str!("../../src/store/lua/rebuild_hash.lua");
 const RECORD_SUSPECTS: &str = include_str!("../../src/store/lua/record_suspects.lua");
+const LEASE_ACQUIRE: &str = include_str!("../../src/store/lua/lease_acquire.lua");
+const LEASE_RENEW: &str = include_str!("../../src/store/lua/lease_renew.lua");
+const PASS_CLAIM: &str = include_str!("../../src/store/lua/pass_claim.lua");
+const BACKLOG_READ: &str = include_str!("../../src/store/lua/backlog_read.lua");
+const BACKLOG_PUSH: &str = include_str!("../../src/store/lua/backlog_push.lua");
 
 const TOKEN: &str = "our-token";
 const SHOWTIME: i64 = 7;
@@ -169,22 +174,78 @@ async fn a_retried_rebuild_gets_its_first_reply() {
 #[tokio::test]
 async fn record_suspects_refuses_a_ttl_that_is_not_positive() {
     let env = TestEnv::new().await;
-    let suspect = env.ctx.redis.keys.suspect(SHOWTIME);
+    let keys = [env.ctx.redis.keys.suspect(SHOWTIME)];
+    let suspect = &keys[0];
     for ttl in ["0", "-5", "soon"] {
-        let err = refused(
-            eval(
-                &env,
-                RECORD_SUSPECTS,
-                &[suspect.clone()],
-                &[ttl, "r", "A-1", "1@5"],
-            )
-            .await,
-        );
+        let err = refused(eval(&env, RECORD_SUSPECTS, &keys, &[ttl, "r", "A-1", "1@5"]).await);
         assert!(err.contains("bad arguments"), "{ttl}: {err}");
     }
     // Nor arguments that are not triples.
-    let keys = [suspect.clone()];
     let err = refused(eval(&env, RECORD_SUSPECTS, &keys, &["1000", "r", "A-1"]).await);
     assert!(err.contains("bad arguments"), "{err}");
-    assert!(!exists(&env, &suspect).await);
+    assert!(!exists(&env, suspect).await);
+}
+
+/// A lease is never taken with an empty token or a TTL that is not a
+/// positive number of milliseconds (a lease without expiry would be stuck,
+/// one that expires at once no lease), nor renewed with such a TTL.
+#[tokio::test]
+async fn leases_refuse_an_empty_token_or_a_ttl_that_is_not_positive() {
+    let env = TestEnv::new().await;
+    let lease = [env.ctx.redis.keys.lease(SHOWTIME)];
+    for args in [["", "5000"], [TOKEN, "0"], [TOKEN, "-1"], [TOKEN, "soon"]] {
+        let err = refused(eval(&env, LEASE_ACQUIRE, &lease, &args).await);
+        assert!(err.contains("bad arguments"), "{args:?}: {err}");
+    }
+    assert!(!exists(&env, &lease[0]).await, "no lease taken");
+    let taken = eval(&env, LEASE_ACQUIRE, &lease, &[TOKEN, "60000"]).await;
+    assert_eq!(taken.unwrap(), Value::Int(1), "taken");
+    for ttl in ["0", "-1", "soon"] {
+        let err = refused(eval(&env, LEASE_RENEW, &lease, &[TOKEN, ttl]).await);
+        assert!(err.contains("bad TTL"), "{ttl}: {err}");
+    }
+    let pttl: i64 = env.redis(redis::cmd("PTTL").arg(&lease[0])).await;
+    assert!(pttl > 0, "the lease keeps its expiry: {pttl}");
+}
+
+/// A pass is never claimed with a TTL that is not positive or a slot that
+/// is not a number.
+#[tokio::test]
+async fn pass_claim_refuses_a_bad_ttl_or_slot() {
+    let env = TestEnv::new().await;
+    let k = &env.ctx.redis.keys;
+    let shard = seatflow_reconciler::model::Shard::ALL;
+    let keys = [k.pass_lease(shard), k.pass_record(shard)];
+    for args in [
+        ["me i", "0", "0"],
+        ["me i", "-5", "0"],
+        ["me i", "x", "0"],
+        ["me i", "5000", "slot"],
+    ] {
+        let err = refused(eval(&env, PASS_CLAIM, &keys, &args).await);
+        assert!(err.contains("bad arguments"), "{args:?}: {err}");
+    }
+    assert!(!exists(&env, &keys[0]).await, "no pass claimed");
+}
+
+/// The audit backlog is read in counts of at least one row, and a push
+/// names at least one row.
+#[tokio::test]
+async fn the_audit_backlog_refuses_a_bad_count_or_an_empty_push() {
+    let env = TestEnv::new().await;
+    let k = &env.ctx.redis.keys;
+    let keys = [k.audit_backlog(), k.audit_backlog_aside()];
+    let _: () = env
+        .redis(redis::cmd("RPUSH").arg(&keys[0]).arg("row"))
+        .await;
+    for count in ["0", "-1", "all"] {
+        let err = refused(eval(&env, BACKLOG_READ, &keys, &[count]).await);
+        assert!(err.contains("bad count"), "{count}: {err}");
+    }
+    let err = refused(eval(&env, BACKLOG_PUSH, &keys, &[]).await);
+    assert!(err.contains("no rows"), "{err}");
+    let rows: Vec<String> = env
+        .redis(redis::cmd("LRANGE").arg(&keys[0]).arg(0).arg(-1))
+        .await;
+    assert_eq!(rows, ["row"]);
 }
