@@ -17,6 +17,7 @@ const LEASE_RENEW: &str = include_str!("../../src/store/lua/lease_renew.lua");
 const PASS_CLAIM: &str = include_str!("../../src/store/lua/pass_claim.lua");
 const BACKLOG_READ: &str = include_str!("../../src/store/lua/backlog_read.lua");
 const BACKLOG_PUSH: &str = include_str!("../../src/store/lua/backlog_push.lua");
+const CURSOR_CAS: &str = include_str!("../../src/store/lua/cursor_cas.lua");
 
 const TOKEN: &str = "our-token";
 const SHOWTIME: i64 = 7;
@@ -248,4 +249,46 @@ async fn the_audit_backlog_refuses_a_bad_count_or_an_empty_push() {
         .redis(redis::cmd("LRANGE").arg(&keys[0]).arg(0).arg(-1))
         .await;
     assert_eq!(rows, ["row"]);
+}
+
+/// Records and clears, as the sweep sends them: a record sets first-seen
+/// and the key's expiry; clearing a seat with no record is no change (and
+/// no error); clearing with no state ("", a record that does not decode)
+/// removes whatever the record holds. The reply says no key was replaced.
+#[tokio::test]
+async fn record_suspects_records_and_clears() {
+    let env = TestEnv::new().await;
+    let keys = [env.ctx.redis.keys.suspect(SHOWTIME)];
+    let record = eval(
+        &env,
+        RECORD_SUSPECTS,
+        &keys,
+        &["60000", "r", "A-1", "1@5", "c", "A-2", "1"],
+    );
+    assert_eq!(ints(record.await), [1, 0], "one change, no key replaced");
+    let pttl: i64 = env.redis(redis::cmd("PTTL").arg(&keys[0])).await;
+    assert!(pttl > 0, "the records expire: {pttl}");
+    let _: () = env
+        .redis(redis::cmd("HSET").arg(&keys[0]).arg("A-3").arg("junk"))
+        .await;
+    let clear_any = eval(&env, RECORD_SUSPECTS, &keys, &["60000", "c", "A-3", ""]);
+    assert_eq!(ints(clear_any.await), [1, 0]);
+    let left: Vec<String> = env.redis(redis::cmd("HKEYS").arg(&keys[0])).await;
+    assert_eq!(left, ["A-1"]);
+}
+
+/// A sweep cursor moves only from the value its run read: another run's
+/// move is left alone.
+#[tokio::test]
+async fn cursor_cas_moves_only_from_the_value_read() {
+    let env = TestEnv::new().await;
+    let keys = [env.ctx.redis.keys.cursor("test")];
+    let first = eval(&env, CURSOR_CAS, &keys, &["", "a"]).await;
+    assert_eq!(first.unwrap(), Value::Int(1));
+    for seen in ["", "b"] {
+        let stale = eval(&env, CURSOR_CAS, &keys, &[seen, "c"]).await;
+        assert_eq!(stale.unwrap(), Value::Int(0), "seen {seen:?}");
+    }
+    let cursor: Option<String> = env.redis(redis::cmd("GET").arg(&keys[0])).await;
+    assert_eq!(cursor.as_deref(), Some("a"));
 }
