@@ -581,6 +581,36 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
     assert!(now - since < 60_000, "the clock restarted: {record}");
 }
 
+/// Rule 4's "continuously", judged by an order's latest time: an order
+/// created before the seat was first seen orphaned, and cancelled after it,
+/// came and went since (its cancel is activity on the seat), so the grace
+/// restarts; its creation alone would say it ended before the record.
+#[tokio::test]
+async fn an_order_cancelled_after_first_seen_restarts_the_grace_period() {
+    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
+    env.fx.warm_all(4, &seats, &[("A-1", "1")]).await.unwrap();
+    env.age_suspect(4, "A-1", "1", Duration::from_secs(600))
+        .await;
+    let order = env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
+    sqlx::query(
+        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE, \
+         expires_at = UTC_TIMESTAMP(3) - INTERVAL 5 MINUTE, cancelled_at = UTC_TIMESTAMP(3) WHERE id = ?",
+    )
+    .bind(order)
+    .execute(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+
+    let r = env.job(Kind::OrphanLocks).await;
+    assert_eq!((r.fixed, r.deferred), (0, 1), "{r:?}");
+    assert_eq!(
+        env.fx.seat_value(4, "A-1").await.unwrap().as_deref(),
+        Some("1")
+    );
+}
+
 /// Rule 9: an item that keeps failing is quarantined for the run, counted
 /// and surfaced; the others are still repaired; the run is partial.
 #[tokio::test]
