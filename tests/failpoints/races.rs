@@ -309,6 +309,40 @@ async fn a_payment_before_the_cancel_keeps_the_order_paid() {
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
+/// Rules 3 and 10: seatflow cancels the expired order itself (its expiry
+/// message arrived after all, or the customer cancelled) after the scan,
+/// before the reconciler's cancel, and releases the seat. The conditional
+/// cancel finds nothing to do, and the reconciler does not take seatflow's
+/// cancel for one of its own (as it does for its own commit whose reply
+/// was lost): nothing counted, nothing audited, the order keeps
+/// seatflow's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_by_seatflow_before_the_reconcilers_is_not_taken_for_its_own() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_BEFORE_CANCEL,
+            &[Kind::ExpiredOrders],
+            async || {
+                assert!(env.fx.cancel(order).await.unwrap(), "seatflow's cancel");
+                env.fx.warm(1, &[("A-1", "0")]).await.unwrap();
+            },
+        )
+        .await;
+
+    assert_left_alone(&env, &report, 1, "A-1", "0").await;
+    let reason: Option<String> =
+        sqlx::query_scalar("SELECT cancel_reason FROM ticket_order WHERE id = ?")
+            .bind(order)
+            .fetch_one(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    assert_eq!(reason.as_deref(), Some("USER_CANCEL"));
+}
+
 /// Rule 2 across the cancel chain: the expired order is cancelled
 /// (committed), its seat still "1" in Redis. In that window a second
 /// reconciler runs the seat jobs (zero grace: the seat is an orphan lock now)

@@ -392,6 +392,27 @@ impl Fx {
         .rows_affected();
         Ok(n == 1)
     }
+
+    /// Cancels a PENDING order as seatflow does (the customer's cancel, or
+    /// its own expiry message): status, `active = NULL` and its own reason,
+    /// in one transaction, without touching Redis.
+    pub async fn cancel(&self, order_id: i64) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), \
+             cancel_reason = 'USER_CANCEL' WHERE id = ? AND status = 'PENDING'",
+        )
+        .bind(order_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
+            .bind(order_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(n == 1)
+    }
 }
 
 /// The per-job counts of a `run finished` log line (its `jobs` field:
