@@ -118,6 +118,53 @@ async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
+/// Rules 4 and 15 at the re-check, for rows the contract cannot read: an
+/// order of this showtime whose seat row sits in another showtime, or a
+/// seat row whose order does not exist, written after the scan. MySQL does
+/// not show the seat free in terms the contract explains, so the orphan
+/// lock stays (and the row is reported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_contract_cannot_read_written_after_the_scan_keeps_the_seat() {
+    for row in ["in another showtime", "without its order"] {
+        let races = Races::new();
+        let env = TestEnv::new().await;
+        showtime_with(&env, &[("A-1", "1")]).await;
+        let report = races
+            .run_with_move(
+                &env.ctx.settings,
+                SEAT_BEFORE_RECHECK,
+                &[Kind::OrphanLocks],
+                async || {
+                    let pool = env.ctx.mysql.pool();
+                    if row == "in another showtime" {
+                        let order = env.fx.order(5, "PENDING", &["A-1"], 900).await.unwrap();
+                        sqlx::query("UPDATE order_seat SET showtime_id = 6 WHERE order_id = ?")
+                            .bind(order)
+                            .execute(pool)
+                            .await
+                            .unwrap();
+                    } else {
+                        sqlx::query(
+                            "INSERT INTO order_seat (order_id, showtime_id, seat_no, active) \
+                             VALUES (987654, 5, 'A-1', 1)",
+                        )
+                        .execute(pool)
+                        .await
+                        .unwrap();
+                    }
+                },
+            )
+            .await;
+        assert_eq!(
+            seat(&env, 5, "A-1").await.as_deref(),
+            Some("1"),
+            "a row {row}: {report:?}"
+        );
+        assert_left_alone(&env, &report, 5, "A-1", "1").await;
+        assert_eq!(report.jobs[0].invalid_data, 1, "reported: a row {row}");
+    }
+}
+
 /// Rule 4's re-check, for the paid-seats job: a PAID order's seat shown free
 /// is scanned; the order is refunded before the write. The seat stays free
 /// rather than showing sold with no paid order.
