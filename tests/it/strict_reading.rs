@@ -262,6 +262,52 @@ async fn a_zero_date_is_a_row_to_report_never_a_panic() {
     );
 }
 
+/// Dates at both edges of what decodes: a paid order's `paid_at` on a day
+/// past its month's end, or in month 0 (where MySQL finds no last day: its
+/// test is NULL, which is not "decodes"), is a row nobody can read, so its
+/// seat is not raised to sold, and reported; one created on the first day
+/// MySQL supports (1000-01-01 00:00) is an ordinary order, and its seat is
+/// raised.
+#[tokio::test]
+async fn dates_that_decode_are_read_and_the_others_reported() {
+    let env = TestEnv::new().await;
+    showtime(&env, &[("A-1", "1"), ("A-2", "1"), ("A-3", "1")]).await;
+    let past_month_end = env.fx.order(1, "PAID", &["A-1"], 900).await.unwrap();
+    let oldest = env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
+    let month_zero = env.fx.order(1, "PAID", &["A-3"], 900).await.unwrap();
+    permissive(
+        &env,
+        &[
+            format!("UPDATE ticket_order SET paid_at = '2026-02-30 10:00:00' WHERE id = {past_month_end}"),
+            format!("UPDATE ticket_order SET created_at = '1000-01-01 00:00:00' WHERE id = {oldest}"),
+            format!("UPDATE ticket_order SET paid_at = '2026-00-10 10:00:00' WHERE id = {month_zero}"),
+        ],
+    )
+    .await;
+
+    let report = env.once(&[Kind::PaidSeats]).await;
+    ended_well(&report);
+    assert_eq!(
+        seat(&env, 1, "A-1").await.as_deref(),
+        Some("1"),
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(
+        seat(&env, 1, "A-2").await.as_deref(),
+        Some("2"),
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(
+        seat(&env, 1, "A-3").await.as_deref(),
+        Some("1"),
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(invalid(&report), 2, "{}", report.to_text());
+}
+
 /// A PENDING order's deadline on a day past its month's end is reported
 /// once it is due where MySQL sorts it, and never cancelled; one not due yet
 /// is not even read (the job reads due orders only: an index range, not
@@ -366,7 +412,13 @@ async fn a_seat_key_of_the_wrong_type_is_counted_once_per_run() {
         .await;
     env.fx.order(1, "PENDING", &["A-1"], -3600).await.unwrap();
     let report = env.once(&Kind::ALL).await;
-    assert_eq!(invalid(&report), 1, "{}", report.to_text());
+    assert_eq!(
+        seat(&env, 1, "A-3").await.as_deref(),
+        Some("1"),
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(invalid(&report), 2, "{}", report.to_text());
 }
 
 /// A template seat whose `enabled` is neither 0 nor 1 is no enabled seat:
