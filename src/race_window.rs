@@ -25,6 +25,11 @@ pub const SEAT_BEFORE_REBUILD: &str = "seat-sweep-before-rebuild";
 /// in MySQL (rule 3).
 pub const EXPIRED_BEFORE_CANCEL: &str = "expired-orders-before-cancel";
 
+/// expired-orders, inside the cancel's transaction: the expired orders are
+/// read and row-locked (`SELECT … FOR UPDATE`); next, their conditional
+/// UPDATE. seatflow's payment of one of them waits for the commit here.
+pub const EXPIRED_CANCEL_ROWS_LOCKED: &str = "expired-orders-cancel-rows-locked";
+
 /// expired-orders: the cancel is committed; next, the re-check of its seats
 /// in MySQL (rule 15) and their `"1"` → `"0"` in Redis, still under the
 /// showtime leases (rules 1 and 2).

@@ -13,8 +13,8 @@ use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
-    CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, SEAT_BEFORE_REBUILD,
-    SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
+    CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, EXPIRED_CANCEL_ROWS_LOCKED,
+    SEAT_BEFORE_REBUILD, SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
 };
 use seatflow_test_support::races::{BackgroundRun, Races};
 use seatflow_test_support::{TestEnv, seed_expired};
@@ -388,6 +388,80 @@ async fn a_cancel_by_seatflow_before_the_reconcilers_is_not_taken_for_its_own() 
             .await
             .unwrap();
     assert_eq!(reason.as_deref(), Some("USER_CANCEL"));
+}
+
+/// Rule 3 in the contract's own terms: between the scan and the cancel the
+/// order's status is rewritten in a spelling outside the contract
+/// (`pending`, which the column's collation calls PENDING). Only PENDING,
+/// byte for byte, is cancelled: the order is left as it is, with no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_respelled_before_the_cancel_is_not_cancelled() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_BEFORE_CANCEL,
+            &[Kind::ExpiredOrders],
+            async || {
+                sqlx::query("UPDATE ticket_order SET status = 'pending' WHERE id = ?")
+                    .bind(order)
+                    .execute(env.ctx.mysql.pool())
+                    .await
+                    .unwrap();
+            },
+        )
+        .await;
+
+    assert_left_alone(&env, &report, 1, "A-1", "1").await;
+    let status: Vec<u8> =
+        sqlx::query_scalar("SELECT CAST(status AS BINARY) FROM ticket_order WHERE id = ?")
+            .bind(order)
+            .fetch_one(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    assert_eq!(status, b"pending");
+}
+
+/// Rule 3's lock: inside the cancel's transaction the expired order is
+/// row-locked before its UPDATE, so seatflow's payment of it waits for the
+/// commit (here it gives up after its lock wait), instead of committing in
+/// between; then the cancel commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_waits_for_the_cancel_that_locked_the_order() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let order = seed_expired(&env).await;
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            EXPIRED_CANCEL_ROWS_LOCKED,
+            &[Kind::ExpiredOrders],
+            async || {
+                let mut c = env.ctx.mysql.pool().acquire().await.unwrap();
+                sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
+                    .execute(&mut *c)
+                    .await
+                    .unwrap();
+                let paid = sqlx::query(
+                    "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) \
+                     WHERE id = ? AND status = 'PENDING'",
+                )
+                .bind(order)
+                .execute(&mut *c)
+                .await;
+                let err = paid
+                    .expect_err("the payment waited for the row lock")
+                    .to_string();
+                assert!(err.contains("Lock wait timeout"), "{err}");
+            },
+        )
+        .await;
+
+    let job = &report.jobs[0];
+    assert_eq!((job.fixed, job.errors), (1, 0), "{job:?}");
+    assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
 }
 
 /// Rule 2 across the cancel chain: the expired order is cancelled

@@ -178,6 +178,7 @@ impl MysqlStore {
             return Ok(earlier);
         }
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
+        race_window!(crate::race_window::EXPIRED_CANCEL_ROWS_LOCKED);
 
         // The order's own rows, each in its own showtime (rule 15: the
         // release goes where the row is, not where the order says).
