@@ -23,8 +23,9 @@ calls the SQL a syntax error or names a column it does not have).
 Results go to mutants.out/<group>/mutants.out/ (caught.txt, missed.txt,
 timeout.txt, unviable.txt, logs/), laid out as cargo-mutants lays out its
 own, so one verdict (verdict.py) reads both; `--iterate` skips what an
-earlier run caught or found unviable and keeps it (previously_caught.txt),
-as cargo-mutants' `--iterate` does. The unmutated tests run first: when
+earlier run caught, found unviable or saw hang and keeps it
+(previously_caught.txt), as cargo-mutants' `--iterate` does (which does
+test timeouts again). The unmutated tests run first: when
 they fail, nothing is judged (exit 1). The source is restored after each
 mutant, also when interrupted.
 """
@@ -378,7 +379,8 @@ def main():
     logs = out / "logs"
     earlier = {}
     if args.iterate:
-        for outcome in ("caught", "previously_caught", "unviable"):
+        # A timeout hangs the same tests again (they only grow): kept too.
+        for outcome in ("caught", "previously_caught", "unviable", "timeout"):
             f = out / f"{outcome}.txt"
             earlier[outcome] = f.read_text().splitlines() if f.exists() else []
     skip = {x for names in earlier.values() for x in names}
@@ -401,7 +403,12 @@ def main():
         if cargo_test(list(tests), logs / f"baseline-{n}.log") != "ok":
             print(f"baseline failed: see {logs}/baseline-{n}.log", file=sys.stderr)
             return 1
-    results = {"caught": [], "missed": [], "timeout": [], "unviable": earlier.get("unviable", [])}
+    results = {
+        "caught": [],
+        "missed": [],
+        "timeout": earlier.get("timeout", []),
+        "unviable": earlier.get("unviable", []),
+    }
     results["previously_caught"] = earlier.get("caught", []) + earlier.get("previously_caught", [])
     for n, (t, m, text) in enumerate(plan, 1):
         started = time.monotonic()
