@@ -22,10 +22,10 @@ calls the SQL a syntax error or names a column it does not have).
 
 Results go to mutants.out/<group>/mutants.out/ (caught.txt, missed.txt,
 timeout.txt, unviable.txt, logs/), laid out as cargo-mutants lays out its
-own, so one verdict (verdict.py) reads both; `--iterate` skips what an
-earlier run caught, found unviable or saw hang and keeps it
-(previously_caught.txt), as cargo-mutants' `--iterate` does (which does
-test timeouts again). The unmutated tests run first: when
+own, so one verdict (verdict.py) reads both. `--iterate` skips what an
+earlier run caught or found unviable and keeps it (previously_caught.txt),
+as cargo-mutants' `--iterate` does, and keeps its timeouts too (the same
+tests would hang again; cargo-mutants tests those again). The unmutated tests run first: when
 they fail, nothing is judged (exit 1). The source is restored after each
 mutant, also when interrupted.
 """
@@ -372,7 +372,7 @@ def main():
     ap.add_argument("group", choices=sorted(GROUPS))
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
     ap.add_argument("--only", help="only mutants whose name contains this")
-    ap.add_argument("--iterate", action="store_true", help="skip what the last run caught or found unviable")
+    ap.add_argument("--iterate", action="store_true", help="skip what the last run caught, found unviable or saw hang")
     args = ap.parse_args()
 
     out = ROOT / "mutants.out" / args.group / "mutants.out"
