@@ -25,9 +25,9 @@ timeout.txt, unviable.txt, logs/), laid out as cargo-mutants lays out its
 own, so one verdict (verdict.py) reads both. `--iterate` skips what an
 earlier run caught or found unviable and keeps it (previously_caught.txt),
 as cargo-mutants' `--iterate` does, and keeps its timeouts too (the same
-tests would hang again; cargo-mutants tests those again). The unmutated tests run first: when
-they fail, nothing is judged (exit 1). The source is restored after each
-mutant, also when interrupted.
+tests would hang again; cargo-mutants tests those again). The unmutated
+tests run first: when they fail, nothing is judged (exit 1). The source is
+restored after each mutant, also when interrupted.
 """
 
 import argparse
