@@ -341,6 +341,10 @@ def cargo_test(filters, log_path):
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             return "timeout"
+        except BaseException:
+            # Interrupted: the tests stop with us.
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
 
 
 def script_loads(text):
@@ -368,6 +372,8 @@ def judge(target, mutant, original, log_path):
 
 
 def main():
+    # A TERM (a killed run) unwinds like ^C, so the mutated file is restored.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("group", choices=sorted(GROUPS))
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
