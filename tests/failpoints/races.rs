@@ -604,8 +604,8 @@ async fn two_reconcilers_cancel_an_expired_order_once() {
 
 /// Rules 9 and 10: the cancel of an expired order with two seats commits,
 /// and its reply is lost (a transient error). The retry recognises the
-/// commit as its own: one order cancelled, its two seats released, each
-/// audited once. That the fault fired and was retried is read from the
+/// commit as its own: two orders cancelled, their three seats released,
+/// each audited once. That the fault fired and was retried is read from the
 /// retry's own WARN: without it, a fault point that never fired would pass
 /// this test as an ordinary cancel.
 ///
@@ -624,8 +624,11 @@ async fn a_cancel_whose_reply_was_lost_counts_and_audits_once() {
         .order(1, "PENDING", &["A-1", "A-2"], -600)
         .await
         .unwrap();
+    // A second expired order in the same cancel: each order recognised
+    // with its own seats.
+    let second = env.fx.order(1, "PENDING", &["A-3"], -600).await.unwrap();
     env.fx
-        .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "1")])
+        .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "1"), ("A-3", "1")])
         .await
         .unwrap();
     races.fail_once(CANCEL_REPLY_LOST);
@@ -640,9 +643,10 @@ async fn a_cancel_whose_reply_was_lost_counts_and_audits_once() {
         }],
         "the fault fired once, after the commit, and the cancel was tried again"
     );
-    assert_eq!((report.fixed, report.errors), (1, 0), "{report:?}");
+    assert_eq!((report.fixed, report.errors), (2, 0), "{report:?}");
     assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
-    for s in ["A-1", "A-2"] {
+    assert_eq!(env.fx.order_status(second).await.unwrap(), "CANCELLED");
+    for s in ["A-1", "A-2", "A-3"] {
         assert_eq!(seat(&env, 1, s).await.as_deref(), Some("0"));
     }
     let audit: Vec<(Option<String>, i64)> = sqlx::query_as(

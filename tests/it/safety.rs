@@ -584,7 +584,8 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
 /// Rule 4's "continuously", judged by an order's latest time: an order
 /// created before the seat was first seen orphaned, and cancelled after it,
 /// came and went since (its cancel is activity on the seat), so the grace
-/// restarts; its creation alone would say it ended before the record.
+/// restarts; its creation alone would say it ended before the record. An
+/// order that ended before the first sighting restarts nothing.
 #[tokio::test]
 async fn an_order_cancelled_after_first_seen_restarts_the_grace_period() {
     let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
@@ -603,11 +604,32 @@ async fn an_order_cancelled_after_first_seen_restarts_the_grace_period() {
     .await
     .unwrap();
 
+    // A-2: the same, except that its order came and went before the first
+    // sighting: nothing since, so the grace ran out and it is released.
+    env.fx.warm(4, &[("A-2", "1")]).await.unwrap();
+    env.age_suspect(4, "A-2", "1", Duration::from_secs(600))
+        .await;
+    let ended = env.fx.order(4, "CANCELLED", &["A-2"], 600).await.unwrap();
+    sqlx::query(
+        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 30 MINUTE, \
+         expires_at = UTC_TIMESTAMP(3) - INTERVAL 15 MINUTE, \
+         cancelled_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE WHERE id = ?",
+    )
+    .bind(ended)
+    .execute(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+
     let r = env.job(Kind::OrphanLocks).await;
-    assert_eq!((r.fixed, r.deferred), (0, 1), "{r:?}");
+    assert_eq!((r.fixed, r.deferred), (1, 1), "{r:?}");
     assert_eq!(
         env.fx.seat_value(4, "A-1").await.unwrap().as_deref(),
         Some("1")
+    );
+    assert_eq!(
+        env.fx.seat_value(4, "A-2").await.unwrap().as_deref(),
+        Some("0"),
+        "released: no activity since it was first seen"
     );
 }
 
