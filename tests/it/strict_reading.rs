@@ -70,25 +70,35 @@ async fn a_seat_named_only_by_the_collation_is_never_lowered() {
     for spelling in ["a-1", "A-1 ", "á-1", "A-1  "] {
         for (status, value) in [("PAID", "2"), ("PENDING", "1")] {
             let env = TestEnv::new().await;
-            showtime(&env, &[("A-1", value), ("A-2", value)]).await;
-            // The order holds A-2 too, spelled as the template spells it: the
-            // respelled row is named by its own key, not by its order.
-            let order = env.fx.order(1, status, &["A-1", "A-2"], 900).await.unwrap();
-            sqlx::query("UPDATE order_seat SET seat_no = ? WHERE order_id = ? AND seat_no = 'A-1'")
-                .bind(spelling)
-                .bind(order)
-                .execute(env.ctx.mysql.pool())
+            showtime(&env, &[("A-1", value), ("A-2", value), ("A-4", value)]).await;
+            // The order holds A-2 too, spelled as the template spells it (the
+            // respelled rows are named by their own keys, not by their
+            // order), and A-4 respelled the same way (two rows named at once).
+            let order = env
+                .fx
+                .order(1, status, &["A-1", "A-2", "A-4"], 900)
                 .await
                 .unwrap();
+            for seat_no in ["A-1", "A-4"] {
+                sqlx::query("UPDATE order_seat SET seat_no = ? WHERE order_id = ? AND seat_no = ?")
+                    .bind(spelling.replace('1', &seat_no[2..]))
+                    .bind(order)
+                    .bind(seat_no)
+                    .execute(env.ctx.mysql.pool())
+                    .await
+                    .unwrap();
+            }
 
             let report = env.once(&Kind::ALL).await;
             ended_well(&report);
-            assert_eq!(
-                seat(&env, 1, "A-1").await.as_deref(),
-                Some(value),
-                "{status} {spelling:?}: {}",
-                report.to_text()
-            );
+            for seat_no in ["A-1", "A-4"] {
+                assert_eq!(
+                    seat(&env, 1, seat_no).await.as_deref(),
+                    Some(value),
+                    "{seat_no} {status} {spelling:?}: {}",
+                    report.to_text()
+                );
+            }
             assert!(invalid(&report) >= 1, "{}", report.to_text());
             // The sweep's own read names the row's seat (no repair is even
             // planned): the re-check is the second line, not the only one.
@@ -104,6 +114,7 @@ async fn a_seat_named_only_by_the_collation_is_never_lowered() {
             assert_eq!(hash.get("A-3").map(String::as_str), Some("0"), "rebuilt");
             assert_eq!(hash.get("A-2").map(String::as_str), Some(value), "rebuilt");
             assert_eq!(hash.get("A-1"), None, "{status} {spelling:?}: {hash:?}");
+            assert_eq!(hash.get("A-4"), None, "{status} {spelling:?}: {hash:?}");
         }
     }
 }
