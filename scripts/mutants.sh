@@ -84,7 +84,7 @@ for group in "${groups[@]}"; do
         --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
         --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     pass)
-      rust pass ::tests::,passes::,cluster:: --file src/pass.rs --file src/store/redis/leases.rs \
+      rust pass ::tests::,passes::,cluster::,own_keys:: --file src/pass.rs --file src/store/redis/leases.rs \
         --re 'src/pass\.rs' \
         --re 'RedisStore::(claim_pass|renew_pass|release_pass|finish_pass)\b' \
         --cargo-arg=--lib --cargo-arg=--test=it ;;

@@ -292,3 +292,27 @@ async fn cursor_cas_moves_only_from_the_value_read() {
     let cursor: Option<String> = env.redis(redis::cmd("GET").arg(&keys[0])).await;
     assert_eq!(cursor.as_deref(), Some("a"));
 }
+
+/// A pass outside the schedule (slot 0: `once`, the admin endpoint) is
+/// claimed whatever pass the record says completed; a scheduled slot
+/// already completed is not run again.
+#[tokio::test]
+async fn pass_claim_runs_a_pass_outside_the_schedule_after_a_completed_one() {
+    let env = TestEnv::new().await;
+    let k = &env.ctx.redis.keys;
+    let shard = seatflow_reconciler::model::Shard::ALL;
+    let keys = [k.pass_lease(shard), k.pass_record(shard)];
+    let _: () = env
+        .redis(redis::cmd("SET").arg(&keys[1]).arg("5000 6000 other"))
+        .await;
+    let done = eval(&env, PASS_CLAIM, &keys, &["t1 me", "60000", "5000"])
+        .await
+        .unwrap();
+    let code: Vec<Value> = redis::from_redis_value(done).unwrap();
+    assert_eq!(code[0], Value::Int(2), "slot 5000 was done");
+    let outside = eval(&env, PASS_CLAIM, &keys, &["t1 me", "60000", "0"])
+        .await
+        .unwrap();
+    let code: Vec<Value> = redis::from_redis_value(outside).unwrap();
+    assert_eq!(code[0], Value::Int(1), "claimed: {code:?}");
+}

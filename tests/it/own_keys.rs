@@ -651,3 +651,42 @@ async fn wrong_typed_lock_and_backlog_keys_are_reported_and_the_run_goes_on() {
     assert_eq!(members, ["m1", "m2"]);
     assert_eq!(key_type(&env, &backlog).await, "none");
 }
+
+/// Rule 13 for the pass lease: a key of ours of the wrong type is replaced
+/// by the claim, and the claim says so (for the caller to report); an
+/// absent one is simply taken, with nothing to report.
+#[tokio::test]
+async fn a_pass_lease_of_the_wrong_type_is_replaced_and_said_so() {
+    use seatflow_reconciler::model::Shard;
+    use seatflow_reconciler::store::redis::PassClaim;
+    let env = TestEnv::new().await;
+    let redis = &env.ctx.redis;
+    let claimed = |c: PassClaim| match c {
+        PassClaim::Claimed { replaced, .. } => replaced,
+        other => panic!("not claimed: {other:?}"),
+    };
+    let fresh = redis
+        .claim_pass(Shard::ALL, "t1 a", 60_000, 0)
+        .await
+        .unwrap();
+    assert!(!claimed(fresh), "an absent lease: nothing replaced");
+    let _: () = env
+        .redis(redis::cmd("DEL").arg(redis.keys.pass_lease(Shard::ALL)))
+        .await;
+    let _: () = env
+        .redis(
+            redis::cmd("SADD")
+                .arg(redis.keys.pass_lease(Shard::ALL))
+                .arg("m"),
+        )
+        .await;
+    let over = redis
+        .claim_pass(Shard::ALL, "t2 a", 60_000, 0)
+        .await
+        .unwrap();
+    assert!(claimed(over), "a set in its place: replaced");
+    assert_eq!(
+        key_type(&env, &redis.keys.pass_lease(Shard::ALL)).await,
+        "string"
+    );
+}
