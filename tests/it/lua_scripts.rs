@@ -15,6 +15,7 @@ const RECORD_SUSPECTS: &str = include_str!("../../src/store/lua/record_suspects.
 const LEASE_ACQUIRE: &str = include_str!("../../src/store/lua/lease_acquire.lua");
 const LEASE_RENEW: &str = include_str!("../../src/store/lua/lease_renew.lua");
 const PASS_CLAIM: &str = include_str!("../../src/store/lua/pass_claim.lua");
+const PASS_FINISH: &str = include_str!("../../src/store/lua/pass_finish.lua");
 const BACKLOG_READ: &str = include_str!("../../src/store/lua/backlog_read.lua");
 const BACKLOG_PUSH: &str = include_str!("../../src/store/lua/backlog_push.lua");
 const CURSOR_CAS: &str = include_str!("../../src/store/lua/cursor_cas.lua");
@@ -315,4 +316,30 @@ async fn pass_claim_runs_a_pass_outside_the_schedule_after_a_completed_one() {
         .unwrap();
     let code: Vec<Value> = redis::from_redis_value(outside).unwrap();
     assert_eq!(code[0], Value::Int(1), "claimed: {code:?}");
+}
+
+/// A pass whose lease went to another replica records nothing and leaves
+/// that replica's lease alone (fenced); its own lease is released with the
+/// record.
+#[tokio::test]
+async fn pass_finish_is_fenced_by_the_lease() {
+    let env = TestEnv::new().await;
+    let k = &env.ctx.redis.keys;
+    let shard = seatflow_reconciler::model::Shard::ALL;
+    let keys = [k.pass_lease(shard), k.pass_record(shard)];
+    let _: () = env
+        .redis(redis::cmd("SET").arg(&keys[0]).arg("t2 other"))
+        .await;
+    let late = eval(&env, PASS_FINISH, &keys, &["t1 me", "5000 6000 me"]).await;
+    assert_eq!(late.unwrap(), Value::Int(0), "not ours any more");
+    let record: Option<String> = env.redis(redis::cmd("GET").arg(&keys[1])).await;
+    assert_eq!(record, None, "nothing recorded");
+    let _: () = env
+        .redis(redis::cmd("SET").arg(&keys[0]).arg("t1 me"))
+        .await;
+    let ours = eval(&env, PASS_FINISH, &keys, &["t1 me", "5000 6000 me"]).await;
+    assert_eq!(ours.unwrap(), Value::Int(1));
+    let record: Option<String> = env.redis(redis::cmd("GET").arg(&keys[1])).await;
+    assert_eq!(record.as_deref(), Some("5000 6000 me"));
+    assert!(!exists(&env, &keys[0]).await, "released");
 }

@@ -79,6 +79,15 @@ async fn a_seat_named_only_by_the_collation_is_never_lowered() {
                 .order(1, status, &["A-1", "A-2", "A-4"], 900)
                 .await
                 .unwrap();
+            // And a row of the order that names no seat of the hall at all:
+            // reported, and it holds nothing.
+            sqlx::query(
+                "INSERT INTO order_seat (order_id, showtime_id, seat_no, active) VALUES (?, 1, 'Z-9', 1)",
+            )
+            .bind(order)
+            .execute(env.ctx.mysql.pool())
+            .await
+            .unwrap();
             for seat_no in ["A-1", "A-4"] {
                 sqlx::query("UPDATE order_seat SET seat_no = ? WHERE order_id = ? AND seat_no = ?")
                     .bind(spelling.replace('1', &seat_no[2..]))
