@@ -6,9 +6,7 @@
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if redis.call('TYPE', KEYS[2]).ok ~= 'string' and redis.call('TYPE', KEYS[2]).ok ~= 'none' then
-  redis.call('DEL', KEYS[2])
-end
+-- SET replaces a record key of any type (rule 13: ours, derived state).
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[1])
 return 1
