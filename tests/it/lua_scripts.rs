@@ -337,6 +337,8 @@ async fn pass_finish_is_fenced_by_the_lease() {
     let _: () = env
         .redis(redis::cmd("SET").arg(&keys[0]).arg("t1 me"))
         .await;
+    // A record key of the wrong type (ours: replaced).
+    let _: () = env.redis(redis::cmd("SADD").arg(&keys[1]).arg("m")).await;
     let ours = eval(&env, PASS_FINISH, &keys, &["t1 me", "5000 6000 me"]).await;
     assert_eq!(ours.unwrap(), Value::Int(1));
     let record: Option<String> = env.redis(redis::cmd("GET").arg(&keys[1])).await;
