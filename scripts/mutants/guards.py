@@ -49,7 +49,7 @@ TIMEOUT_S = 150
 TEST_TARGETS = ["--test", "it", "--test", "failpoints"]
 SEAT_TESTS = ["races::", "safety::", "own_keys::", "strict_reading::", "bad_data::", "jobs::"]
 LEASE_TESTS = SEAT_TESTS + ["passes::", "cluster::"]
-PASS_TESTS = ["passes::", "daemon::", "cluster::"]
+PASS_TESTS = ["passes::", "daemon::", "cluster::", "own_keys::"]
 
 
 @dataclass
