@@ -78,6 +78,8 @@ def write_summary(rows):
         "are listed with their reasons in `scripts/mutants/survivors.txt`.",
         "*viable* = built (and, for Lua, loaded by Redis); *timeout* = the tests",
         "hung until the per-mutant limit (a changed behaviour, counted apart).",
+        "A group run again with `ITERATE=1` keeps what earlier runs caught;",
+        "cargo-mutants counts earlier unviable mutants among them.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
