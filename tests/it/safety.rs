@@ -548,17 +548,24 @@ async fn a_retried_repair_is_applied_once() {
     );
 }
 
-/// Rule 4: "continuously". A seat first seen orphaned long ago, whose hold
-/// was then taken by an order that came and went, is not released on the
-/// old record: a new customer's in-flight hold may be what Redis shows now.
-#[tokio::test]
-async fn order_activity_since_first_seen_restarts_the_grace_period() {
+/// Showtime 4 (a 1×2 hall) with a 120 s grace, whose A-1 shows `"1"` and
+/// was first seen orphaned ten minutes ago.
+async fn orphan_seen_ten_minutes_ago() -> TestEnv {
     let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(4, &seats, &[("A-1", "1")]).await.unwrap();
     env.age_suspect(4, "A-1", "1", Duration::from_secs(600))
         .await;
+    env
+}
+
+/// Rule 4: "continuously". A seat first seen orphaned long ago, whose hold
+/// was then taken by an order that came and went, is not released on the
+/// old record: a new customer's in-flight hold may be what Redis shows now.
+#[tokio::test]
+async fn order_activity_since_first_seen_restarts_the_grace_period() {
+    let env = orphan_seen_ten_minutes_ago().await;
     // Customer A's order for A-1 committed and was cancelled meanwhile; the
     // "1" now belongs to customer B, whose order is still being written.
     env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
@@ -588,12 +595,7 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
 /// order that ended before the first sighting restarts nothing.
 #[tokio::test]
 async fn an_order_cancelled_after_first_seen_restarts_the_grace_period() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
-    env.fx.warm_all(4, &seats, &[("A-1", "1")]).await.unwrap();
-    env.age_suspect(4, "A-1", "1", Duration::from_secs(600))
-        .await;
+    let env = orphan_seen_ten_minutes_ago().await;
     let order = env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
     sqlx::query(
         "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE, \
