@@ -51,6 +51,15 @@ pub const AUDIT_BACKLOG_READ_LOST: &str = "audit-backlog-read-reply-lost";
 /// them again, harmlessly (`fix_id`), and removes them.
 pub const AUDIT_BACKLOG_ACK_LOST: &str = "audit-backlog-ack-lost";
 
+/// What a fault point returns: the connection dropped, and `what` with it.
+#[cfg(feature = "failpoints")]
+pub fn connection_reset(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        format!("{what} (failpoint)"),
+    )
+}
+
 /// Marks a race window (one of the constants above).
 macro_rules! race_window {
     ($name:expr) => {

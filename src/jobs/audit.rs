@@ -386,10 +386,9 @@ pub async fn drain_backlog(ctx: &Context) -> Result<Drained> {
         let (raw, aside) = ctx.redis.read_audit_backlog(BACKLOG_BATCH).await?;
         #[cfg(feature = "failpoints")]
         fail::fail_point!(crate::race_window::AUDIT_BACKLOG_READ_LOST, |_| {
-            Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "the reply was lost (failpoint)",
-            ))))
+            Err(Error::Redis(redis::RedisError::from(
+                crate::race_window::connection_reset("the reply was lost"),
+            )))
         });
         if let Some(aside) = &aside {
             moved_aside(ctx, aside);
@@ -423,10 +422,9 @@ pub async fn drain_backlog(ctx: &Context) -> Result<Drained> {
         }
         #[cfg(feature = "failpoints")]
         fail::fail_point!(crate::race_window::AUDIT_BACKLOG_ACK_LOST, |_| {
-            Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "the request was lost (failpoint)",
-            ))))
+            Err(Error::Redis(redis::RedisError::from(
+                crate::race_window::connection_reset("the request was lost"),
+            )))
         });
         ctx.redis.ack_audit_backlog(&raw).await?;
         if raw.len() < BACKLOG_BATCH {
