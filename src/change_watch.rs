@@ -271,7 +271,7 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
         showtimes: due.iter().map(|d| d.showtime).collect(),
         stop: runner.stopping(),
         bad_data_reporter: kinds.iter().copied().find(|k| k.is_seat_job()),
-        check: true,
+        check: Some(source.label()),
         // Its reads share the pass's pace (the latency budget).
         pacer: runner.pacer(),
         // A check that defers an orphan queues its grace's end too.

@@ -45,9 +45,12 @@ pub struct RunOptions {
     /// The problems this run has reported, so each is counted once per run
     /// by the first job that meets it (shared by the run's jobs).
     pub reported: strict::Reported,
-    /// A change-driven check: a few showtimes, so none of a run's
-    /// housekeeping (abandoned runs, audit pruning and backlog).
-    pub check: bool,
+    /// A change-driven check, named by what asked for it (a source's label:
+    /// `event`, `deadline`, `grace`, `retry`): a few showtimes, so none of a
+    /// run's housekeeping (abandoned runs, audit pruning and backlog). The
+    /// label is kept in the run's report (`reconcile_run.report`, `check`),
+    /// so the audit tells which source found each repair; none: a pass.
+    pub check: Option<&'static str>,
     /// What a sweep tells the daemon's change-driven checks (its own, a
     /// pass's or a check's).
     pub changes: Option<Arc<dyn ChangeSink>>,
@@ -294,7 +297,7 @@ pub(crate) async fn run_once_as(
         tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");
         audit_ok = false;
     }
-    let moved_aside = if opts.dry_run || opts.check {
+    let moved_aside = if opts.dry_run || opts.check.is_some() {
         0
     } else {
         close_earlier_runs(ctx).await
@@ -319,6 +322,7 @@ pub(crate) async fn run_once_as(
         started.elapsed().as_millis() as u64,
     );
     report.redis_round_trips = ctx.redis.round_trips() - trips_before;
+    report.check = opts.check;
     log_run(ctx, &report);
     if !opts.dry_run && audit_ok {
         let summary = serde_json::to_string(&report).unwrap_or_default();

@@ -276,6 +276,9 @@ pub struct RunReport {
     /// Jobs that did not run because another reconciler has their pass.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedJob>,
+    /// A change-driven check: what asked for it (`RunOptions::check`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<&'static str>,
 }
 
 /// Why a job of the run did not run.
@@ -348,6 +351,7 @@ impl RunReport {
             fixed,
             jobs,
             skipped: Vec::new(),
+            check: None,
         }
     }
 

@@ -117,6 +117,10 @@ fn pass_runs(exposition: &str) -> f64 {
         .sum()
 }
 
+fn found(kind: &str, by: &str) -> (String, String) {
+    (kind.to_string(), by.to_string())
+}
+
 async fn metrics(daemon: &InProcessDaemon) -> String {
     reqwest::get(daemon.url("/metrics"))
         .await
@@ -147,9 +151,10 @@ async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
         1.0
     );
     assert!(sample(&m, "seatflow_reconcile_change_events_total") >= 1.0);
-    // The check is a run of its own, audited like any.
+    // The check is a run of its own, audited like any, with what asked for it.
     let audit = env.audit().await;
     assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(env.found_by().await, [found("seat_released", "event")]);
     // The release's own write is an event too: one more check, which
     // finds nothing (the seat is free now).
     assert!(
@@ -195,6 +200,7 @@ async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
         0.0,
         "the event's check deferred it"
     );
+    assert_eq!(env.found_by().await, [found("seat_released", "grace")]);
     daemon.stop().await;
 }
 
@@ -227,6 +233,9 @@ async fn an_unpaid_order_is_cancelled_at_its_deadline_without_a_run() {
         "no run of the job did it"
     );
     seat_becomes(&env, 2, "A-4", "0", "its seat is released").await;
+    let mut by_deadline = env.found_by().await;
+    by_deadline.retain(|(kind, _)| kind == "order_cancelled");
+    assert_eq!(by_deadline, [found("order_cancelled", "deadline")]);
     daemon.stop().await;
 }
 

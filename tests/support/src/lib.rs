@@ -145,6 +145,21 @@ impl TestEnv {
         rows
     }
 
+    /// Each audited fix's kind with what found it: the source that asked
+    /// for its run's check (`reconcile_run.report`'s `check`), or `sweep`
+    /// for a run of the jobs themselves (a pass, `once`, a scheduled run).
+    pub async fn found_by(&self) -> Vec<(String, String)> {
+        let mut rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT f.kind, COALESCE(JSON_VALUE(r.report, '$.check'), 'sweep') \
+             FROM reconcile_fix f JOIN reconcile_run r ON r.run_id = f.run_id",
+        )
+        .fetch_all(self.ctx.mysql.pool())
+        .await
+        .unwrap();
+        rows.sort();
+        rows
+    }
+
     pub async fn redis<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         let mut c = self.ctx.redis.connection();
         cmd.query_async(&mut c).await.unwrap()
