@@ -204,6 +204,58 @@ async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
     daemon.stop().await;
 }
 
+/// A suspect whose grace restarts at the re-check (an order came and went
+/// on the seat after it was first seen, a crash between the cancel's commit
+/// and its `"0"`: MySQL only, no event) gets a grace check of its own for
+/// the new grace's end, not a pass later.
+#[tokio::test]
+async fn a_grace_that_restarts_at_the_recheck_is_checked_at_its_new_end() {
+    let redis = servers::redis_with_keyspace_events();
+    let grace = Duration::from_secs(3);
+    let (env, daemon) = daemon_after_one_pass(Some(&redis), grace).await;
+    events_on(&daemon).await;
+
+    env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
+    let suspects = env.ctx.redis.keys.suspect(1);
+    seatflow_test_support::servers::wait_until(
+        "the event's check records the suspect",
+        Duration::from_secs(30),
+        || async {
+            let seen: bool = env
+                .redis(redis::cmd("HEXISTS").arg(&suspects).arg("A-2"))
+                .await;
+            seen
+        },
+    )
+    .await;
+    // After the sighting: an order on the seat, cancelled now (its `"0"`
+    // lost), so the seat was not orphaned throughout.
+    let order = env.fx.order(1, "CANCELLED", &["A-2"], 600).await.unwrap();
+    sqlx::query("UPDATE ticket_order SET cancelled_at = UTC_TIMESTAMP(3) WHERE id = ?")
+        .bind(order)
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+    seat_becomes(
+        &env,
+        1,
+        "A-2",
+        "0",
+        "released at the end of the restarted grace",
+    )
+    .await;
+    let m = metrics(&daemon).await;
+    assert!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_checks_total{source="grace"}"#
+        ) >= 2.0,
+        "the first grace check restarted it, a second one released it"
+    );
+    assert_eq!(env.found_by().await, [found("seat_released", "grace")]);
+    daemon.stop().await;
+}
+
 /// A PENDING order is cancelled, and its seat released, seconds after its
 /// deadline (plus the buffer): its showtime was queued for that instant
 /// from the deadlines read ahead, with no `expired-orders` run between.

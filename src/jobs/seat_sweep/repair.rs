@@ -146,6 +146,14 @@ impl<'a> Sweep<'a, '_> {
                 })
                 .await?;
             self.replaced(&replaced);
+            // Their grace starts over now: checked when it ends, not a pass
+            // later (no event comes: the change was in MySQL).
+            if let Some(sink) = &self.opts.changes {
+                let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
+                for (id, _) in &restart {
+                    sink.grace_ends(*id, grace_ms);
+                }
+            }
         }
         let ids: Vec<ShowtimeId> = batches.iter().map(|b| b.showtime).collect();
         let lost = ctx
