@@ -14,7 +14,7 @@
 //! are seen releasing orphans and deferring suspects, and no customer whose
 //! order was being written, valid or paid has a seat changed under them
 //! (the simulator's customers check their own seats in Redis's order of
-//! events; see `simulator.rs`). Then they stop while the customers go on
+//! events; see `tests/simulator/src/lib.rs`). Then they stop while the customers go on
 //! (drift of every kind piles up), the traffic stops, and a hash is lost:
 //! nobody writes. The stores are read there (the first cut), two fresh
 //! reconcilers start with the audit table gone until their rows are seen

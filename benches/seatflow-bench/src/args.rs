@@ -229,6 +229,20 @@ pub struct SoakArgs {
     /// server's own (none).
     #[arg(long, value_name = "FLAGS")]
     pub keyspace_events: Option<String>,
+    /// Live seatflow traffic on this many showtimes spread over the estate
+    /// (0: none): customers buying, cancelling, refunding and abandoning,
+    /// and crashing in each of the contract's windows (`seatflow-simulator`).
+    /// The hold workload then runs on keys apart from the seat hashes, so
+    /// that its writes are not a storm of keyspace events.
+    #[arg(long, default_value_t = 0)]
+    pub traffic_showtimes: usize,
+    /// Concurrent customers of the traffic.
+    #[arg(long, default_value_t = 16)]
+    pub traffic_workers: usize,
+    /// With traffic: a traffic showtime's hash is lost (`DEL`) every this
+    /// many seconds (0: never).
+    #[arg(long, default_value_t = 20)]
+    pub traffic_lose_every: u64,
 }
 
 impl SoakArgs {
@@ -250,6 +264,10 @@ impl SoakArgs {
         ensure!(
             self.hold_interval_ms >= 0.1,
             "--hold-interval-ms must be at least 0.1"
+        );
+        ensure!(
+            (1..=256).contains(&self.traffic_workers),
+            "--traffic-workers must be in 1..=256"
         );
         Ok(())
     }

@@ -2,13 +2,13 @@
 //! gets its own MariaDB database and Redis key prefix on the real local
 //! services, removed again when it ends ([`TestEnv`]); [`daemon`] runs the
 //! real binary; [`servers`] starts private servers; [`simulator`] plays
-//! seatflow's traffic.
+//! seatflow's traffic (its own crate, which the benchmark's soak shares).
 
 pub mod daemon;
 pub mod own_keys;
 pub mod races;
 pub mod servers;
-pub mod simulator;
+pub use seatflow_simulator as simulator;
 pub mod tls;
 
 use std::collections::BTreeMap;

@@ -127,8 +127,11 @@ impl Daemon {
         self.changes = body
             .lines()
             .filter(|l| {
-                l.starts_with("seatflow_reconcile_change_")
-                    || l.starts_with("seatflow_reconcile_redis_events")
+                (l.starts_with("seatflow_reconcile_change_")
+                    || l.starts_with("seatflow_reconcile_redis_events"))
+                    // A histogram's buckets are many lines; its count and
+                    // sum are kept.
+                    && !l.contains("_bucket{")
             })
             .filter_map(|l| {
                 let (series, value) = l.rsplit_once(' ')?;
@@ -196,6 +199,15 @@ impl Daemon {
             _ => {}
         }
         self.in_pass = running;
+    }
+
+    /// `/status`'s verdict on Redis keyspace events (`on`, `standby`, ...).
+    pub async fn redis_events(&self) -> Option<String> {
+        let Ok((200, body)) = http_get(self.port, "/status").await else {
+            return None;
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        Some(v["changes"]["redis_events"].as_str()?.to_string())
     }
 
     pub fn sample_rss(&mut self, t_s: f64) {

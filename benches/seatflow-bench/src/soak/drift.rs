@@ -143,8 +143,11 @@ impl<'a> Injector<'a> {
         }
         // Before the write: an age measured from here is never too short.
         let injected_at = Utc::now();
-        let mut conn = self.bench.redis.clone();
-        pipe.query_async::<()>(&mut conn).await?;
+        if !picks.is_empty() {
+            // (Redis refuses an empty pipeline: `--inject 0`.)
+            let mut conn = self.bench.redis.clone();
+            pipe.query_async::<()>(&mut conn).await?;
+        }
         let n = picks.len();
         for (showtime, seat, kind) in picks {
             self.log.push(Injected {
@@ -199,31 +202,50 @@ impl<'a> Injector<'a> {
 pub struct FixRow {
     pub showtime: i64,
     pub seat: Option<String>,
+    pub order_id: Option<i64>,
     pub job: String,
     pub kind: String,
     pub fixed_at: NaiveDateTime,
+    /// What asked for the run that made it: a check's source (`event`,
+    /// `grace`, `deadline`, `retry`), or `sweep`.
+    pub found_by: String,
 }
 
-/// `showtime_id, seat_no, job, kind, fixed_at`, as read.
-type FixTuple = (Option<i64>, Option<String>, String, String, NaiveDateTime);
+/// `showtime_id, seat_no, order_id, job, kind, fixed_at, found_by`, as read.
+type FixTuple = (
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    String,
+    String,
+    NaiveDateTime,
+    String,
+);
 
 /// Every fix recorded since `since` (the audit of the whole soak).
 pub async fn fixes_since(pool: &MySqlPool, since: DateTime<Utc>) -> Result<Vec<FixRow>> {
     let rows: Vec<FixTuple> = sqlx::query_as(
-        "SELECT showtime_id, seat_no, job, kind, fixed_at FROM reconcile_fix WHERE fixed_at >= ?",
+        "SELECT f.showtime_id, f.seat_no, f.order_id, f.job, f.kind, f.fixed_at, \
+         COALESCE(JSON_VALUE(r.report, '$.check'), 'sweep') \
+         FROM reconcile_fix f LEFT JOIN reconcile_run r ON r.run_id = f.run_id \
+         WHERE f.fixed_at >= ?",
     )
     .bind(since.naive_utc())
     .fetch_all(pool)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(showtime, seat, job, kind, fixed_at)| FixRow {
-            showtime: showtime.unwrap_or(0),
-            seat,
-            job,
-            kind,
-            fixed_at,
-        })
+        .map(
+            |(showtime, seat, order_id, job, kind, fixed_at, found_by)| FixRow {
+                showtime: showtime.unwrap_or(0),
+                seat,
+                order_id,
+                job,
+                kind,
+                fixed_at,
+                found_by,
+            },
+        )
         .collect())
 }
 
@@ -343,12 +365,18 @@ pub fn ages(
 
 /// p50, p90 and max (nearest rank).
 fn quantiles(v: &mut [f64]) -> (Option<f64>, Option<f64>, Option<f64>) {
-    if v.is_empty() {
-        return (None, None, None);
-    }
     v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    (Some(at(0.5)), Some(at(0.9)), v.last().copied())
+    (
+        nearest_rank(v, 0.5),
+        nearest_rank(v, 0.9),
+        v.last().copied(),
+    )
+}
+
+/// The `q` quantile of sorted `v`, by nearest rank (None when empty).
+pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    let n = sorted.len();
+    (n > 0).then(|| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
 }
 
 #[cfg(test)]
@@ -385,9 +413,11 @@ mod tests {
         let fix = |showtime, seat: Option<&str>, kind: &str, t| FixRow {
             showtime,
             seat: seat.map(String::from),
+            order_id: None,
             job: "x".into(),
             kind: kind.into(),
             fixed_at: at(t).naive_utc(),
+            found_by: "sweep".into(),
         };
         let fixes = vec![
             // An earlier fix of the same seat does not count.

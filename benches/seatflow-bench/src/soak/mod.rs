@@ -10,7 +10,8 @@
 //!    stores, key prefix, HTTP port, instance name and log level only.
 //! 4. For `--minutes`: the hold workload's latency tagged by whether a seat
 //!    pass is in progress (`/status`, every 100 ms), drift injected every
-//!    minute, RSS every 10 s.
+//!    minute, RSS every 10 s; with `--traffic-showtimes`, seatflow's
+//!    customers and their crashes, and hashes lost now and then.
 //! 5. The report (stdout, `--json`), from server counters, the daemons'
 //!    audit (`reconcile_fix`) and the samples; then everything is removed,
 //!    on success, error and Ctrl-C alike.
@@ -19,6 +20,7 @@ mod daemons;
 mod drift;
 mod holds;
 mod report;
+mod traffic;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -43,11 +45,14 @@ use daemons::{Daemon, DaemonEnv};
 use drift::Injector;
 use holds::{DURING_PASS, HoldWorkload, OUTSIDE_PASS};
 use report::{DaemonReport, FixCount, HoldReport, ServerLoad, SoakParams, SoakReport};
+use traffic::{Traffic, Waits};
 
 /// How often each daemon's `/status` is polled.
 const STATUS_EVERY: Duration = Duration::from_millis(100);
 /// How often each daemon's RSS is sampled.
 const RSS_EVERY: Duration = Duration::from_secs(10);
+/// How long the first pass may take to come and subscribe to events.
+const EVENTS_WAIT: Duration = Duration::from_secs(150);
 /// How often drift is injected.
 const INJECT_EVERY: Duration = Duration::from_secs(60);
 /// Unrepaired drift injected this close to the end is reported apart (and
@@ -63,6 +68,7 @@ const RECENT_S: f64 = 300.0;
 /// Field order is drop order: processes before the directory they log into.
 struct Rig {
     daemons: Vec<Daemon>,
+    traffic: Option<Traffic>,
     holds: Option<HoldWorkload>,
     bench: Option<Bench>,
     redis: Option<PrivateServer>,
@@ -71,6 +77,9 @@ struct Rig {
 
 impl Rig {
     async fn cleanup(&mut self) -> Result<()> {
+        if let Some(mut t) = self.traffic.take() {
+            let _ = t.finish().await;
+        }
         for d in &mut self.daemons {
             d.stop().await;
         }
@@ -100,6 +109,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
     let redis_bin = require_binary("redis-server", "redis-server")?;
     let mut rig = Rig {
         daemons: Vec::new(),
+        traffic: None,
         holds: None,
         bench: None,
         redis: None,
@@ -129,10 +139,17 @@ pub async fn run(args: SoakArgs) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     // Printed and written first, so that a failed soak can be looked at.
-    match report.drift.verification_failure() {
-        Some(failure) => anyhow::bail!(failure),
-        None => Ok(()),
+    if let Some(failure) = report.drift.verification_failure() {
+        anyhow::bail!(failure);
     }
+    if let Some(t) = report.traffic.as_ref().filter(|t| t.harmed > 0) {
+        anyhow::bail!(
+            "{} customers were harmed, e.g. {}",
+            t.harmed,
+            t.harm_examples.join(" | ")
+        );
+    }
+    Ok(())
 }
 
 async fn soak(
@@ -164,9 +181,18 @@ async fn soak(
 
     // 2. The idle baseline: the hold workload alone.
     let interval = Duration::from_secs_f64(args.hold_interval_ms / 1000.0);
+    // With traffic, holds on keys apart: seats that never exist (an HGET a
+    // call), so that the latency probe makes no keyspace events.
+    let hold_keys = match args.traffic_showtimes {
+        0 => bench.keys.clone(),
+        _ => seatflow_reconciler::store::redis::Keys::new(format!(
+            "{}latency-probe:",
+            bench.keys.prefix()
+        )),
+    };
     let holds = HoldWorkload::start(
         &redis_url,
-        bench.keys.clone(),
+        hold_keys,
         estate.showtimes,
         estate.seat_names.clone(),
         interval,
@@ -203,13 +229,40 @@ async fn soak(
     );
 
     // 4. The soak.
+    if args.traffic_showtimes > 0 {
+        if args.keyspace_events.is_some() {
+            // The subscription comes with the first pass (up to a minute):
+            // crashes before it would be timed against a reconciler that
+            // cannot hear of them yet.
+            wait_for_events(&rig.daemons).await?;
+        }
+        let t = Traffic::start(
+            &bench,
+            &estate,
+            args.traffic_showtimes,
+            args.traffic_workers,
+        )
+        .await?;
+        rig.traffic = Some(t);
+    }
     let started_at = Utc::now();
     let soak_start = (bench.snapshot().await?, Instant::now());
     let cpu_start: Vec<Option<f64>> = rig.daemons.iter().map(Daemon::cpu_s).collect();
     let per_round = (estate.total_seats() as f64 * args.inject).round() as usize;
     let mut injector = Injector::new(&bench, &estate, per_round, args.delete_hash_every);
     let deadline = soak_start.1 + Duration::from_secs_f64(args.minutes * 60.0);
-    watch(rig, &mut injector, soak_start.1, deadline).await?;
+    watch(
+        rig,
+        &mut injector,
+        args.traffic_lose_every,
+        soak_start.1,
+        deadline,
+    )
+    .await?;
+    let traffic_log = match rig.traffic.as_mut() {
+        Some(t) => Some(t.finish().await?),
+        None => None,
+    };
     let soak_end = (bench.snapshot().await?, Instant::now());
     let ended_at = Utc::now();
     let wall_s = soak_end.1.duration_since(soak_start.1).as_secs_f64();
@@ -229,6 +282,17 @@ async fn soak(
     let fixes = drift::fixes_since(&bench.pool, started_at).await?;
     let keys = bench.keys.clone();
     let ages = drift::ages(&injector.log, &fixes, ended_at, RECENT_S, |s| keys.seat(s));
+    let traffic = match (rig.traffic.take(), traffic_log) {
+        (Some(t), Some((log, losses))) => {
+            let settings = Settings::load_with_env(None, env.vars(1, 0))?;
+            let waits = Waits {
+                orphan_grace_s: settings.reconcile.orphan_grace.as_secs_f64(),
+                expired_order_buffer_s: settings.reconcile.expired_order_buffer.as_secs_f64(),
+            };
+            Some(t.report(&log, &losses, &fixes, waits, args.traffic_lose_every))
+        }
+        _ => None,
+    };
     let daemons: Vec<DaemonReport> = rig
         .daemons
         .iter()
@@ -286,6 +350,7 @@ async fn soak(
         fixes: fix_counts(&fixes),
         drift: ages,
         daemons,
+        traffic,
         injected: injector.log,
     })
 }
@@ -308,11 +373,14 @@ fn start_redis(rig: &mut Rig, program: PathBuf, events: Option<&str>) -> Result<
 async fn watch(
     rig: &mut Rig,
     injector: &mut Injector<'_>,
+    lose_every_s: u64,
     start: Instant,
     deadline: Instant,
 ) -> Result<()> {
     let mut next_rss = start;
     let mut next_inject = start;
+    let lose_every = Duration::from_secs(lose_every_s);
+    let mut next_loss = start + lose_every;
     let mut tick = tokio::time::interval(STATUS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -346,6 +414,32 @@ async fn watch(
             );
             next_inject += INJECT_EVERY;
         }
+        if let Some(t) = rig
+            .traffic
+            .as_mut()
+            .filter(|_| lose_every_s > 0 && now >= next_loss)
+        {
+            t.lose_one().await?;
+            next_loss += lose_every;
+        }
+    }
+}
+
+/// Until one daemon's `/status` says keyspace events are on (the others
+/// stand by), at most [`EVENTS_WAIT`].
+async fn wait_for_events(daemons: &[Daemon]) -> Result<()> {
+    let until = Instant::now() + EVENTS_WAIT;
+    eprintln!("waiting for the keyspace subscription (the first pass) …");
+    loop {
+        for d in daemons {
+            if d.redis_events().await.as_deref() == Some("on") {
+                return Ok(());
+            }
+        }
+        if Instant::now() >= until {
+            bail!("no daemon said keyspace events were on within {EVENTS_WAIT:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

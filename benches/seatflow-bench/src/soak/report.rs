@@ -12,6 +12,7 @@ use crate::services::{CmdStat, Load, Machine};
 use super::daemons::{Daemon, RssSample};
 use super::drift::{DriftAges, Injected};
 use super::holds::{Latencies, PHASES, WINDOW_S};
+use super::traffic::{Delays, TrafficReport};
 
 #[derive(Debug, Serialize)]
 pub struct SoakParams {
@@ -284,6 +285,8 @@ pub struct SoakReport {
     pub fixes: Vec<FixCount>,
     pub drift: DriftAges,
     pub daemons: Vec<DaemonReport>,
+    /// With `--traffic-showtimes`: the customers, and each crash's repair.
+    pub traffic: Option<TrafficReport>,
     pub injected: Vec<Injected>,
 }
 
@@ -504,8 +507,75 @@ impl SoakReport {
                 writeln!(out, "  log: {line}")?;
             }
         }
+        if let Some(t) = &self.traffic {
+            write_traffic(out, t)?;
+        }
         Ok(())
     }
+}
+
+/// The traffic's crashes: how long after each became repairable it was
+/// repaired, by kind and by what found it.
+fn write_traffic(out: &mut String, t: &TrafficReport) -> std::fmt::Result {
+    let flows: Vec<String> = t.flows.iter().map(|(f, n)| format!("{f} {n}")).collect();
+    writeln!(
+        out,
+        "\ntraffic: {} customers on {} showtimes, a hash lost every {} s; flows: {}; errors {}; \
+         crashes settled by a loss {}; customers harmed {}",
+        t.workers,
+        thousands(t.showtimes as u64),
+        t.lose_every_s,
+        flows.join(", "),
+        t.flow_errors,
+        t.settled_by_a_loss,
+        t.harmed
+    )?;
+    if let Some(w) = &t.waits {
+        writeln!(
+            out,
+            "delay after repairable (orphans after a grace of {:.0} s, orders after their deadline + {:.0} s), s",
+            w.orphan_grace_s, w.expired_order_buffer_s
+        )?;
+    }
+    writeln!(
+        out,
+        "  {:<32}{:<10}{:>8}{:>8}{:>9}{:>9}{:>9}",
+        "drift", "found by", "drifts", "open", "p50", "p99", "max"
+    )?;
+    let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    let row = |out: &mut String, kind: &str, by: &str, n: String, open: String, d: &Delays| {
+        writeln!(
+            out,
+            "  {kind:<32}{by:<10}{n:>8}{open:>8}{:>9}{:>9}{:>9}",
+            s(d.p50_s),
+            s(d.p99_s),
+            s(d.max_s)
+        )
+    };
+    for (kind, k) in &t.by_kind {
+        row(
+            out,
+            kind.label(),
+            "all",
+            thousands(k.drifts as u64),
+            thousands(k.open as u64),
+            &k.all,
+        )?;
+        for (source, d) in &k.by_source {
+            row(
+                out,
+                "",
+                source,
+                thousands(d.repaired as u64),
+                String::new(),
+                d,
+            )?;
+        }
+        for slow in k.slowest.iter().take(2) {
+            writeln!(out, "    slowest: {slow}")?;
+        }
+    }
+    Ok(())
 }
 
 /// `hgetall 10,000, evalsha 300, …`, busiest first.

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use redis::Script;
@@ -142,6 +143,11 @@ pub struct HoldRecord {
     /// protects them (the customer's order committed, or about to be):
     /// "<step>: <seat> was <value>, <own|other>".
     pub disturbed: Vec<String>,
+    /// Taken right before the order's INSERT (its `created_at` is later).
+    pub ordered_at: Option<DateTime<Utc>>,
+    /// Taken right before the flow's last write to either store: where a
+    /// crash flow's drift begins (an age measured from it is never short).
+    pub last_write_at: DateTime<Utc>,
 }
 
 impl HoldRecord {
@@ -353,6 +359,7 @@ impl Simulator {
         for s in &seats {
             hold.arg(s);
         }
+        let held_at = Utc::now();
         let generation = match hold.invoke_async::<i64>(&mut c).await {
             Ok(-1) => return (None, None),
             Ok(g) => g,
@@ -370,6 +377,8 @@ impl Simulator {
                 refused_occupied: false,
                 lost: false,
                 disturbed: Vec::new(),
+                ordered_at: None,
+                last_write_at: held_at,
             },
         };
         self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -470,6 +479,8 @@ impl Held<'_> {
         } else {
             Duration::from_secs(900)
         };
+        self.record.ordered_at = Some(Utc::now());
+        self.record.last_write_at = self.record.ordered_at.unwrap_or_else(Utc::now);
         let order = match sim
             .insert_order(self.record.showtime, &self.record.seats, expiry)
             .await
@@ -498,12 +509,14 @@ impl Held<'_> {
 
         if flow == Flow::Cancel || flow == Flow::CrashAfterCancel {
             self.step("", PENDING, "before cancel").await?;
+            self.record.last_write_at = Utc::now();
             if sim.end_order(order, "PENDING", "CANCELLED").await? && flow == Flow::Cancel {
                 self.step("10", ANY, "cancel").await?;
             }
             return Ok(());
         }
         self.step("", PENDING, "before pay").await?;
+        self.record.last_write_at = Utc::now();
         let paid = sqlx::query(
             "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'PENDING'",
         )
@@ -526,6 +539,7 @@ impl Held<'_> {
         }
         sim.pause(cfg).await;
         self.step("", SOLD, "before refund").await?;
+        self.record.last_write_at = Utc::now();
         if sim.end_order(order, "PAID", "REFUNDED").await? && flow == Flow::Refund {
             self.step("20", ANY, "refund").await?;
         }
@@ -537,6 +551,9 @@ impl Held<'_> {
     /// holds is recorded as disturbed (`ANY`: not judged).
     async fn step(&mut self, from_to: &str, allowed: &[&str], what: &str) -> anyhow::Result<()> {
         let (sim, showtime) = (self.sim, self.record.showtime);
+        if !from_to.is_empty() {
+            self.record.last_write_at = Utc::now();
+        }
         let mut c = sim.redis.clone();
         let mut inv = sim.step.key(sim.keys.seat(showtime));
         inv.key(sim.owner_key(showtime))
