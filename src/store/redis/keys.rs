@@ -75,6 +75,25 @@ impl Keys {
         format!("{}reconcile:events-probe:{instance}", self.prefix)
     }
 
+    /// The probe hash for a Redis Cluster primary owning `slots` (inclusive
+    /// ranges): keyspace events are published only by the node owning the
+    /// key, so each primary gets a probe key of its own, in one of its
+    /// slots. The hash tag is the first of `p0`, `p1`, ... that hashes
+    /// into `slots` (a few tries for a primary owning a third of the slots);
+    /// it comes before the instance, whose name may hold braces. None if
+    /// `slots` is empty (no primary to probe).
+    pub fn events_probe_in(&self, instance: &str, slots: &[(u16, u16)]) -> Option<String> {
+        // A primary owning one slot needs 16,384 tries on average; a million
+        // misses it with a chance of e^-61.
+        (0..1_000_000u32)
+            .map(|i| format!("p{i}"))
+            .find(|tag| {
+                let slot = key_slot(tag.as_bytes());
+                slots.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot))
+            })
+            .map(|tag| format!("{}reconcile:events-probe:{{{tag}}}:{instance}", self.prefix))
+    }
+
     /// A fresh name to move an audit backlog of the wrong type aside to.
     pub fn audit_backlog_aside(&self) -> String {
         aside_key(
@@ -82,6 +101,12 @@ impl Keys {
             &uuid::Uuid::new_v4().simple().to_string(),
         )
     }
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
+/// (or of the whole key), modulo 16,384, as Redis computes it.
+pub fn key_slot(key: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) % 16_384
 }
 
 /// The name a key of ours found of the wrong type is moved aside to, when it

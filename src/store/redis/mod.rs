@@ -19,7 +19,7 @@ mod seats;
 
 pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
-pub use keys::{Keys, aside_key};
+pub use keys::{Keys, aside_key, key_slot};
 pub use leases::{LeaseTake, PassClaim, PassRecord, pass_lease_value};
 pub use seats::{Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp};
 
@@ -182,6 +182,52 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.starts_with("seatflow:reconcile:audit-backlog:wrong-type:"));
         assert_eq!(hash_tag(a.as_bytes()), hash_tag(b.as_bytes()));
+    }
+
+    #[test]
+    fn key_slots_are_the_clusters() {
+        // The examples of the Redis Cluster specification, and redis-rs's
+        // own routing for a spread of keys (tagged or not).
+        assert_eq!(key_slot(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        let k = Keys::new("seatflow:");
+        for key in (0..200)
+            .map(|s| k.seat(s))
+            .chain((0..200).map(|i| format!("plain-{i}")))
+        {
+            assert_eq!(
+                redis::cluster_routing::Slot::new(key_slot(key.as_bytes())),
+                Some(redis::cluster_routing::Slot::for_key(&key)),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_primarys_probe_key_is_in_one_of_its_slots() {
+        let k = Keys::new("sf:");
+        for slots in [
+            vec![(0, 5460)],
+            vec![(5461, 10922)],
+            vec![(10923, 16383)],
+            vec![(7, 7), (16383, 16383)],
+        ] {
+            let key = k.events_probe_in("host{1}", &slots).unwrap();
+            assert!(key.starts_with("sf:reconcile:events-probe:{p"), "{key}");
+            assert!(key.ends_with("}:host{1}"), "{key}");
+            let slot = key_slot(key.as_bytes());
+            assert!(
+                slots.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot)),
+                "{key} in slot {slot}, not in {slots:?}"
+            );
+        }
+        assert_eq!(k.events_probe_in("a", &[]), None);
+        // The same primary, the same key (the subscriber's channels and its
+        // writes agree).
+        assert_eq!(
+            k.events_probe_in("a", &[(0, 100)]),
+            k.events_probe_in("a", &[(0, 100)])
+        );
     }
 
     #[test]
