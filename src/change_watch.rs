@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 
 use crate::changes::Changes;
 use crate::changes::events::{self, Channels, EventsState, Message, PROBE_EVERY, Verdict};
@@ -15,6 +16,7 @@ use crate::config::RedisEvents;
 use crate::jobs::{self, RunOptions};
 use crate::model::Kind;
 use crate::runner::{NotStarted, Runner};
+use crate::store::redis::Topology;
 
 /// How often the subscriber looks at this replica's role (and judges the probe).
 const ROLE_EVERY: Duration = Duration::from_secs(1);
@@ -66,12 +68,16 @@ fn show_events(changes: &Changes) {
 /// with a growing wait. A standby holds no subscription (each one costs
 /// Redis a copy of every event); it subscribes once a pass makes it the
 /// active replica, the pass having covered what came before.
+///
+/// In Redis Cluster mode a node publishes only its own keys' events: the
+/// subscription is one connection per primary (any one lost loses the
+/// whole), each primary is probed on a key of its own, and the topology is
+/// read again every [`TOPOLOGY_EVERY`]: primaries or slots that moved (a
+/// failover, a resharding) are a gap, and the subscription is made again
+/// on the new set.
 async fn subscribe(runner: &Runner, changes: &Changes) {
     let ctx = &runner.ctx;
     let stop = runner.stopping();
-    let instance = &ctx.settings.reconcile.instance;
-    let probe_key = ctx.redis.keys.events_probe(instance);
-    let channels = Channels::new(ctx.redis.db(), ctx.redis.keys.prefix(), &probe_key);
     let shard = ctx.settings.shard();
     let settle = ctx.settings.changes.event_settle;
     let mut wait = Duration::from_secs(1);
@@ -87,20 +93,8 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
             }
             continue;
         }
-        let stream = match ctx
-            .redis
-            .subscribe(&channels.seat_pattern(), &channels.probe_channel())
-            .await
-        {
-            Ok(Some(stream)) => stream,
-            Ok(None) => {
-                changes.probe().lost();
-                show_events(changes);
-                tracing::info!(
-                    "Redis keyspace notifications are not used with Redis Cluster yet: the pass alone finds drift"
-                );
-                return;
-            }
+        let (topology, channels, stream) = match listen(runner).await {
+            Ok(listening) => listening,
             Err(e) => {
                 changes.probe().lost();
                 show_events(changes);
@@ -114,9 +108,11 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
             }
         };
         wait = Duration::from_secs(1);
-        tokio::pin!(stream);
+        let mut stream = stream;
         let mut probe_tick = tokio::time::interval(PROBE_EVERY);
         let mut judge_tick = tokio::time::interval(ROLE_EVERY);
+        let mut topology_tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + TOPOLOGY_EVERY, TOPOLOGY_EVERY);
         loop {
             tokio::select! {
                 msg = stream.next() => {
@@ -134,10 +130,10 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                                 changes.ask(s, Instant::now() + settle, Source::Event);
                             }
                         }
-                        Message::Probe { hash_event } => {
-                            let verdict = changes.probe().seen(hash_event);
+                        Message::Probe { key, hash_event } => {
+                            let verdict = changes.probe().seen(key, hash_event);
                             if let Some(v) = verdict {
-                                log_verdict(v);
+                                log_verdict(&v, topology.as_ref());
                             }
                             show_events(changes);
                         }
@@ -145,8 +141,9 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                     }
                 }
                 _ = probe_tick.tick() => {
-                    changes.probe().sent(Instant::now());
-                    if let Err(e) = ctx.redis.write_probe(&probe_key).await {
+                    let keys = channels.probe_keys();
+                    changes.probe().sent(Instant::now(), keys.len());
+                    if let Err(e) = ctx.redis.write_probe(keys).await {
                         tracing::warn!(error = %e, "could not write the keyspace notification probe");
                     }
                 }
@@ -160,8 +157,26 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                         if matches!(v, Verdict::Stopped { .. }) {
                             changes.gap("events_stopped");
                         }
-                        log_verdict(v);
+                        log_verdict(&v, topology.as_ref());
                         show_events(changes);
+                    }
+                }
+                _ = topology_tick.tick(), if topology.is_some() => {
+                    match ctx.redis.topology().await {
+                        Ok(now) if now != topology => {
+                            // The events' state stands: the new
+                            // subscription's first probe (at once) judges it.
+                            changes.gap("topology_changed");
+                            tracing::info!(
+                                primaries = %primaries(now.as_ref()),
+                                "the Redis Cluster's primaries or slots changed; subscribing again, and a pass covers the gap"
+                            );
+                            break;
+                        }
+                        Ok(_) => {}
+                        // A change under way, or a node away: read again
+                        // next time (a lost node also ends its stream).
+                        Err(e) => tracing::debug!(error = %e, "could not read the Redis Cluster's topology"),
                     }
                 }
                 _ = stop.cancelled() => return,
@@ -170,26 +185,88 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
     }
 }
 
-fn log_verdict(v: Verdict) {
+/// How often the subscriber reads a Redis Cluster's topology again.
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
+
+/// A subscription: the topology it covers (None for a single server), its
+/// channels (a probe key per primary), and its messages.
+type Listening = (
+    Option<Topology>,
+    Channels,
+    BoxStream<'static, (String, String)>,
+);
+
+/// Reads the topology, picks the probe keys and subscribes.
+async fn listen(runner: &Runner) -> crate::error::Result<Listening> {
+    let redis = &runner.ctx.redis;
+    let instance = &runner.ctx.settings.reconcile.instance;
+    let topology = redis.topology().await?;
+    let probe_keys = match &topology {
+        None => vec![redis.keys.events_probe(instance)],
+        Some(t) => t
+            .primaries
+            .iter()
+            .map(|p| {
+                redis
+                    .keys
+                    .events_probe_in(instance, &p.slots)
+                    .ok_or_else(|| {
+                        crate::error::Error::Protocol(format!("no probe key for {}", p.addr()))
+                    })
+            })
+            .collect::<crate::error::Result<_>>()?,
+    };
+    let channels = Channels::new(redis.db(), redis.keys.prefix(), probe_keys);
+    let stream = redis
+        .subscribe(
+            &channels.seat_pattern(),
+            &channels.probe_channels(),
+            topology.as_ref(),
+        )
+        .await?;
+    if let Some(t) = &topology {
+        tracing::debug!(primaries = %primaries(Some(t)), "subscribed to every Redis Cluster primary");
+    }
+    Ok((topology, channels, stream))
+}
+
+/// `host:port` of each primary, for logs.
+fn primaries(topology: Option<&Topology>) -> String {
+    topology.map_or_else(String::new, |t| {
+        t.primaries
+            .iter()
+            .map(|p| p.addr())
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+fn log_verdict(v: &Verdict, topology: Option<&Topology>) {
+    let (hash_event, del_event) = v.events_seen();
+    // In a cluster, the primaries that did not answer in full (their own
+    // `notify-keyspace-events` lacks a flag).
+    let silent = topology.map_or_else(String::new, |t| {
+        v.silent()
+            .into_iter()
+            .filter_map(|i| t.primaries.get(i).map(|p| p.addr()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
     match v {
         Verdict::Started => tracing::info!(
             "Redis keyspace notifications arrive: showtimes are checked seconds after their seat hash changes"
         ),
-        Verdict::Off {
+        Verdict::Off { .. } => tracing::info!(
             hash_event,
             del_event,
-        } => tracing::info!(
-            hash_event,
-            del_event,
+            silent_primaries = %silent,
             needed = events::FLAGS_NEEDED,
             "Redis keyspace notifications are off: the pass alone finds drift (README: \"Change-driven checks\")"
         ),
-        Verdict::Stopped {
+        Verdict::Stopped { .. } => tracing::warn!(
             hash_event,
             del_event,
-        } => tracing::warn!(
-            hash_event,
-            del_event,
+            silent_primaries = %silent,
             needed = events::FLAGS_NEEDED,
             "Redis keyspace notifications stopped arriving; a pass covers the gap"
         ),

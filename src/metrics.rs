@@ -476,7 +476,14 @@ pub struct ChangeMetrics {
 }
 
 /// Why a change may have been missed (`seatflow_reconcile_change_gaps_total{reason}`).
-pub const GAP_REASONS: [&str; 3] = ["connection_lost", "queue_full", "events_stopped"];
+/// `topology_changed`: a Redis Cluster's primaries or their slots changed
+/// (a failover, a resharding), and the subscription was made again.
+pub const GAP_REASONS: [&str; 4] = [
+    "connection_lost",
+    "queue_full",
+    "events_stopped",
+    "topology_changed",
+];
 
 impl ChangeMetrics {
     /// Every series at 0, for the enabled jobs `kinds` and each check's
@@ -491,7 +498,7 @@ impl ChangeMetrics {
             gaps: IntCounterVec::new(
                 Opts::new(
                     "seatflow_reconcile_change_gaps_total",
-                    "Moments a change may have been missed (a subscription lost, a full queue, events stopped); each starts a pass.",
+                    "Moments a change may have been missed (a subscription lost, a full queue, events stopped, a Redis Cluster topology changed); each starts a pass.",
                 ),
                 &["reason"],
             )

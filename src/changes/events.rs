@@ -5,10 +5,14 @@
 //! The reconciler never sets `notify-keyspace-events` (it is the server
 //! owner's setting, and managed Redis often forbids `CONFIG SET`). It finds
 //! out instead: it writes a probe hash of its own (`HSET`, then `DEL`) and
-//! watches for the two notifications. Both seen: events are on. Neither
+//! watches for the two notifications. Both seen: events are on. Not both
 //! within [`PROBE_TIMEOUT`]: off. A probe is sent every [`PROBE_EVERY`], so
 //! events that stop (a config change, a failover to a server set up
 //! differently) are noticed within a minute and counted as a gap.
+//!
+//! In Redis Cluster mode each primary publishes only its own keys' events
+//! and has its own setting: there is one probe key per primary, in a slot
+//! it owns, and events are on only when every primary answered its probe.
 
 use std::time::{Duration, Instant};
 
@@ -36,8 +40,9 @@ pub enum Message {
     /// Another event on a seat hash (`hincrby`, `rename_from`, ...): the
     /// hash changed all the same, so it is checked too.
     SeatOther(ShowtimeId),
-    /// Our probe's `HSET` (true) or `DEL` (false) arrived.
-    Probe { hash_event: bool },
+    /// The `HSET` (true) or `DEL` (false) of our probe key number `key`
+    /// (one per primary) arrived.
+    Probe { key: usize, hash_event: bool },
     /// Not ours to act on (a key under the pattern that names no showtime).
     Ignored,
 }
@@ -49,17 +54,23 @@ pub struct Channels {
     space: String,
     /// `{prefix}seat:`
     seat_prefix: String,
-    /// The probe hash's key.
-    probe_key: String,
+    /// The probe hashes' keys: one for a single server, one per primary
+    /// in a cluster.
+    probe_keys: Vec<String>,
 }
 
 impl Channels {
-    pub fn new(db: i64, key_prefix: &str, probe_key: &str) -> Channels {
+    pub fn new(db: i64, key_prefix: &str, probe_keys: Vec<String>) -> Channels {
         Channels {
             space: format!("__keyspace@{db}__:"),
             seat_prefix: format!("{key_prefix}seat:"),
-            probe_key: probe_key.to_string(),
+            probe_keys,
         }
+    }
+
+    /// The probe keys, in the order [`Message::Probe`] numbers them.
+    pub fn probe_keys(&self) -> &[String] {
+        &self.probe_keys
     }
 
     /// The pattern of the seat hashes' channels, the prefix escaped for
@@ -71,9 +82,12 @@ impl Channels {
         p
     }
 
-    /// The probe's own channel (subscribed exactly).
-    pub fn probe_channel(&self) -> String {
-        format!("{}{}", self.space, self.probe_key)
+    /// The probes' own channels (subscribed exactly).
+    pub fn probe_channels(&self) -> Vec<String> {
+        self.probe_keys
+            .iter()
+            .map(|k| format!("{}{k}", self.space))
+            .collect()
     }
 
     /// Reads one message: `channel` as delivered, `event` its payload.
@@ -81,10 +95,16 @@ impl Channels {
         let Some(key) = channel.strip_prefix(&self.space) else {
             return Message::Ignored;
         };
-        if key == self.probe_key {
+        if let Some(probe) = self.probe_keys.iter().position(|k| k == key) {
             return match event {
-                "hset" => Message::Probe { hash_event: true },
-                "del" => Message::Probe { hash_event: false },
+                "hset" => Message::Probe {
+                    key: probe,
+                    hash_event: true,
+                },
+                "del" => Message::Probe {
+                    key: probe,
+                    hash_event: false,
+                },
                 _ => Message::Ignored,
             };
         }
@@ -125,10 +145,12 @@ pub enum EventsState {
     Unknown,
     /// Both probe notifications arrived.
     On,
-    /// A probe went unanswered (or half answered: `K` on, but not `h` or `g`).
+    /// A probe went unanswered (or half answered: `K` on, but not `h` or
+    /// `g`), in a cluster by any one primary.
     Off,
-    /// No subscription could be made (Redis Cluster, for now, or a failed
-    /// connection): the sweep alone finds drift.
+    /// No subscription could be made or it was lost (a failed connection,
+    /// in a cluster to any one primary, or a topology that could not be
+    /// read): the sweep alone finds drift until one is made again.
     Unavailable,
     /// `changes.redis_events = "off"`: no subscription.
     Disabled,
@@ -158,25 +180,64 @@ impl EventsState {
     }
 }
 
-/// The probe's bookkeeping: when one was sent, which of its two
-/// notifications came back, and the verdict.
+/// The probe's bookkeeping: when one was sent, to how many keys (one per
+/// primary), which of each key's two notifications came back, and the
+/// verdict.
 #[derive(Debug, Clone)]
 pub struct Probe {
     state: EventsState,
     sent_at: Option<Instant>,
-    hash_seen: bool,
-    del_seen: bool,
+    answers: Vec<Answer>,
+}
+
+/// What one probe key's server sent back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub hash_event: bool,
+    pub del_event: bool,
+}
+
+impl Answer {
+    fn whole(self) -> bool {
+        self.hash_event && self.del_event
+    }
 }
 
 /// A change of verdict worth a log line (and, for `Stopped`, a gap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Events arrive (first time, or again).
+    /// Events arrive (first time, or again) from every probed server.
     Started,
-    /// Events are off from the start.
-    Off { hash_event: bool, del_event: bool },
+    /// Events are off from the start: `answers`, one per probe key.
+    Off { answers: Vec<Answer> },
     /// Events were on and stopped.
-    Stopped { hash_event: bool, del_event: bool },
+    Stopped { answers: Vec<Answer> },
+}
+
+impl Verdict {
+    /// Whether every probe key's `hset`, and every one's `del`, arrived.
+    pub fn events_seen(&self) -> (bool, bool) {
+        match self {
+            Verdict::Started => (true, true),
+            Verdict::Off { answers } | Verdict::Stopped { answers } => (
+                answers.iter().all(|a| a.hash_event),
+                answers.iter().all(|a| a.del_event),
+            ),
+        }
+    }
+
+    /// The probe keys (by number) whose server did not answer in full.
+    pub fn silent(&self) -> Vec<usize> {
+        match self {
+            Verdict::Started => Vec::new(),
+            Verdict::Off { answers } | Verdict::Stopped { answers } => answers
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| !a.whole())
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
 }
 
 impl Default for Probe {
@@ -184,8 +245,7 @@ impl Default for Probe {
         Probe {
             state: EventsState::Unknown,
             sent_at: None,
-            hash_seen: false,
-            del_seen: false,
+            answers: Vec::new(),
         }
     }
 }
@@ -195,22 +255,23 @@ impl Probe {
         self.state
     }
 
-    /// A probe is written at `now`.
-    pub fn sent(&mut self, now: Instant) {
+    /// A probe is written at `now` to `keys` probe keys (one per primary).
+    pub fn sent(&mut self, now: Instant, keys: usize) {
         self.sent_at = Some(now);
-        self.hash_seen = false;
-        self.del_seen = false;
+        self.answers = vec![Answer::default(); keys];
     }
 
-    /// One of the probe's notifications arrived.
-    pub fn seen(&mut self, hash_event: bool) -> Option<Verdict> {
+    /// One of probe key `key`'s notifications arrived. Events are on once
+    /// every key's both did.
+    pub fn seen(&mut self, key: usize, hash_event: bool) -> Option<Verdict> {
         self.sent_at?;
+        let answer = self.answers.get_mut(key)?;
         if hash_event {
-            self.hash_seen = true;
+            answer.hash_event = true;
         } else {
-            self.del_seen = true;
+            answer.del_event = true;
         }
-        if self.hash_seen && self.del_seen {
+        if self.answers.iter().all(|a| a.whole()) {
             self.sent_at = None;
             if self.state != EventsState::On {
                 self.state = EventsState::On;
@@ -221,26 +282,20 @@ impl Probe {
     }
 
     /// Judges an outstanding probe at `now`: past [`PROBE_TIMEOUT`] without
-    /// both notifications, events are off.
+    /// both notifications of every key, events are off.
     pub fn judge(&mut self, now: Instant) -> Option<Verdict> {
         let sent_at = self.sent_at?;
         if now.saturating_duration_since(sent_at) < PROBE_TIMEOUT {
             return None;
         }
         self.sent_at = None;
-        let (hash_event, del_event) = (self.hash_seen, self.del_seen);
+        let answers = std::mem::take(&mut self.answers);
         let was = self.state;
         self.state = EventsState::Off;
         match was {
-            EventsState::On => Some(Verdict::Stopped {
-                hash_event,
-                del_event,
-            }),
+            EventsState::On => Some(Verdict::Stopped { answers }),
             EventsState::Off => None,
-            _ => Some(Verdict::Off {
-                hash_event,
-                del_event,
-            }),
+            _ => Some(Verdict::Off { answers }),
         }
     }
 
@@ -263,7 +318,7 @@ mod tests {
     use super::*;
 
     fn channels() -> Channels {
-        Channels::new(3, "sf[1]:", "sf[1]:reconcile:events-probe:{a}")
+        Channels::new(3, "sf[1]:", vec!["sf[1]:reconcile:events-probe:{a}".into()])
     }
 
     #[test]
@@ -296,10 +351,50 @@ mod tests {
     fn the_pattern_escapes_the_prefix_and_the_probe_is_told_apart() {
         let c = channels();
         assert_eq!(c.seat_pattern(), "__keyspace@3__:sf\\[1\\]:seat:{*}");
-        let probe = c.probe_channel();
-        assert_eq!(c.read(&probe, "hset"), Message::Probe { hash_event: true });
-        assert_eq!(c.read(&probe, "del"), Message::Probe { hash_event: false });
-        assert_eq!(c.read(&probe, "expire"), Message::Ignored);
+        let probe = &c.probe_channels()[0];
+        assert_eq!(
+            c.read(probe, "hset"),
+            Message::Probe {
+                key: 0,
+                hash_event: true
+            }
+        );
+        assert_eq!(
+            c.read(probe, "del"),
+            Message::Probe {
+                key: 0,
+                hash_event: false
+            }
+        );
+        assert_eq!(c.read(probe, "expire"), Message::Ignored);
+    }
+
+    #[test]
+    fn each_primarys_probe_key_is_told_apart() {
+        let keys: Vec<String> = ["p0", "p1", "p2"]
+            .iter()
+            .map(|t| format!("sf:reconcile:events-probe:{{{t}}}:host"))
+            .collect();
+        let c = Channels::new(0, "sf:", keys.clone());
+        assert_eq!(c.probe_keys(), keys);
+        let channels = c.probe_channels();
+        assert_eq!(
+            channels[2],
+            "__keyspace@0__:sf:reconcile:events-probe:{p2}:host"
+        );
+        for (i, channel) in channels.iter().enumerate() {
+            assert_eq!(
+                c.read(channel, "del"),
+                Message::Probe {
+                    key: i,
+                    hash_event: false
+                }
+            );
+        }
+        assert_eq!(
+            c.read("__keyspace@0__:sf:reconcile:events-probe:{p3}:host", "del"),
+            Message::Ignored
+        );
     }
 
     #[test]
@@ -308,25 +403,30 @@ mod tests {
         let mut p = Probe::default();
         assert_eq!(p.state(), EventsState::Unknown);
         // Both notifications: on.
-        p.sent(t0);
-        assert_eq!(p.seen(true), None);
-        assert_eq!(p.seen(false), Some(Verdict::Started));
+        p.sent(t0, 1);
+        assert_eq!(p.seen(0, true), None);
+        assert_eq!(p.seen(0, false), Some(Verdict::Started));
         assert_eq!(p.judge(t0 + PROBE_TIMEOUT), None);
         assert_eq!(p.state(), EventsState::On);
         // Only the hash event (`g` missing): events stopped being enough.
-        p.sent(t0);
-        p.seen(true);
+        p.sent(t0, 1);
+        p.seen(0, true);
         assert_eq!(p.judge(t0 + PROBE_TIMEOUT / 2), None);
+        let stopped = p.judge(t0 + PROBE_TIMEOUT).unwrap();
         assert_eq!(
-            p.judge(t0 + PROBE_TIMEOUT),
-            Some(Verdict::Stopped {
-                hash_event: true,
-                del_event: false
-            })
+            stopped,
+            Verdict::Stopped {
+                answers: vec![Answer {
+                    hash_event: true,
+                    del_event: false
+                }]
+            }
         );
+        assert_eq!(stopped.events_seen(), (true, false));
+        assert_eq!(stopped.silent(), [0]);
         assert_eq!(p.state(), EventsState::Off);
         // Still off: no new verdict, no repeated log line.
-        p.sent(t0);
+        p.sent(t0, 1);
         assert_eq!(p.judge(t0 + PROBE_TIMEOUT), None);
     }
 
@@ -334,13 +434,52 @@ mod tests {
     fn a_server_without_events_is_off_from_the_first_probe() {
         let t0 = Instant::now();
         let mut p = Probe::default();
-        p.sent(t0);
+        p.sent(t0, 1);
+        let off = p.judge(t0 + PROBE_TIMEOUT).unwrap();
         assert_eq!(
-            p.judge(t0 + PROBE_TIMEOUT),
-            Some(Verdict::Off {
-                hash_event: false,
-                del_event: false
-            })
+            off,
+            Verdict::Off {
+                answers: vec![Answer::default()]
+            }
         );
+        assert_eq!(off.events_seen(), (false, false));
+    }
+
+    #[test]
+    fn events_are_on_only_when_every_primary_answered() {
+        let t0 = Instant::now();
+        let mut p = Probe::default();
+        p.sent(t0, 3);
+        // Two primaries of three answer in full, the third only half.
+        for key in [0, 2] {
+            assert_eq!(p.seen(key, true), None);
+            assert_eq!(p.seen(key, false), None);
+        }
+        assert_eq!(p.seen(1, true), None);
+        assert_eq!(p.state(), EventsState::Unknown);
+        let off = p.judge(t0 + PROBE_TIMEOUT).unwrap();
+        assert_eq!(off.silent(), [1]);
+        assert_eq!(off.events_seen(), (true, false));
+        assert_eq!(p.state(), EventsState::Off);
+        // All three answer: on; a key out of range counts for nothing.
+        p.sent(t0, 3);
+        assert_eq!(p.seen(7, true), None);
+        for key in 0..3 {
+            p.seen(key, false);
+        }
+        assert_eq!(p.seen(0, true), None);
+        assert_eq!(p.seen(1, true), None);
+        assert_eq!(p.seen(2, true), Some(Verdict::Started));
+        assert_eq!(p.state(), EventsState::On);
+        // Then one primary falls silent: stopped, naming it.
+        p.sent(t0, 3);
+        for key in [0, 1] {
+            p.seen(key, true);
+            p.seen(key, false);
+        }
+        let stopped = p.judge(t0 + PROBE_TIMEOUT).unwrap();
+        assert!(matches!(stopped, Verdict::Stopped { .. }), "{stopped:?}");
+        assert_eq!(stopped.silent(), [2]);
+        assert_eq!(stopped.events_seen(), (false, false));
     }
 }

@@ -230,9 +230,9 @@ mod tests {
     }
 
     fn events_on(c: &Changes) {
-        c.probe().sent(Instant::now());
-        c.probe().seen(true);
-        c.probe().seen(false);
+        c.probe().sent(Instant::now(), 1);
+        c.probe().seen(0, true);
+        c.probe().seen(0, false);
         c.show_events();
     }
 

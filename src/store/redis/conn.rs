@@ -37,7 +37,7 @@ impl std::fmt::Debug for RedisTls {
 
 impl RedisTls {
     /// redis-rs's form, or `None` when nothing is configured.
-    fn certificates(&self) -> Option<redis::TlsCertificates> {
+    pub(super) fn certificates(&self) -> Option<redis::TlsCertificates> {
         if self.ca_pem.is_none() && self.client.is_none() {
             return None;
         }
@@ -122,14 +122,14 @@ impl RedisStore {
         response_timeout: Duration,
         instance: &str,
     ) -> Result<RedisStore> {
-        let mut subscriber = None;
+        let subscriber;
         let conn = match endpoint {
             RedisEndpoint::Single(url) => {
                 let client = match tls.certificates() {
                     Some(certs) => redis::Client::build_with_tls(url, certs)?,
                     None => redis::Client::open(url)?,
                 };
-                subscriber = Some(Arc::new(client.clone()));
+                subscriber = Subscriber::Single(Arc::new(client.clone()));
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(response_timeout))
@@ -137,6 +137,15 @@ impl RedisStore {
                 RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
             }
             RedisEndpoint::Cluster(urls) => {
+                // The cluster client logs in to every node with the first
+                // seed's credentials; so do the subscribers.
+                let seed = urls
+                    .first()
+                    .ok_or_else(|| Error::Protocol("no Redis Cluster node given".into()))?;
+                subscriber = Subscriber::Cluster(Arc::new(ClusterSeed {
+                    seed: redis::IntoConnectionInfo::into_connection_info(*seed)?,
+                    tls: tls.clone(),
+                }));
                 let mut builder = redis::cluster::ClusterClient::builder(urls.to_vec())
                     .response_timeout(response_timeout)
                     .connection_timeout(response_timeout);

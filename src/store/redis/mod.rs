@@ -21,6 +21,7 @@ pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
 pub use keys::{Keys, aside_key, key_slot};
 pub use leases::{LeaseTake, PassClaim, PassRecord, pass_lease_value};
+pub use notify::{Primary, Topology};
 pub use seats::{Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp};
 
 /// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
@@ -121,9 +122,22 @@ pub struct RedisStore {
     client_name: String,
     /// Round trips made so far (a pipeline is one), for load reporting.
     round_trips: Arc<AtomicU64>,
-    /// The single server's client, for a subscriber connection of its own
-    /// (`notify.rs`); None for a cluster.
-    subscriber: Option<Arc<redis::Client>>,
+    /// How to open subscriber connections of their own (`notify.rs`).
+    subscriber: Subscriber,
+}
+
+/// What a subscriber connection is opened with: the single server's client,
+/// or a cluster's first seed node's settings (credentials, TLS, protocol),
+/// to which each primary's address is given.
+#[derive(Clone)]
+enum Subscriber {
+    Single(Arc<redis::Client>),
+    Cluster(Arc<ClusterSeed>),
+}
+
+struct ClusterSeed {
+    seed: redis::ConnectionInfo,
+    tls: conn::RedisTls,
 }
 
 fn evalsha(lua: &Lua, keys: &[String]) -> Cmd {
