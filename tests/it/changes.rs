@@ -23,8 +23,9 @@ async fn daemon_after_one_pass(
 }
 
 /// The same on `showtimes` ON_SALE showtimes of one 1×4 hall, warmed and
-/// consistent, with `tweak` applied to the settings.
-async fn daemon_on_estate(
+/// consistent, with `tweak` applied to the settings (which may point them
+/// at a Redis Cluster: `cluster.rs`).
+pub(crate) async fn daemon_on_estate(
     redis: Option<&PrivateServer>,
     showtimes: i64,
     tweak: impl FnOnce(&mut Settings),
@@ -61,7 +62,7 @@ async fn daemon_on_estate(
 }
 
 /// Waits until the probe finds the server's keyspace notifications on.
-async fn events_on(daemon: &InProcessDaemon) {
+pub(crate) async fn events_on(daemon: &InProcessDaemon) {
     daemon
         .status_when("the probe finds events on", |s| {
             s["changes"]["redis_events"] == "on"
@@ -80,7 +81,13 @@ async fn post(daemon: &InProcessDaemon, path: &str) -> (u16, String) {
 }
 
 /// Waits until seat `seat` of `showtime` reads `value` in Redis (`what`).
-async fn seat_becomes(env: &TestEnv, showtime: i64, seat: &str, value: &str, what: &str) {
+pub(crate) async fn seat_becomes(
+    env: &TestEnv,
+    showtime: i64,
+    seat: &str,
+    value: &str,
+    what: &str,
+) {
     seatflow_test_support::servers::wait_until(what, Duration::from_secs(60), || async {
         env.fx.seat_value(showtime, seat).await.unwrap().as_deref() == Some(value)
     })
@@ -89,7 +96,7 @@ async fn seat_becomes(env: &TestEnv, showtime: i64, seat: &str, value: &str, wha
 
 /// Waits until `series` reads `value` (a check's metrics are recorded once
 /// its run has settled, just after its writes).
-async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
+pub(crate) async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let m = metrics(daemon).await;
@@ -105,7 +112,7 @@ async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> S
 }
 
 /// Runs of the pass so far, whatever their outcome.
-fn pass_runs(exposition: &str) -> f64 {
+pub(crate) fn pass_runs(exposition: &str) -> f64 {
     ["success", "partial", "failure"]
         .iter()
         .map(|o| {
@@ -121,7 +128,7 @@ fn found(kind: &str, by: &str) -> (String, String) {
     (kind.to_string(), by.to_string())
 }
 
-async fn metrics(daemon: &InProcessDaemon) -> String {
+pub(crate) async fn metrics(daemon: &InProcessDaemon) -> String {
     reqwest::get(daemon.url("/metrics"))
         .await
         .unwrap()

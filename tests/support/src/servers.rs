@@ -140,6 +140,18 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub async fn start() -> RedisCluster {
+        RedisCluster::start_with(&[]).await
+    }
+
+    /// A cluster whose every node sends the keyspace notifications
+    /// change-driven checks use (`notify-keyspace-events Khgxe`, on each
+    /// node, as the README asks).
+    pub async fn with_keyspace_events() -> RedisCluster {
+        RedisCluster::start_with(&["--notify-keyspace-events", "Khgxe"]).await
+    }
+
+    /// A cluster whose nodes are started with `extra` arguments too.
+    pub async fn start_with(extra: &[&str]) -> RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..3 {
             let port = cluster_port();
@@ -147,13 +159,17 @@ impl RedisCluster {
                 "redis-cluster-node",
                 Some(port),
                 &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ],
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ],
+                    extra,
+                ]
+                .concat(),
             );
             let nodes_conf = node.dir().join("nodes.conf");
             node.arg("--cluster-config-file").arg(nodes_conf);
@@ -191,6 +207,86 @@ impl RedisCluster {
         self.ports()
             .map(|p| cluster_cli(p, &["dbsize"]).trim().parse().unwrap_or(0))
             .collect()
+    }
+
+    /// Runs `redis-cli` on the node at `port` with `args`; its output.
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        cluster_cli(port, args)
+    }
+
+    /// The port of the primary owning `slot`, as the node at `ask` sees it
+    /// (`CLUSTER NODES`: `<id> <ip:port@bus> <flags> ... <ranges>`).
+    pub fn owner_of_slot(&self, ask: u16, slot: u16) -> u16 {
+        for line in cluster_cli(ask, &["cluster", "nodes"]).lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 9 || !fields[2].contains("master") {
+                continue;
+            }
+            let owns = fields[8..].iter().any(|r| {
+                let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+                match (lo.parse::<u16>(), hi.parse::<u16>()) {
+                    (Ok(lo), Ok(hi)) => (lo..=hi).contains(&slot),
+                    _ => false, // `[slot->-id]`: a migration's marker
+                }
+            });
+            if owns {
+                let port = fields[1].split(['@', ',']).next().unwrap();
+                return port.rsplit_once(':').unwrap().1.parse().unwrap();
+            }
+        }
+        panic!("no primary owns slot {slot}")
+    }
+
+    /// Moves `slot` and its keys to the primary at `to`, as
+    /// `redis-cli --cluster reshard` does for each slot: importing on the
+    /// target, migrating on the source, `MIGRATE` of every key, then the new
+    /// owner told to every node. Waits until every node sees it.
+    pub async fn move_slot(&self, slot: u16, to: u16) {
+        let from = self.owner_of_slot(to, slot);
+        assert_ne!(from, to, "slot {slot} is already on {to}");
+        let id = |p: u16| cluster_cli(p, &["cluster", "myid"]).trim().to_string();
+        let (from_id, to_id) = (id(from), id(to));
+        let slot_s = slot.to_string();
+        let ok = |out: String| assert!(out.trim() == "OK", "{out}");
+        ok(cluster_cli(
+            to,
+            &["cluster", "setslot", &slot_s, "importing", &from_id],
+        ));
+        ok(cluster_cli(
+            from,
+            &["cluster", "setslot", &slot_s, "migrating", &to_id],
+        ));
+        loop {
+            let keys = cluster_cli(from, &["cluster", "getkeysinslot", &slot_s, "100"]);
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let to_s = to.to_string();
+            let mut args = vec!["migrate", "127.0.0.1", &to_s, "", "0", "5000", "keys"];
+            args.extend(keys);
+            ok(cluster_cli(from, &args));
+        }
+        for p in [to, from] {
+            ok(cluster_cli(
+                p,
+                &["cluster", "setslot", &slot_s, "node", &to_id],
+            ));
+        }
+        for p in self.ports().filter(|p| ![to, from].contains(p)) {
+            ok(cluster_cli(
+                p,
+                &["cluster", "setslot", &slot_s, "node", &to_id],
+            ));
+        }
+        for p in self.ports() {
+            wait_until(
+                format!("node {p} sees slot {slot} on {to}"),
+                Duration::from_secs(60),
+                || async move { self.owner_of_slot(p, slot) == to },
+            )
+            .await;
+        }
     }
 }
 
