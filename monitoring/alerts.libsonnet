@@ -333,7 +333,7 @@ local u = import 'lib/util.libsonnet';
                  ||| % { g: g, sel: c.selector, w: c.eventsStoppedWindow },
                  c.eventsStoppedFor,
                  'Redis stopped sending the keyspace notifications seatflow-reconciler checks by.',
-                 'Redis keyspace notifications stopped arriving for %s within the last %s and are still off (notify-keyspace-events no longer contains Khgxe: a configuration change, or a failover to a server set up differently). Drift is found by the passes alone, up to a sweep interval later.' % [where, c.eventsStoppedWindow],
+                 'Redis keyspace notifications stopped arriving for %s within the last %s and are still off (notify-keyspace-events no longer contains Khgxe, in a Redis Cluster on any one primary: a configuration change, or a failover to a server set up differently). Drift is found by the passes alone, up to a sweep interval later.' % [where, c.eventsStoppedWindow],
                ),
                // Passes keep repairing what the checks between passes should
                // have caught first (kinds Redis events can see).

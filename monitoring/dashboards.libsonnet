@@ -195,7 +195,7 @@ local u = import 'lib/util.libsonnet';
                    [gr.target(q('histogram_quantile(0.99, sum by (le, source) (rate(seatflow_reconcile_change_drift_age_seconds_bucket{%(s)s}[$__rate_interval])))'), '{{source}}')],
                    unit='s'), 8, 8],
     [gr.timeseries('Keyspace notifications per minute, and gaps',
-                   'Keyspace notifications received on seat hashes per minute, per process, and gaps per hour by reason (connection_lost, queue_full, events_stopped): moments a change may have been missed, each of which starts a pass.',
+                   'Keyspace notifications received on seat hashes per minute, per process, and gaps per hour by reason (connection_lost, queue_full, events_stopped, topology_changed): moments a change may have been missed, each of which starts a pass.',
                    [
                      gr.target(q('sum by (instance) (rate(seatflow_reconcile_change_events_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} events/min'),
                      gr.target(q('sum by (reason) (increase(seatflow_reconcile_change_gaps_total{%(s)s}[1h]))'), 'gaps/h: {{reason}}', 'B'),
@@ -209,7 +209,7 @@ local u = import 'lib/util.libsonnet';
                    ],
                    unit='short'), 12, 8],
     [gr.timeseries('Redis keyspace notifications, by state',
-                   'Whether the server sends the notifications the checks need, as each process last probed it (once a minute): on, off (notify-keyspace-events lacks Khgxe), unknown (not probed yet), unavailable (no subscription: Redis Cluster, or a failed connection), disabled (changes.redis_events = off), standby (another replica runs the passes of this shard and listens).',
+                   'Whether the server sends the notifications the checks need, as each process last probed it (once a minute): on, off (notify-keyspace-events lacks Khgxe; in a Redis Cluster, on any one primary), unknown (not probed yet), unavailable (no subscription: a failed connection, in a Redis Cluster to any one primary), disabled (changes.redis_events = off), standby (another replica runs the passes of this shard and listens).',
                    [gr.target(q('max by (instance, state) (seatflow_reconcile_redis_events{%(s)s}) == 1'), '{{instance}} {{state}}')],
                    unit='none',
                    decimals=0,
