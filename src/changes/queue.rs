@@ -4,8 +4,10 @@
 //!
 //! The shape of kube-runtime's scheduler and client-go's work queue:
 //! - **de-duplicated**: S waits at most once; adding it again keeps the
-//!   earlier due time and the weightier source (a deadline over a grace end
-//!   over an event);
+//!   earlier due time (at one time, the weightier source: a deadline over a
+//!   retry over a grace end over an event). A grace end or a deadline due
+//!   after that earlier check is carried, and waits again once it is done:
+//!   a check before its time cannot do its work;
 //! - **two lanes**: known repairs (grace ends, deadlines, retries) and
 //!   events share each hand-out half and half (either takes what the other
 //!   leaves), so neither a storm of events nor a flood of grace ends holds
@@ -64,6 +66,22 @@ impl Source {
         (self == Source::Event) as usize
     }
 
+    /// Whether it waits for a moment to come (a grace's end, a deadline, a
+    /// backoff): a check before that moment cannot do its work, so an
+    /// earlier check of the showtime does not replace it. An event's change
+    /// has happened when it is asked for: any later check sees it.
+    fn timed(self) -> bool {
+        self != Source::Event
+    }
+
+    /// Whether a seat sweep's read does its work once its cause is past: an
+    /// event's change or a grace's end is seen by the seat jobs; a deadline
+    /// needs `expired-orders`, which no seat read runs (and a retry may be
+    /// one).
+    fn seen_by_a_read(self) -> bool {
+        matches!(self, Source::Event | Source::Grace)
+    }
+
     pub const ALL: [Source; 4] = [
         Source::Event,
         Source::Deadline,
@@ -105,26 +123,83 @@ pub struct Due {
     pub attempts: u32,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// Most timed asks one waiting showtime carries for after its check (the
+/// soonest are kept): past them, the deadlines read ahead and the checks
+/// that defer a seat ask again.
+const MAX_LATER: usize = 8;
+
+#[derive(Debug, Clone)]
 struct Waiting {
     due: Instant,
     source: Source,
     attempts: u32,
+    /// Timed asks due after `due`, soonest first: each waits again once the
+    /// check before it is done.
+    later: Vec<(Instant, Source)>,
 }
 
 impl Waiting {
-    /// One showtime asked for twice: the earlier due time, the weightier
-    /// source, the failures so far.
-    fn merge(self, other: Waiting) -> Waiting {
+    fn new(due: Instant, source: Source, attempts: u32) -> Waiting {
         Waiting {
-            due: self.due.min(other.due),
-            source: if other.source.rank() > self.source.rank() {
-                other.source
-            } else {
-                self.source
-            },
-            attempts: self.attempts.max(other.attempts),
+            due,
+            source,
+            attempts,
+            later: Vec::new(),
         }
+    }
+
+    /// Which of two asks comes first: the earlier, and at one time the
+    /// weightier source (a deadline's check also runs `expired-orders`).
+    fn order(due: Instant, source: Source) -> (Instant, std::cmp::Reverse<u8>) {
+        (due, std::cmp::Reverse(source.rank()))
+    }
+
+    /// Its asks: the one it waits for, then those it carries.
+    fn asks(&self) -> impl Iterator<Item = (Instant, Source)> + '_ {
+        std::iter::once((self.due, self.source)).chain(self.later.iter().copied())
+    }
+
+    /// One showtime's asks as one wait: the ask that comes first; the timed
+    /// asks due after it, for after its check (which comes too soon to do
+    /// their work). An event's change has happened when it is asked for, and
+    /// an ask at the same time as a weightier one is covered by it.
+    fn from_asks(mut asks: Vec<(Instant, Source)>, attempts: u32) -> Waiting {
+        asks.sort_by_key(|(due, source)| Waiting::order(*due, *source));
+        let (due, source) = asks[0];
+        let mut later: Vec<(Instant, Source)> = asks
+            .into_iter()
+            .skip(1)
+            .filter(|(d, s)| s.timed() && *d > due)
+            .collect();
+        later.dedup();
+        later.truncate(MAX_LATER);
+        Waiting {
+            due,
+            source,
+            attempts,
+            later,
+        }
+    }
+
+    /// One showtime asked for twice, with the failures so far.
+    fn merge(self, other: Waiting) -> Waiting {
+        let attempts = self.attempts.max(other.attempts);
+        Waiting::from_asks(self.asks().chain(other.asks()).collect(), attempts)
+    }
+
+    /// What waits once this one's check is done: the soonest of its later
+    /// asks, carrying the others.
+    fn after(mut self) -> Option<Waiting> {
+        if self.later.is_empty() {
+            return None;
+        }
+        let (due, source) = self.later.remove(0);
+        Some(Waiting {
+            due,
+            source,
+            attempts: 0,
+            later: self.later,
+        })
     }
 }
 
@@ -228,16 +303,15 @@ impl WorkQueue {
 
     /// Asks for a check of `showtime` at or after `due`.
     pub fn add(&mut self, showtime: ShowtimeId, due: Instant, source: Source) -> Added {
-        let ask = Waiting {
-            due,
-            source,
-            attempts: 0,
-        };
+        let ask = Waiting::new(due, source, 0);
         if let Some(again) = self.in_flight.get_mut(&showtime) {
-            *again = Some(again.map_or(ask, |w| w.merge(ask)));
+            *again = Some(match again.take() {
+                Some(w) => w.merge(ask),
+                None => ask,
+            });
             return Added::AfterCheck;
         }
-        match self.waiting.get(&showtime).copied() {
+        match self.waiting.remove(&showtime) {
             Some(w) => {
                 self.lanes[w.source.lane()].remove(&(w.due, showtime));
                 self.wait(showtime, w.merge(ask));
@@ -256,8 +330,13 @@ impl WorkQueue {
 
     /// Puts `showtime` in line, no earlier than its minimum interval allows.
     fn wait(&mut self, showtime: ShowtimeId, mut w: Waiting) {
-        if let Some(&not_before) = self.not_before.get(&showtime) {
-            w.due = w.due.max(not_before);
+        if let Some(&not_before) = self.not_before.get(&showtime)
+            && w.due < not_before
+        {
+            // Every ask moves to its minimum interval; those that then
+            // fall at one time are one check, the weightiest.
+            let asks = w.asks().map(|(due, s)| (due.max(not_before), s)).collect();
+            w = Waiting::from_asks(asks, w.attempts);
         }
         self.lanes[w.source.lane()].insert((w.due, showtime));
         self.waiting.insert(showtime, w);
@@ -292,13 +371,14 @@ impl WorkQueue {
 
     fn hand_out(&mut self, showtime: ShowtimeId, out: &mut Vec<Due>) {
         if let Some(w) = self.waiting.remove(&showtime) {
-            self.in_flight.insert(showtime, None);
             out.push(Due {
                 showtime,
                 source: w.source,
                 due: w.due,
                 attempts: w.attempts,
             });
+            // Its later asks wait again once this check is done.
+            self.in_flight.insert(showtime, w.after());
         }
     }
 
@@ -315,11 +395,7 @@ impl WorkQueue {
                 .backoff
                 .saturating_mul(1 << doublings)
                 .min(self.limits.max_backoff);
-            Waiting {
-                due: now + backoff,
-                source: Source::Retry,
-                attempts: taken.attempts + 1,
-            }
+            Waiting::new(now + backoff, Source::Retry, taken.attempts + 1)
         });
         // Neither the change nor the retry waits longer than it asked; a
         // retry keeps its count of failures.
@@ -334,22 +410,41 @@ impl WorkQueue {
     }
 
     /// `showtime` was read (by a pass or a check) from `read_at` on: a
-    /// waiting check asked for by something before that is dropped, since
-    /// that read saw it (an event's change is `event_settle` older than its
-    /// due time; a grace end or a deadline is its due time). Whatever the
-    /// read could not repair, the sweep that read it asks for again.
+    /// waiting check of an event or a grace end that came before that is
+    /// dropped, since that read saw it (an event's change is `event_settle`
+    /// older than its due time; a grace end is its due time). Whatever the
+    /// read could not repair, the sweep that read it asks for again. A
+    /// deadline stays: a seat read cancels no order.
     pub fn swept(&mut self, showtime: ShowtimeId, read_at: Instant) {
-        let Some(w) = self.waiting.get(&showtime).copied() else {
+        if !self
+            .waiting
+            .get(&showtime)
+            .is_some_and(|w| self.seen(w, read_at))
+        {
+            return;
+        }
+        let Some(w) = self.waiting.remove(&showtime) else {
             return;
         };
+        self.lanes[w.source.lane()].remove(&(w.due, showtime));
+        // What it carried for later waits on, unless that read saw it too.
+        let mut rest = w.after();
+        while let Some(next) = rest {
+            if !self.seen(&next, read_at) {
+                self.wait(showtime, next);
+                break;
+            }
+            rest = next.after();
+        }
+    }
+
+    /// Whether a seat read from `read_at` on did `w`'s work.
+    fn seen(&self, w: &Waiting, read_at: Instant) -> bool {
         let cause = match w.source {
             Source::Event => w.due.checked_sub(self.limits.event_settle),
             _ => Some(w.due),
         };
-        if cause.is_none_or(|c| c <= read_at) {
-            self.lanes[w.source.lane()].remove(&(w.due, showtime));
-            self.waiting.remove(&showtime);
-        }
+        w.source.seen_by_a_read() && cause.is_none_or(|c| c <= read_at)
     }
 
     /// When the soonest waiting showtime is due.
@@ -409,17 +504,65 @@ mod tests {
     fn a_showtime_waits_once_and_the_earlier_due_time_wins() {
         let t0 = Instant::now();
         let mut q = WorkQueue::new(limits());
-        assert_eq!(q.add(1, secs(t0, 5), Source::Grace), Added::Queued);
-        assert_eq!(q.add(1, secs(t0, 9), Source::Deadline), Added::Merged);
+        assert_eq!(q.add(1, secs(t0, 5), Source::Event), Added::Queued);
+        assert_eq!(q.add(1, secs(t0, 9), Source::Event), Added::Merged);
         assert_eq!(q.add(1, secs(t0, 2), Source::Event), Added::Merged);
         assert_eq!(q.len(), 1);
         assert!(q.take_due(secs(t0, 1), 10).is_empty());
         let due = q.take_due(secs(t0, 2), 10);
         assert_eq!(due.len(), 1);
-        // The earliest time, the weightiest source (a deadline's check
-        // also runs `expired-orders`).
-        assert_eq!((due[0].showtime, due[0].source), (1, Source::Deadline));
+        assert_eq!((due[0].showtime, due[0].source), (1, Source::Event));
+        q.done(due[0], true, secs(t0, 2));
+        // The later events' changes had happened: that check saw them.
         assert!(q.is_empty());
+        assert_eq!(q.next_due(), None);
+        // At one time, the weightier source (a deadline's check also runs
+        // `expired-orders`).
+        q.add(2, secs(t0, 20), Source::Event);
+        q.add(2, secs(t0, 20), Source::Deadline);
+        q.add(2, secs(t0, 20), Source::Grace);
+        let due = q.take_due(secs(t0, 20), 10);
+        assert_eq!(due[0].source, Source::Deadline);
+    }
+
+    /// A check that comes before a grace's end or a deadline cannot do
+    /// their work (the seat is not ready, the order not yet due): they wait
+    /// again after it, each at its own time.
+    #[test]
+    fn a_grace_end_or_deadline_after_an_earlier_check_waits_for_its_time() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(limits());
+        q.add(1, secs(t0, 5), Source::Grace);
+        q.add(1, secs(t0, 9), Source::Deadline);
+        q.add(1, secs(t0, 2), Source::Event);
+        assert_eq!(q.len(), 1);
+        let mut seen = Vec::new();
+        let mut now = t0;
+        while let Some(next) = q.next_due() {
+            now = next;
+            for d in q.take_due(now, 10) {
+                seen.push(((d.due - t0).as_secs(), d.source));
+                q.done(d, true, now);
+            }
+        }
+        assert_eq!(
+            seen,
+            vec![
+                (2, Source::Event),
+                (5, Source::Grace),
+                (9, Source::Deadline)
+            ]
+        );
+        // A change during the check merges with what it carried.
+        q.add(2, secs(now, 1), Source::Event);
+        q.add(2, secs(now, 30), Source::Deadline);
+        let taken = q.take_due(secs(now, 1), 10)[0];
+        q.add(2, secs(now, 2), Source::Event);
+        q.done(taken, true, secs(now, 1));
+        let next = q.take_due(secs(now, 2), 10)[0];
+        assert_eq!(next.source, Source::Event);
+        q.done(next, true, secs(now, 2));
+        assert_eq!(q.next_due(), Some(secs(now, 30)));
     }
 
     #[test]
@@ -496,12 +639,14 @@ mod tests {
         assert_eq!((one(&mut q), one(&mut q)), (2, 9));
         // A lane with nothing due leaves its share to the other.
         assert_eq!(one(&mut q), 3);
-        // An event on a showtime waiting for its grace keeps it in the
-        // repairs' lane.
+        // An earlier event on a showtime waiting for its grace is checked
+        // first, in the events' lane; the grace's end waits for after.
         q.add(7, secs(t0, 9), Source::Grace);
         q.add(7, secs(t0, 6), Source::Event);
         let next = q.take_due(secs(t0, 6), 1);
-        assert_eq!((next[0].showtime, next[0].source), (7, Source::Grace));
+        assert_eq!((next[0].showtime, next[0].source), (7, Source::Event));
+        q.done(next[0], true, secs(t0, 6));
+        assert_eq!(q.next_due(), Some(secs(t0, 9)));
     }
 
     #[test]
@@ -520,6 +665,16 @@ mod tests {
         q.swept(2, secs(t0, 50));
         assert!(q.is_empty());
         assert_eq!(q.next_due(), None);
+        // A seat read cancels no order: a deadline stays, and so does one
+        // carried by an event the read saw.
+        q.add(3, secs(t0, 10), Source::Deadline);
+        q.add(4, secs(t0, 60), Source::Deadline);
+        q.add(4, secs(t0, 2), Source::Event);
+        q.swept(3, secs(t0, 70));
+        q.swept(4, secs(t0, 70));
+        assert_eq!(q.len(), 2);
+        let due = q.take_due(secs(t0, 70), 10);
+        assert!(due.iter().all(|d| d.source == Source::Deadline), "{due:?}");
     }
 
     #[test]
@@ -548,33 +703,57 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the sequence of adds, checks and outcomes: a showtime is
-        /// never handed out twice at once, never waits twice, the queue stays
-        /// within its capacity, and every add is accounted for (waiting, in
-        /// flight, checked since, or dropped).
+        /// Whatever the sequence of adds (of every source), reads, checks and
+        /// outcomes: a showtime is never handed out twice at once, never
+        /// waits twice, the queue stays within its capacity, and no deadline
+        /// is lost: each one not dropped is handed out, as a deadline, at or
+        /// after its time.
         #[test]
-        fn the_queue_keeps_its_rules(ops in prop::collection::vec((0u8..4, 0i64..6, 0u64..20), 1..200)) {
+        fn the_queue_keeps_its_rules(ops in prop::collection::vec((0u8..6, 0i64..6, 0u64..20), 1..200)) {
             let t0 = Instant::now();
             let mut q = WorkQueue::new(limits());
             let mut taken: Vec<Due> = Vec::new();
+            let mut deadlines: Vec<(ShowtimeId, Instant)> = Vec::new();
             let mut now = t0;
+            let hand_out = |q: &mut WorkQueue, taken: &mut Vec<Due>, deadlines: &mut Vec<(ShowtimeId, Instant)>, now: Instant| {
+                for d in q.take_due(now, 2) {
+                    assert!(!taken.iter().any(|t| t.showtime == d.showtime));
+                    assert!(d.due <= now);
+                    if d.source == Source::Deadline {
+                        deadlines.retain(|(s, due)| *s != d.showtime || *due > now);
+                    }
+                    taken.push(d);
+                }
+            };
             for (op, s, at) in ops {
                 now = now.max(secs(t0, at));
                 match op {
-                    0 | 1 => { q.add(s, secs(t0, at), Source::Event); }
-                    2 => {
-                        for d in q.take_due(now, 2) {
-                            prop_assert!(!taken.iter().any(|t| t.showtime == d.showtime));
-                            prop_assert!(d.due <= now);
-                            taken.push(d);
+                    0 => { q.add(s, secs(t0, at), Source::Event); }
+                    1 => {
+                        let source = [Source::Grace, Source::Deadline, Source::Retry][at as usize % 3];
+                        let due = secs(t0, at + 3);
+                        if q.add(s, due, source) != Added::Dropped && source == Source::Deadline {
+                            deadlines.push((s, due));
                         }
                     }
+                    2 => hand_out(&mut q, &mut taken, &mut deadlines, now),
+                    3 => q.swept(s, now),
                     _ => if let Some(d) = taken.pop() { q.done(d, at % 2 == 0, now); }
                 }
                 prop_assert!(q.len() + q.in_flight() <= limits().capacity);
                 prop_assert_eq!(q.lanes.iter().map(BTreeSet::len).sum::<usize>(), q.waiting.len());
                 prop_assert_eq!(q.in_flight(), taken.len());
             }
+            // Drained, each check succeeding: every deadline came.
+            for _ in 0..1_000 {
+                for d in taken.drain(..) {
+                    q.done(d, true, now);
+                }
+                let Some(next) = q.next_due() else { break };
+                now = now.max(next);
+                hand_out(&mut q, &mut taken, &mut deadlines, now);
+            }
+            prop_assert!(deadlines.is_empty(), "lost: {:?}", deadlines);
         }
     }
 }
