@@ -21,6 +21,10 @@ use crate::store::redis::Topology;
 /// How often the subscriber looks at this replica's role (and judges the probe).
 const ROLE_EVERY: Duration = Duration::from_secs(1);
 
+/// How long after start a daemon that has run no pass yet starts one (a
+/// pass started by hand or by the schedule meanwhile is the first).
+const FIRST_PASS_AFTER: Duration = Duration::from_secs(5);
+
 /// Longest wait between two subscription attempts.
 const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(30);
 
@@ -442,6 +446,18 @@ async fn deadlines(runner: &Runner, changes: &Changes) {
 /// finds. A pass already going is waited for, then one more is run.
 async fn expedite(runner: &Arc<Runner>, changes: &Changes) {
     let stop = runner.stopping();
+    // The first pass comes at once, not at the schedule's first fire: the
+    // change-driven checks begin with it (it settles whose shard this is),
+    // and with a slow `sweep.schedule` that fire may be many minutes away.
+    // It also covers what changed while nobody listened.
+    tokio::select! {
+        _ = tokio::time::sleep(FIRST_PASS_AFTER) => {}
+        _ = stop.cancelled() => return,
+    }
+    if runner.active_on_own_shard().is_none() && runner.start_pass_now().is_ok() {
+        changes.metrics.gaps.with_label_values(&["start"]).inc();
+        tracing::info!("the first pass started at once: change-driven checks begin with it");
+    }
     loop {
         tokio::select! {
             _ = changes.next_gap() => {}

@@ -478,11 +478,14 @@ pub struct ChangeMetrics {
 /// Why a change may have been missed (`seatflow_reconcile_change_gaps_total{reason}`).
 /// `topology_changed`: a Redis Cluster's primaries or their slots changed
 /// (a failover, a resharding), and the subscription was made again.
-pub const GAP_REASONS: [&str; 4] = [
+/// `start`: the daemon started (nobody listened before), and its first pass
+/// ran at once instead of at the schedule's first fire.
+pub const GAP_REASONS: [&str; 5] = [
     "connection_lost",
     "queue_full",
     "events_stopped",
     "topology_changed",
+    "start",
 ];
 
 impl ChangeMetrics {

@@ -30,6 +30,25 @@ pub(crate) async fn daemon_on_estate(
     showtimes: i64,
     tweak: impl FnOnce(&mut Settings),
 ) -> (TestEnv, InProcessDaemon) {
+    let env = estate(redis, showtimes, tweak).await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
+    assert_eq!(code, 202, "the admin endpoint starts a pass");
+    daemon
+        .status_when("the first pass ran", |s| {
+            s["pass"]["shards"]["0"]["last_fire"] == "ran"
+        })
+        .await;
+    (env, daemon)
+}
+
+/// The environment of [`daemon_on_estate`], before any daemon: schedules a
+/// year away, the estate warmed and consistent.
+async fn estate(
+    redis: Option<&PrivateServer>,
+    showtimes: i64,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestEnv {
     let url = redis.map(|r| format!("redis://127.0.0.1:{}", r.port()));
     let env = TestEnv::with(|s| {
         if let Some(url) = url {
@@ -50,15 +69,7 @@ pub(crate) async fn daemon_on_estate(
         env.fx.showtime(showtime, 1, 60, "ON_SALE").await.unwrap();
         env.fx.warm_all(showtime, &seats, &[]).await.unwrap();
     }
-    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
-    let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
-    assert_eq!(code, 202, "the admin endpoint starts a pass");
-    daemon
-        .status_when("the first pass ran", |s| {
-            s["pass"]["shards"]["0"]["last_fire"] == "ran"
-        })
-        .await;
-    (env, daemon)
+    env
 }
 
 /// Waits until the probe finds the server's keyspace notifications on.
@@ -208,6 +219,41 @@ async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
         "the event's check deferred it"
     );
     assert_eq!(env.found_by().await, [found("seat_released", "grace")]);
+    daemon.stop().await;
+}
+
+/// A daemon runs its first pass seconds after it starts, not at the
+/// schedule's first fire (here a year away): its change-driven checks begin
+/// with that pass, so a slow `sweep.schedule` does not leave them off.
+#[tokio::test]
+async fn the_first_pass_runs_at_start_and_the_checks_begin_with_it() {
+    let redis = servers::redis_with_keyspace_events();
+    let env = estate(Some(&redis), 2, |s| {
+        s.reconcile.orphan_grace = Duration::ZERO;
+    })
+    .await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    daemon
+        .status_when("the first pass ran, with no fire and no request", |s| {
+            s["pass"]["shards"]["0"]["last_fire"] == "ran"
+        })
+        .await;
+    events_on(&daemon).await;
+    env.fx.warm(2, &[("A-1", "1")]).await.unwrap();
+    seat_becomes(&env, 2, "A-1", "0", "the orphan lock is released").await;
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="orphan_locks",source="event"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_gaps_total{reason="start"}"#
+        ),
+        1.0
+    );
     daemon.stop().await;
 }
 
