@@ -201,6 +201,29 @@ impl Daemon {
         self.in_pass = running;
     }
 
+    /// Seat hashes it has read so far, by its own counters: the pass's
+    /// showtimes (`scanned_total` of a seat job: the four share each read)
+    /// and its change-driven checks (one read each). Redis' HGETALL count
+    /// also holds the suspect hashes read with them.
+    pub async fn seat_hash_reads(&self) -> Option<f64> {
+        let Ok((200, body)) = http_get(self.port, "/metrics").await else {
+            return None;
+        };
+        let value = |l: &str| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok());
+        let pass = body
+            .lines()
+            .filter(|l| l.starts_with("seatflow_reconcile_scanned_total{"))
+            .filter(|l| !l.contains("expired_orders"))
+            .filter_map(value)
+            .fold(0.0, f64::max);
+        let checks: f64 = body
+            .lines()
+            .filter(|l| l.starts_with("seatflow_reconcile_change_checks_total{"))
+            .filter_map(value)
+            .sum();
+        Some(pass + checks)
+    }
+
     /// `/status`'s verdict on Redis keyspace events (`on`, `standby`, ...).
     pub async fn redis_events(&self) -> Option<String> {
         let Ok((200, body)) = http_get(self.port, "/status").await else {

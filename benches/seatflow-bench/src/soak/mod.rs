@@ -248,6 +248,7 @@ async fn soak(
     let started_at = Utc::now();
     let soak_start = (bench.snapshot().await?, Instant::now());
     let cpu_start: Vec<Option<f64>> = rig.daemons.iter().map(Daemon::cpu_s).collect();
+    let reads_start = seat_hash_reads(&rig.daemons).await;
     let per_round = (estate.total_seats() as f64 * args.inject).round() as usize;
     let mut injector = Injector::new(&bench, &estate, per_round, args.delete_hash_every);
     let deadline = soak_start.1 + Duration::from_secs_f64(args.minutes * 60.0);
@@ -270,6 +271,7 @@ async fn soak(
 
     // 5. Their change-driven checks' counters, then stop (the daemons flush
     // their audit on SIGTERM), then read the audit.
+    let reads_end = seat_hash_reads(&rig.daemons).await;
     for d in &mut rig.daemons {
         d.read_change_counters().await;
     }
@@ -341,6 +343,9 @@ async fn soak(
         seeding,
         idle: ServerLoad::new(&idle_start.0.load_until(&idle_end.0), idle_wall),
         soak: ServerLoad::new(&soak_load, wall_s),
+        seat_hash_reads_per_hash_per_minute: reads_start
+            .zip(reads_end)
+            .map(|(a, b)| (b - a) / estate.showtimes as f64 / (wall_s / 60.0)),
         hgetall_per_seat_hash_per_minute: hgetall as f64
             / estate.showtimes as f64
             / (wall_s / 60.0),
@@ -423,6 +428,15 @@ async fn watch(
             next_loss += lose_every;
         }
     }
+}
+
+/// Seat hashes read by all daemons so far (None if one did not answer).
+async fn seat_hash_reads(daemons: &[Daemon]) -> Option<f64> {
+    let mut sum = 0.0;
+    for d in daemons {
+        sum += d.seat_hash_reads().await?;
+    }
+    Some(sum)
 }
 
 /// Until one daemon's `/status` says keyspace events are on (the others

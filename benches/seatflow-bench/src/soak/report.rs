@@ -273,6 +273,9 @@ pub struct SoakReport {
     pub idle: ServerLoad,
     /// The soak: daemons, hold workload and injections.
     pub soak: ServerLoad,
+    /// Seat hashes read over the soak, per hash per minute, by the daemons'
+    /// own counters (passes and change-driven checks).
+    pub seat_hash_reads_per_hash_per_minute: Option<f64>,
     /// HGETALL calls over the soak per seat hash per minute. Suspect hashes
     /// are read with HGETALL too (see benches/README.md, "Soak").
     pub hgetall_per_seat_hash_per_minute: f64,
@@ -361,9 +364,12 @@ impl SoakReport {
         }
         writeln!(
             out,
-            "HGETALL per seat hash per minute: {:.2} (seat and suspect hashes; see README); \
+            "seat-hash reads per hash per minute (daemons' counters: passes and checks): {}; \
+             HGETALL per seat hash per minute: {:.2} (seat and suspect hashes; see README); \
              seat passes seen per minute, all daemons: {:.2}",
-            self.hgetall_per_seat_hash_per_minute, self.passes_per_minute
+            opt(self.seat_hash_reads_per_hash_per_minute, ""),
+            self.hgetall_per_seat_hash_per_minute,
+            self.passes_per_minute
         )?;
         writeln!(
             out,
