@@ -356,8 +356,14 @@ async fn a_server_without_keyspace_events_is_reported_off() {
         })
         .await;
     assert_eq!(status["changes"]["queue_depth"], 0);
+    events_gauge_says_off(&daemon).await;
+    daemon.stop().await;
+}
+
+/// The events gauge says off, and not on.
+pub(crate) async fn events_gauge_says_off(daemon: &InProcessDaemon) {
     let m = metric_reaches(
-        &daemon,
+        daemon,
         r#"seatflow_reconcile_redis_events{state="off"}"#,
         1.0,
     )
@@ -366,7 +372,6 @@ async fn a_server_without_keyspace_events_is_reported_off() {
         sample(&m, r#"seatflow_reconcile_redis_events{state="on"}"#),
         0.0
     );
-    daemon.stop().await;
 }
 
 /// A lost subscription is a gap: counted, and a pass is started at once to

@@ -15,7 +15,8 @@ use seatflow_test_support::daemon::{InProcessDaemon, sample};
 use seatflow_test_support::servers::RedisCluster;
 
 use crate::changes::{
-    daemon_on_estate, events_on, metric_reaches, metrics, pass_runs, seat_becomes,
+    daemon_on_estate, events_gauge_says_off, events_on, metric_reaches, metrics, pass_runs,
+    seat_becomes,
 };
 
 fn urls(cluster: &RedisCluster) -> Vec<SecretUrl> {
@@ -218,16 +219,7 @@ async fn one_primary_without_keyspace_events_makes_them_off() {
         })
         .await;
     assert_eq!(status["changes"]["redis_events"], "off");
-    let m = metric_reaches(
-        &daemon,
-        r#"seatflow_reconcile_redis_events{state="off"}"#,
-        1.0,
-    )
-    .await;
-    assert_eq!(
-        sample(&m, r#"seatflow_reconcile_redis_events{state="on"}"#),
-        0.0
-    );
+    events_gauge_says_off(&daemon).await;
     daemon.stop().await;
 }
 
