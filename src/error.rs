@@ -28,6 +28,19 @@ pub enum Error {
         what: String,
         source: std::io::Error,
     },
+    /// The replication connection that reads MySQL's binlog
+    /// (`store::mysql::binlog`): its connect, queries and stream.
+    #[error("mysql binlog: {0}")]
+    Binlog(#[from] mysql_async::Error),
+    /// The binlog cannot be read as the server is set up: each privilege to
+    /// grant or setting to change, as the statement to run.
+    #[error("the MySQL binlog cannot be read: {}", .0.join("; "))]
+    BinlogSetup(Vec<String>),
+    /// The binlog stream ended or lost its place (a purged position, a table
+    /// whose shape changed, a silent connection): changes may have been
+    /// missed since its last position, a gap.
+    #[error("mysql binlog gap: {0}")]
+    BinlogGap(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -70,7 +83,12 @@ impl Error {
     /// The `stage` label of `seatflow_reconcile_errors_total`.
     pub fn stage(&self) -> Stage {
         match self {
-            Error::Mysql(_) | Error::Migrate(_) | Error::MysqlInvariant(_) => Stage::Mysql,
+            Error::Mysql(_)
+            | Error::Migrate(_)
+            | Error::MysqlInvariant(_)
+            | Error::Binlog(_)
+            | Error::BinlogSetup(_)
+            | Error::BinlogGap(_) => Stage::Mysql,
             Error::Redis(_) | Error::Protocol(_) => Stage::Redis,
             Error::LeaseLost(_) => Stage::Lock,
             Error::TlsFile { stage, .. } => *stage,
@@ -87,10 +105,14 @@ impl Error {
         match self {
             Error::Mysql(e) => mysql_transient(e),
             Error::Redis(e) => redis_transient(e),
+            // A broken connection, not a refused statement.
+            Error::Binlog(e) => e.is_fatal(),
+            Error::BinlogGap(_) => true,
             Error::Migrate(_)
             | Error::LeaseLost(_)
             | Error::Protocol(_)
             | Error::MysqlInvariant(_)
+            | Error::BinlogSetup(_)
             | Error::TlsFile { .. } => false,
         }
     }
@@ -102,10 +124,13 @@ impl Error {
             Error::TlsFile { .. } => Some(TlsProblem::Setup),
             Error::Mysql(e) => mysql_tls_problem(e),
             Error::Redis(e) => chain_problem(e).or_else(|| text_problem(&e.to_string())),
+            Error::Binlog(e) => binlog_tls_problem(e),
             Error::Migrate(_)
             | Error::LeaseLost(_)
             | Error::Protocol(_)
-            | Error::MysqlInvariant(_) => None,
+            | Error::MysqlInvariant(_)
+            | Error::BinlogSetup(_)
+            | Error::BinlogGap(_) => None,
         }
     }
 
@@ -130,6 +155,11 @@ impl Error {
                 ),
                 Some(1049) => Some("unknown database"),
                 Some(3159) => Some(TlsProblem::TlsRequired.describe()),
+                _ => None,
+            },
+            Error::Binlog(mysql_async::Error::Server(e)) => match e.code {
+                1045 => Some("access denied: wrong user or password"),
+                1049 => Some("unknown database"),
                 _ => None,
             },
             // redis-rs reports a refused AUTH at connect as its own kind
@@ -231,6 +261,20 @@ fn mysql_tls_problem(e: &sqlx::Error) -> Option<TlsProblem> {
         )),
         // MySQL 3159, MariaDB 4151 (require_secure_transport = ON).
         sqlx::Error::Database(db) if db.message().contains("insecure transport") => {
+            Some(TlsProblem::TlsRequired)
+        }
+        _ => chain_problem(e),
+    }
+}
+
+/// mysql_async's TLS errors: rustls' own in the chain, or a server that
+/// does not offer TLS when we require it.
+fn binlog_tls_problem(e: &mysql_async::Error) -> Option<TlsProblem> {
+    match e {
+        mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer) => {
+            Some(TlsProblem::NotTls)
+        }
+        mysql_async::Error::Server(s) if s.message.contains("insecure transport") => {
             Some(TlsProblem::TlsRequired)
         }
         _ => chain_problem(e),

@@ -1,6 +1,8 @@
 //! MySQL: keyset-paginated reads, the conditional cancel of expired orders
 //! (safety rule 3), migrations and the audit trail (safety rule 10).
 //! Every query is bounded by a LIMIT or by an IN list of one chunk.
+//! `binlog`: the row binlog, read as a replica, as the showtimes that
+//! committed transactions touched.
 
 use crate::error::Result;
 use chrono::NaiveDateTime;
@@ -10,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod audit;
+pub mod binlog;
 mod inspect;
 mod migrations;
 mod orders;
