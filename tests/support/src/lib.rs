@@ -62,17 +62,21 @@ pub fn test_settings(db_url: &str, prefix: &str) -> Settings {
 
 /// A fresh, empty database named `sf_test_…`; returns (name, URL).
 pub async fn fresh_database() -> (String, String) {
+    fresh_database_on(&mysql_base_url()).await
+}
+
+/// [`fresh_database`] on the server at `base_url` (a private one).
+pub async fn fresh_database_on(base_url: &str) -> (String, String) {
     let id = uuid::Uuid::new_v4().simple().to_string();
     let db = format!("sf_test_{}", &id[..12]);
-    let db_url = fixtures::with_database(&mysql_base_url(), &db).unwrap();
+    let db_url = fixtures::with_database(base_url, &db).unwrap();
     fixtures::recreate_database(&db_url, &db)
         .await
         .unwrap_or_else(|e| {
             panic!(
-                "MariaDB is not reachable at {} ({e}). Start it with \
+                "MariaDB is not reachable at {base_url} ({e}). Start it with \
                  `start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd` \
-                 or set SEATFLOW_TEST_MYSQL_URL",
-                mysql_base_url()
+                 or set SEATFLOW_TEST_MYSQL_URL"
             )
         });
     (db, db_url)
@@ -85,8 +89,15 @@ impl TestEnv {
 
     /// A fresh database and prefix; `tweak` adjusts the settings.
     pub async fn with(tweak: impl FnOnce(&mut Settings)) -> TestEnv {
+        Self::on(&mysql_base_url(), tweak).await
+    }
+
+    /// [`with`](Self::with), the database on the server at `base_url` (a
+    /// private one, such as [`servers::mariadb_with_binlog`]'s); seatflow's
+    /// schema and the reconciler's tables in it, as always.
+    pub async fn on(base_url: &str, tweak: impl FnOnce(&mut Settings)) -> TestEnv {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let (db, db_url) = fresh_database().await;
+        let (db, db_url) = fresh_database_on(base_url).await;
         let prefix = format!("sftest:{}:", &db["sf_test_".len()..]);
         let mut settings = test_settings(&db_url, &prefix);
         tweak(&mut settings);
