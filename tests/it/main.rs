@@ -44,6 +44,7 @@
 
 mod audit;
 mod bad_data;
+mod binlog;
 mod changes;
 mod chaos;
 mod cli;

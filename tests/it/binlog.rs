@@ -1,0 +1,237 @@
+//! The MySQL binlog source (`store::mysql::binlog`) on a private MariaDB with
+//! the row binlog on: a committed change to the contract's tables names its
+//! showtimes, with the position after it; other databases, other tables and
+//! rolled-back changes name none; what the server does not allow is one
+//! configuration error naming each statement to run.
+
+use std::time::Duration;
+
+use seatflow_reconciler::error::Error;
+use seatflow_reconciler::store::mysql::MysqlTls;
+use seatflow_reconciler::store::mysql::binlog::{BinlogOptions, BinlogSource, Committed};
+use seatflow_test_support::TestEnv;
+use seatflow_test_support::servers::{PrivateServer, mariadb_with_binlog};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn options(server_id: u32) -> BinlogOptions {
+    BinlogOptions {
+        server_id,
+        ..BinlogOptions::default()
+    }
+}
+
+async fn start(url: &str, server_id: u32) -> Result<BinlogSource, Error> {
+    BinlogSource::start(url, &MysqlTls::default(), &options(server_id), None).await
+}
+
+async fn next(source: &mut BinlogSource) -> Committed {
+    tokio::time::timeout(WAIT, source.next())
+        .await
+        .expect("a committed change within 30 s")
+        .expect("the binlog stream")
+}
+
+fn base_url(server: &PrivateServer) -> String {
+    format!("mysql://root@127.0.0.1:{}", server.port())
+}
+
+#[tokio::test]
+async fn committed_changes_to_the_contract_tables_name_their_showtimes() {
+    let server = mariadb_with_binlog();
+    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let pool = env.ctx.mysql.pool();
+    env.fx.hall(1, 1, 4).await.unwrap();
+    for id in [10, 20, 30] {
+        env.fx.showtime(id, 1, 60, "ON_SALE").await.unwrap();
+    }
+    let order = env.fx.order(10, "PENDING", &["A-1"], 900).await.unwrap();
+    let other = env.fx.order(20, "PENDING", &["A-2"], 900).await.unwrap();
+
+    let mut source = start(&env.db_url, 4242).await.unwrap();
+    let start_at = source.position().clone();
+
+    // The contract's pay step, committed (its Redis step not taken).
+    sqlx::query(
+        "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) \
+         WHERE id = ? AND status = 'PENDING'",
+    )
+    .bind(order)
+    .execute(pool)
+    .await
+    .unwrap();
+    let paid = next(&mut source).await;
+    assert_eq!(paid.showtimes, vec![10]);
+    assert_eq!(paid.position.file, start_at.file);
+    assert!(
+        paid.position.offset > start_at.offset,
+        "{paid:?} {start_at}"
+    );
+    assert_eq!(source.position(), &paid.position);
+
+    // A seat row inserted: its showtime.
+    sqlx::query(
+        "INSERT INTO order_seat (order_id, showtime_id, seat_no, active) VALUES (?, 20, 'A-3', 1)",
+    )
+    .bind(other)
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_eq!(next(&mut source).await.showtimes, vec![20]);
+
+    // Another database's `ticket_order`, another table of ours, a change
+    // rolled back: none named. The next named is the showtime closed after.
+    let elsewhere = format!("{}_elsewhere", env.db);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE `{elsewhere}`; \
+         CREATE TABLE `{elsewhere}`.ticket_order LIKE ticket_order; \
+         INSERT INTO `{elsewhere}`.ticket_order \
+           (order_no, user_id, showtime_id, status, expires_at, created_at) \
+           VALUES ('X-1', 1, 99, 'PAID', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)); \
+         UPDATE `{elsewhere}`.ticket_order SET status = 'REFUNDED'; \
+         UPDATE hall SET name = 'Hall one' WHERE id = 1"
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("UPDATE ticket_order SET showtime_id = 98 WHERE id = ?")
+        .bind(other)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    sqlx::query("UPDATE showtime SET status = 'CLOSED' WHERE id = 30")
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(next(&mut source).await.showtimes, vec![30]);
+
+    // One transaction, the contract's cancel and a seat of another
+    // showtime: each showtime once, when it commits.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3) WHERE id = ?",
+    )
+    .bind(order)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM order_seat WHERE order_id = ? AND seat_no = 'A-3'")
+        .bind(other)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let cancel = next(&mut source).await;
+    assert_eq!(cancel.showtimes, vec![10, 20]);
+
+    // A source started again from a position it gave reads on from there:
+    // the payment first. (Its server id is its own: a second dump with
+    // the same id would end the first.)
+    let mut again = BinlogSource::start(
+        &env.db_url,
+        &MysqlTls::default(),
+        &options(4243),
+        Some(start_at.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next(&mut again).await, paid);
+    let _ = next(&mut again).await;
+    assert_eq!(next(&mut again).await.showtimes, vec![30]);
+    assert_eq!(next(&mut again).await, cancel);
+
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE `{elsewhere}`")))
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// A user of the private server, password `pw`, from 127.0.0.1, granted
+/// `grants` (`{user}` stands for the grantee); the database's URL as them.
+async fn user(env: &TestEnv, name: &str, grants: &[&str]) -> String {
+    let pool = env.ctx.mysql.pool();
+    let grantee = format!("'{name}'@'127.0.0.1'");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE USER {grantee} IDENTIFIED BY 'pw'; GRANT SELECT ON `{}`.* TO {grantee}",
+        env.db
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+    for grant in grants {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "GRANT {grant} ON *.* TO {grantee}"
+        )))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    let mut url = url::Url::parse(&env.db_url).unwrap();
+    url.set_username(name).unwrap();
+    url.set_password(Some("pw")).unwrap();
+    url.to_string()
+}
+
+#[tokio::test]
+async fn what_the_server_does_not_allow_is_named_as_the_statement_to_run() {
+    let server = mariadb_with_binlog();
+    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+
+    // May read the position, not the binlog.
+    let url = user(&env, "sf_no_slave", &["REPLICATION CLIENT"]).await;
+    let err = start(&url, 4250).await.err().expect("refused");
+    let text = err.to_string();
+    assert!(matches!(err, Error::BinlogSetup(_)), "{err:?}");
+    assert!(
+        text.contains("GRANT REPLICATION SLAVE ON *.* TO 'sf_no_slave'@'127.0.0.1'"),
+        "{text}"
+    );
+    assert!(!text.contains("REPLICATION CLIENT"), "{text}");
+
+    // Neither: both named at once.
+    let url = user(&env, "sf_neither", &[]).await;
+    let text = start(&url, 4251).await.err().expect("refused").to_string();
+    assert!(
+        text.contains("GRANT REPLICATION SLAVE ON *.* TO 'sf_neither'@'127.0.0.1'"),
+        "{text}"
+    );
+    assert!(
+        text.contains("GRANT REPLICATION CLIENT ON *.* TO 'sf_neither'@'127.0.0.1'"),
+        "{text}"
+    );
+
+    // Both: it starts.
+    let url = user(
+        &env,
+        "sf_both",
+        &["REPLICATION CLIENT", "REPLICATION SLAVE"],
+    )
+    .await;
+    start(&url, 4252)
+        .await
+        .expect("the least privilege it needs");
+
+    // A binlog that is not row-based: named with the SET that makes it so.
+    let pool = env.ctx.mysql.pool();
+    sqlx::query("SET GLOBAL binlog_format = 'MIXED'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let text = start(&env.db_url, 4253)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(text.contains("SET GLOBAL binlog_format = 'ROW'"), "{text}");
+    sqlx::query("SET GLOBAL binlog_format = 'ROW'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
