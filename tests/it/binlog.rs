@@ -10,6 +10,7 @@ use seatflow_reconciler::error::Error;
 use seatflow_reconciler::store::mysql::MysqlTls;
 use seatflow_reconciler::store::mysql::binlog::{BinlogOptions, BinlogSource, Committed};
 use seatflow_test_support::TestEnv;
+use seatflow_test_support::servers::wait_until;
 use seatflow_test_support::servers::{PrivateServer, mariadb_with_binlog};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -234,4 +235,94 @@ async fn what_the_server_does_not_allow_is_named_as_the_statement_to_run() {
         .execute(pool)
         .await
         .unwrap();
+}
+
+/// The id of the server's binlog dump thread (ours: the only replica).
+async fn dump_thread(pool: &sqlx::MySqlPool) -> Option<i64> {
+    sqlx::query_scalar(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Binlog Dump'",
+    )
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_killed_replication_connection_and_a_purged_position_are_gaps() {
+    let server = mariadb_with_binlog();
+    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let pool = env.ctx.mysql.pool();
+    env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(10, 1, 60, "ON_SALE").await.unwrap();
+
+    // The server ends our dump: the stream says so, and it may be tried again.
+    let mut source = start(&env.db_url, 4260).await.unwrap();
+    let before = source.position().clone();
+    let mut thread = None;
+    for _ in 0..100 {
+        thread = dump_thread(pool).await;
+        if thread.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let thread = thread.expect("our dump thread in the process list");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {thread}")))
+        .execute(pool)
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(WAIT, source.next())
+        .await
+        .expect("the end within 30 s")
+        .expect_err("a killed dump ends the stream");
+    assert!(err.is_transient(), "{err:?}");
+    assert_eq!(source.position(), &before);
+
+    // Started again from a position whose file is purged: a gap, named.
+    sqlx::raw_sql("FLUSH BINARY LOGS")
+        .execute(pool)
+        .await
+        .unwrap();
+    let newest: String = {
+        use sqlx::Row as _;
+        sqlx::query("SHOW MASTER STATUS")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    // MariaDB keeps a file until a later one records its binlog
+    // checkpoint (crash recovery), so the purge may take a few tries.
+    wait_until(format!("{} purged", before.file), WAIT, || async {
+        use sqlx::Row as _;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PURGE BINARY LOGS TO '{newest}'"
+        )))
+        .execute(pool)
+        .await
+        .unwrap();
+        let logs = sqlx::query("SHOW BINARY LOGS")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        !logs
+            .iter()
+            .any(|row| row.try_get::<String, _>(0).unwrap() == before.file)
+    })
+    .await;
+    let mut stale = BinlogSource::start(
+        &env.db_url,
+        &MysqlTls::default(),
+        &options(4261),
+        Some(before.clone()),
+    )
+    .await
+    .unwrap();
+    let err = tokio::time::timeout(WAIT, stale.next())
+        .await
+        .expect("an answer within 30 s")
+        .expect_err("a purged position cannot be read");
+    assert!(matches!(err, Error::BinlogGap(_)), "{err:?}");
+    assert!(err.to_string().contains(&before.to_string()), "{err}");
 }

@@ -647,10 +647,12 @@ impl BinlogSource {
         &self.position
     }
 
-    /// The next committed transaction that touched a showtime. A stream
-    /// that ends, falls silent past three heartbeats or loses its place is
-    /// an [`Error::BinlogGap`] (or the server's error): start again from
-    /// [`position`](Self::position), and count a gap.
+    /// The next committed transaction that touched a showtime. Any error
+    /// ends the stream, and changes may have been missed since: count a gap
+    /// and start again from [`position`](Self::position). A stream that
+    /// ends, falls silent past three heartbeats or cannot be sent from its
+    /// position (purged) is an [`Error::BinlogGap`]; a broken connection is
+    /// the driver's error (transient).
     pub async fn next(&mut self) -> Result<Committed> {
         loop {
             let item = tokio::time::timeout(self.silence_limit, self.stream.next())
