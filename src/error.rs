@@ -76,6 +76,10 @@ impl Stage {
     }
 }
 
+/// MySQL's 1045, whichever driver met it.
+const ACCESS_DENIED: &str = "access denied: wrong user or password, or a server that accepts TLS \
+     connections only (MariaDB says so with require_secure_transport): see mysql.tls_mode";
+
 /// MySQL: lock wait timeout, deadlock.
 const TRANSIENT_MYSQL_CODES: [u16; 2] = [1205, 1213];
 
@@ -149,16 +153,13 @@ impl Error {
                 .map(|e| e.number())
             {
                 // The server's error number (`code()` is the SQLSTATE).
-                Some(1045) => Some(
-                    "access denied: wrong user or password, or a server that accepts TLS \
-                     connections only (MariaDB says so with require_secure_transport): see mysql.tls_mode",
-                ),
+                Some(1045) => Some(ACCESS_DENIED),
                 Some(1049) => Some("unknown database"),
                 Some(3159) => Some(TlsProblem::TlsRequired.describe()),
                 _ => None,
             },
             Error::Binlog(mysql_async::Error::Server(e)) => match e.code {
-                1045 => Some("access denied: wrong user or password"),
+                1045 => Some(ACCESS_DENIED),
                 1049 => Some("unknown database"),
                 _ => None,
             },

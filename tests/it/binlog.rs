@@ -326,3 +326,54 @@ async fn a_killed_replication_connection_and_a_purged_position_are_gaps() {
     assert!(matches!(err, Error::BinlogGap(_)), "{err:?}");
     assert!(err.to_string().contains(&before.to_string()), "{err}");
 }
+
+#[tokio::test]
+async fn the_replication_connection_speaks_tls_as_configured_and_names_certificate_errors() {
+    use seatflow_reconciler::error::TlsProblem;
+    use seatflow_reconciler::store::mysql::MySqlSslMode;
+    use seatflow_test_support::tls::{Pki, tls_mariadb};
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // A TLS-only MariaDB (require_secure_transport) without a binlog: a
+    // source that gets as far as reading its settings spoke TLS.
+    let pki = Pki::new();
+    let server = tls_mariadb(&pki);
+    let url = format!("mysql://root@127.0.0.1:{}/mysql", server.port());
+    let tls = |ca: &std::path::Path, mode| MysqlTls {
+        mode: Some(mode),
+        ca_file: Some(ca.to_owned()),
+        client: None,
+    };
+    let start = |tls: MysqlTls| {
+        let url = url.clone();
+        async move { BinlogSource::start(&url, &tls, &options(4270), None).await }
+    };
+
+    // Verified against the private CA, the host name checked.
+    let err = start(tls(&pki.ca, MySqlSslMode::VerifyIdentity))
+        .await
+        .err()
+        .expect("no binlog on this server");
+    assert!(matches!(err, Error::BinlogSetup(_)), "{err:?}");
+    assert!(err.to_string().contains("the binlog is off"), "{err}");
+
+    // A CA that did not sign the server's certificate.
+    let err = start(tls(&pki.other_ca, MySqlSslMode::VerifyIdentity))
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(
+        err.tls_problem(),
+        Some(TlsProblem::UnknownIssuer),
+        "{err:?}"
+    );
+
+    // Plain text to a server that takes TLS only: MariaDB refuses the login
+    // (1045), which says to look at the TLS mode, as for the pool.
+    let err = start(tls(&pki.ca, MySqlSslMode::Disabled))
+        .await
+        .err()
+        .expect("refused");
+    let why = err.login_refused().unwrap_or_default();
+    assert!(why.contains("TLS connections only"), "{err:?}");
+}
