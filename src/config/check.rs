@@ -76,6 +76,9 @@ impl Settings {
                 .unwrap_or("seatflow-reconciler")
                 .to_string();
         }
+        if self.changes.mysql_server_id == 0 {
+            self.changes.mysql_server_id = server_id_of(&self.reconcile.instance);
+        }
 
         // Audit retention may well exceed a year (compliance); ten years at most.
         if self.audit.retention > 10 * MAX_DURATION {
@@ -116,6 +119,18 @@ impl Settings {
     }
 }
 
+/// The binlog reader's server id when `changes.mysql_server_id` is 0: a
+/// hash (FNV-1a) of the instance name, so that two reconcilers differ and
+/// one keeps its id across restarts (its new dump ends its old one). Within
+/// 1,000,000 ..= 4,294,967,295: never 0, above the small ids servers are
+/// usually given.
+pub fn server_id_of(instance: &str) -> u32 {
+    let hash = instance.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    1_000_000 + hash % (u32::MAX - 1_000_000 + 1)
+}
+
 /// The longest duration any key takes: a year. Longer ones are mistakes, and
 /// far longer ones overflow the clock arithmetic at run time.
 const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -133,7 +148,7 @@ fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Settings {
     /// Every duration setting with its key.
-    fn durations(&self) -> [(&'static str, Duration); 15] {
+    fn durations(&self) -> [(&'static str, Duration); 16] {
         let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
         [
             ("mysql.connect_timeout", m.connect_timeout),
@@ -151,6 +166,7 @@ impl Settings {
             ("sweep.takeover_after", self.sweep.takeover_after),
             ("changes.min_interval", self.changes.min_interval),
             ("changes.event_settle", self.changes.event_settle),
+            ("changes.mysql_settle", self.changes.mysql_settle),
         ]
     }
 }

@@ -229,6 +229,19 @@ pub struct ChangesSettings {
     /// Most showtimes waiting for a check; past it a change is dropped and
     /// counted as a gap (and an expedited pass covers it).
     pub queue_capacity: usize,
+    /// Reads MySQL's row binlog as a replica (on the shard's active
+    /// replica): each committed change to `ticket_order`, `order_seat` or
+    /// `showtime` asks for a check of its showtimes.
+    pub mysql_binlog: bool,
+    /// How long after its commit a change's showtime is checked: the
+    /// application's own follow-up (pay → `"2"`, cancel → `"0"`, open sales
+    /// → warm) lands first.
+    #[serde(with = "humantime_serde")]
+    pub mysql_settle: Duration,
+    /// The server id the binlog reader registers with: unique among the
+    /// server's replicas. 0 (the default) is derived from
+    /// `reconcile.instance` at load (never 0 after it).
+    pub mysql_server_id: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -562,5 +575,30 @@ mod tests {
         .unwrap();
         assert_eq!(s.shard(), Shard { total: 3, index: 2 });
         assert_eq!(s.reconcile.instance, "seatflow-reconciler-2");
+    }
+
+    #[test]
+    fn the_binlog_is_off_by_default_and_its_server_id_comes_from_the_instance() {
+        let of = |instance: &str| {
+            load_toml(&format!("[reconcile]\ninstance = \"{instance}\"\n"), &[]).unwrap()
+        };
+        let (a, b) = (of("reconciler-0"), of("reconciler-1"));
+        assert!(!a.changes.mysql_binlog);
+        assert_eq!(a.changes.mysql_settle, Duration::from_secs(3));
+        assert_ne!(a.changes.mysql_server_id, 0);
+        assert_ne!(a.changes.mysql_server_id, b.changes.mysql_server_id);
+        assert_eq!(
+            a.changes.mysql_server_id,
+            of("reconciler-0").changes.mysql_server_id
+        );
+        let set = load_toml(
+            "[changes]\nmysql_binlog = true\nmysql_server_id = 4242\n",
+            &[],
+        )
+        .unwrap();
+        assert!(set.changes.mysql_binlog);
+        assert_eq!(set.changes.mysql_server_id, 4242);
+        let e = load_toml("[changes]\nmysql_settle = \"2years\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "changes.mysql_settle");
     }
 }
