@@ -183,7 +183,7 @@ local u = import 'lib/util.libsonnet';
 
   local changes = [
     [gr.timeseries('Checks between passes per minute, by source, and their repairs',
-                   'Showtimes checked between passes per minute, by what asked for the check: event (a Redis keyspace notification on its seat hash), grace (an orphan whose grace period ended), retry (a failed check again); and the repairs those checks made (also counted in the repairs panels); and, by kind, the repairs a pass made while events were on with no gap, which the checks missed (MySQL-only changes among them). See SeatflowReconcilerChangesMissed. See README, "Change-driven checks".',
+                   'Showtimes checked between passes per minute, by what asked for the check: event (a Redis keyspace notification on its seat hash), binlog (a commit in MySQL read from its binlog), grace (an orphan whose grace period ended), retry (a failed check again); and the repairs those checks made (also counted in the repairs panels); and, by kind, the repairs a pass made while events were on with no gap, which the checks missed (MySQL-only changes among them). See SeatflowReconcilerChangesMissed. See README, "Change-driven checks".',
                    [
                      gr.target(q('sum by (source) (rate(seatflow_reconcile_change_checks_total{%(s)s}[$__rate_interval])) * 60'), 'checks: {{source}}'),
                      gr.target(q('sum by (source) (rate(seatflow_reconcile_change_fixes_total{%(s)s}[$__rate_interval])) * 60'), 'repairs: {{source}}', 'B'),
@@ -191,11 +191,11 @@ local u = import 'lib/util.libsonnet';
                    ],
                    unit='opm'), 8, 8],
     [gr.timeseries('Drift age at repair between passes, p99 by source',
-                   'How long drift repaired by a check between passes had been seen before its repair (seatflow_reconcile_change_drift_age_seconds), p99 by what asked for the check: event, grace (orphans, from their first sighting: about orphan_grace), deadline (expired orders, from their deadline), retry.',
+                   'How long drift repaired by a check between passes had been seen before its repair (seatflow_reconcile_change_drift_age_seconds), p99 by what asked for the check: event, binlog, grace (orphans, from their first sighting: about orphan_grace), deadline (expired orders, from their deadline), retry.',
                    [gr.target(q('histogram_quantile(0.99, sum by (le, source) (rate(seatflow_reconcile_change_drift_age_seconds_bucket{%(s)s}[$__rate_interval])))'), '{{source}}')],
                    unit='s'), 8, 8],
     [gr.timeseries('Keyspace notifications per minute, and gaps',
-                   'Keyspace notifications received on seat hashes per minute, per process, and gaps per hour by reason (connection_lost, queue_full, events_stopped, topology_changed, start): moments a change may have been missed, each of which starts a pass.',
+                   'Keyspace notifications received on seat hashes per minute, per process, and gaps per hour by reason (connection_lost, queue_full, events_stopped, topology_changed, start, binlog_lost): moments a change may have been missed, each of which starts a pass.',
                    [
                      gr.target(q('sum by (instance) (rate(seatflow_reconcile_change_events_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} events/min'),
                      gr.target(q('sum by (reason) (increase(seatflow_reconcile_change_gaps_total{%(s)s}[1h]))'), 'gaps/h: {{reason}}', 'B'),

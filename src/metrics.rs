@@ -480,12 +480,15 @@ pub struct ChangeMetrics {
 /// (a failover, a resharding), and the subscription was made again.
 /// `start`: the daemon started (nobody listened before), and its first pass
 /// ran at once instead of at the schedule's first fire.
-pub const GAP_REASONS: [&str; 5] = [
+/// `binlog_lost`: the MySQL binlog stream ended or failed (or started
+/// again: commits before its new position were not read).
+pub const GAP_REASONS: [&str; 6] = [
     "connection_lost",
     "queue_full",
     "events_stopped",
     "topology_changed",
     "start",
+    "binlog_lost",
 ];
 
 impl ChangeMetrics {

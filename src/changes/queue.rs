@@ -39,6 +39,9 @@ use crate::model::ShowtimeId;
 pub enum Source {
     /// A Redis keyspace event on the showtime's seat hash.
     Event,
+    /// A transaction committed in MySQL that touched the showtime's orders,
+    /// seats or row (read from the binlog).
+    Binlog,
     /// A PENDING order of the showtime reached its deadline.
     Deadline,
     /// A suspect seat of the showtime reached the end of its grace period.
@@ -50,40 +53,44 @@ pub enum Source {
 impl Source {
     /// Which wins when one showtime is asked for by two sources: a deadline
     /// (its check also runs `expired-orders`), a retry (which may be one),
-    /// a grace end, an event.
+    /// a grace end, a commit in MySQL, an event.
     fn rank(self) -> u8 {
         match self {
             Source::Event => 0,
-            Source::Grace => 1,
-            Source::Retry => 2,
-            Source::Deadline => 3,
+            Source::Binlog => 1,
+            Source::Grace => 2,
+            Source::Retry => 3,
+            Source::Deadline => 4,
         }
     }
 
     /// The lane it waits in: known repairs (grace ends, deadlines, retries),
-    /// or mere changes.
+    /// or mere changes (events, commits).
     fn lane(self) -> usize {
-        (self == Source::Event) as usize
+        matches!(self, Source::Event | Source::Binlog) as usize
     }
 
     /// Whether it waits for a moment to come (a grace's end, a deadline, a
     /// backoff): a check before that moment cannot do its work, so an
-    /// earlier check of the showtime does not replace it. An event's change
-    /// has happened when it is asked for: any later check sees it.
+    /// earlier check of the showtime does not replace it. An event's or a
+    /// commit's change has happened when it is asked for: any later check
+    /// sees it.
     fn timed(self) -> bool {
-        self != Source::Event
+        !matches!(self, Source::Event | Source::Binlog)
     }
 
     /// Whether a seat sweep's read does its work once its cause is past: an
-    /// event's change or a grace's end is seen by the seat jobs; a deadline
+    /// event's or a commit's change, or a grace's end, is seen by the seat
+    /// jobs; a deadline
     /// needs `expired-orders`, which no seat read runs (and a retry may be
     /// one).
     fn seen_by_a_read(self) -> bool {
-        matches!(self, Source::Event | Source::Grace)
+        matches!(self, Source::Event | Source::Binlog | Source::Grace)
     }
 
-    pub const ALL: [Source; 4] = [
+    pub const ALL: [Source; 5] = [
         Source::Event,
+        Source::Binlog,
         Source::Deadline,
         Source::Grace,
         Source::Retry,
@@ -92,6 +99,7 @@ impl Source {
     pub fn label(self) -> &'static str {
         match self {
             Source::Event => "event",
+            Source::Binlog => "binlog",
             Source::Deadline => "deadline",
             Source::Grace => "grace",
             Source::Retry => "retry",
@@ -525,6 +533,35 @@ mod tests {
         assert_eq!(due[0].source, Source::Deadline);
     }
 
+    /// A commit read from the binlog is a change like an event: in the
+    /// events' lane, weightier than an event at one time, lighter than a
+    /// grace end, and not carried past an earlier check (which sees it).
+    #[test]
+    fn a_binlog_commit_is_a_change_in_the_events_lane() {
+        assert_eq!(Source::Binlog.lane(), Source::Event.lane());
+        assert!(!Source::Binlog.timed());
+        assert_eq!(Source::Binlog.label(), "binlog");
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(limits());
+        q.add(1, secs(t0, 3), Source::Event);
+        q.add(1, secs(t0, 3), Source::Binlog);
+        let due = q.take_due(secs(t0, 3), 10);
+        assert_eq!(due[0].source, Source::Binlog);
+        q.done(due[0], true, secs(t0, 3));
+        q.add(2, secs(t0, 5), Source::Binlog);
+        q.add(2, secs(t0, 5), Source::Grace);
+        let due = q.take_due(secs(t0, 5), 10);
+        assert_eq!(due[0].source, Source::Grace);
+        q.done(due[0], true, secs(t0, 5));
+        // An earlier event's check sees a later commit's change.
+        q.add(3, secs(t0, 6), Source::Event);
+        q.add(3, secs(t0, 9), Source::Binlog);
+        let due = q.take_due(secs(t0, 6), 10);
+        assert_eq!(due[0].source, Source::Event);
+        q.done(due[0], true, secs(t0, 6));
+        assert!(q.is_empty());
+    }
+
     /// A check that comes before a grace's end or a deadline cannot do
     /// their work (the seat is not ready, the order not yet due): they wait
     /// again after it, each at its own time.
@@ -728,7 +765,10 @@ mod tests {
             for (op, s, at) in ops {
                 now = now.max(secs(t0, at));
                 match op {
-                    0 => { q.add(s, secs(t0, at), Source::Event); }
+                    0 => {
+                        let source = [Source::Event, Source::Binlog][at as usize % 2];
+                        q.add(s, secs(t0, at), source);
+                    }
                     1 => {
                         let source = [Source::Grace, Source::Deadline, Source::Retry][at as usize % 3];
                         let due = secs(t0, at + 3);
