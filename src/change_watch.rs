@@ -1,6 +1,7 @@
 //! The daemon's change-driven tasks (`changes/`): the subscriber (Redis
-//! keyspace notifications and the probe), the deadlines read ahead, the
-//! worker (checks what is due), and the expediter (a pass after a gap).
+//! keyspace notifications and the probe), the binlog reader (MySQL's
+//! commits, when `changes.mysql_binlog` is on), the deadlines read ahead,
+//! the worker (checks what is due), and the expediter (a pass after a gap).
 //! Above the runner, whose passes and state they use.
 
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
     if runner.ctx.settings.job(Kind::ExpiredOrders).enabled {
         tasks.push(Task::Deadlines);
     }
+    if runner.ctx.settings.changes.mysql_binlog {
+        tasks.push(Task::Binlog);
+    }
     if runner.ctx.settings.changes.redis_events == RedisEvents::Auto {
         tasks.push(Task::Subscribe);
     } else {
@@ -48,6 +52,7 @@ pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
                 Task::Work => work(&runner, &changes).await,
                 Task::Expedite => expedite(&runner, &changes).await,
                 Task::Deadlines => deadlines(&runner, &changes).await,
+                Task::Binlog => binlog(&runner, &changes).await,
             }
         });
     }
@@ -59,6 +64,7 @@ enum Task {
     Work,
     Expedite,
     Deadlines,
+    Binlog,
 }
 
 fn show_events(changes: &Changes) {
@@ -375,6 +381,95 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
     let mut q = changes.queue();
     for d in due {
         q.done(d, ok, now);
+    }
+}
+
+/// While this replica runs its shard's passes: reads MySQL's binlog as a
+/// replica and queues a check of each showtime of the shard that a
+/// committed transaction touched (`ticket_order`, `order_seat`,
+/// `showtime`), `changes.mysql_settle` after the commit is read, so that
+/// the application's own follow-up lands first. A standby does not read it
+/// (the pass that makes this replica active covers what came before).
+///
+/// Any error or end of the stream is a gap (`binlog_lost`: commits may have
+/// been missed, a pass covers them); the source starts again, with a
+/// growing wait, from the position after the last whole transaction read
+/// (or the server's current one, when that is gone).
+async fn binlog(runner: &Runner, changes: &Changes) {
+    let ctx = &runner.ctx;
+    let stop = runner.stopping();
+    let shard = ctx.settings.shard();
+    let settle = ctx.settings.changes.mysql_settle;
+    let mut wait = Duration::from_secs(1);
+    let mut from = None;
+    while !stop.is_cancelled() {
+        if runner.active_on_own_shard() != Some(true) {
+            // A replica that becomes active again starts from the server's
+            // current position: its pass covered what came before.
+            from = None;
+            tokio::select! {
+                _ = tokio::time::sleep(ROLE_EVERY) => {}
+                _ = stop.cancelled() => return,
+            }
+            continue;
+        }
+        let start = tokio::select! {
+            started = ctx.start_binlog(from.clone()) => started,
+            _ = stop.cancelled() => return,
+        };
+        let mut source = match start {
+            Ok(source) => source,
+            Err(e) => {
+                if matches!(e, crate::error::Error::BinlogGap(_)) {
+                    // The position is gone (purged): from the current one.
+                    from = None;
+                }
+                changes.gap("binlog_lost");
+                tracing::warn!(error = %e, retry_in = ?wait, "could not read the MySQL binlog; a pass covers the gap");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.cancelled() => return,
+                }
+                wait = (wait * 2).min(MAX_RECONNECT_WAIT);
+                continue;
+            }
+        };
+        tracing::info!(
+            position = %source.position(),
+            "reading the MySQL binlog: showtimes are checked seconds after a commit"
+        );
+        let mut role_tick = tokio::time::interval(ROLE_EVERY);
+        let lost = loop {
+            tokio::select! {
+                next = source.next() => match next {
+                    Ok(committed) => {
+                        wait = Duration::from_secs(1);
+                        let at = Instant::now() + settle;
+                        for s in committed.showtimes.into_iter().filter(|s| shard.covers(*s)) {
+                            changes.ask(s, at, Source::Binlog);
+                        }
+                    }
+                    Err(e) => break Some(e),
+                },
+                _ = role_tick.tick() => {
+                    if runner.active_on_own_shard() != Some(true) {
+                        // Another replica runs the shard's passes now.
+                        break None;
+                    }
+                }
+                _ = stop.cancelled() => return,
+            }
+        };
+        from = Some(source.position().clone());
+        if let Some(e) = lost {
+            changes.gap("binlog_lost");
+            tracing::warn!(error = %e, retry_in = ?wait, "the MySQL binlog stream was lost; a pass covers the gap");
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.cancelled() => return,
+            }
+            wait = (wait * 2).min(MAX_RECONNECT_WAIT);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use crate::lease::LeaseBook;
 use crate::model::{Scope, Shard, ShowtimeId};
 use crate::repeats::Repeats;
 use crate::retry::with_retry;
+use crate::store::mysql::binlog::{BinlogOptions, BinlogPosition, BinlogSource};
 use crate::store::mysql::{MySqlSslMode, MysqlStore, MysqlTls};
 use crate::store::redis::{RedisEndpoint, RedisStore, RedisTls};
 
@@ -55,6 +56,20 @@ impl Context {
             connected_at,
             repeats: Repeats::default(),
         })
+    }
+
+    /// Starts reading MySQL's binlog (`changes.mysql_binlog`) from `from`,
+    /// or from the server's current position: the server's privileges and
+    /// settings are checked first (`Error::BinlogSetup` names each missing
+    /// one as the statement to run).
+    pub async fn start_binlog(&self, from: Option<BinlogPosition>) -> Result<BinlogSource> {
+        let s = &self.settings;
+        let options = BinlogOptions {
+            server_id: s.changes.mysql_server_id,
+            connect_timeout: s.mysql.connect_timeout,
+            ..BinlogOptions::default()
+        };
+        BinlogSource::start(s.mysql.url.expose(), &mysql_tls(s), &options, from).await
     }
 
     /// The same connections, sweeping another shard's showtimes.

@@ -49,8 +49,25 @@ async fn estate(
     showtimes: i64,
     tweak: impl FnOnce(&mut Settings),
 ) -> TestEnv {
+    estate_on(
+        &seatflow_test_support::mysql_base_url(),
+        redis,
+        showtimes,
+        tweak,
+    )
+    .await
+}
+
+/// [`estate`] with its database on the MySQL server at `mysql` (a private
+/// one).
+async fn estate_on(
+    mysql: &str,
+    redis: Option<&PrivateServer>,
+    showtimes: i64,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestEnv {
     let url = redis.map(|r| format!("redis://127.0.0.1:{}", r.port()));
-    let env = TestEnv::with(|s| {
+    let env = TestEnv::on(mysql, |s| {
         if let Some(url) = url {
             s.redis.url = seatflow_reconciler::config::SecretUrl::new(url);
         }
@@ -617,5 +634,147 @@ async fn a_storm_over_more_showtimes_than_the_queue_holds_is_a_gap_and_a_pass() 
         },
     )
     .await;
+    daemon.stop().await;
+}
+
+/// A daemon reading the binlog of a private MariaDB (`changes.mysql_binlog`),
+/// with keyspace events off and `grace`, on two showtimes; each has an
+/// order PENDING on one seat, locked in Redis. Returns once its first pass
+/// ran and the binlog is being read.
+async fn daemon_on_binlog(
+    server: &PrivateServer,
+    grace: Duration,
+) -> (TestEnv, InProcessDaemon, [i64; 2]) {
+    let base = format!("mysql://root@127.0.0.1:{}", server.port());
+    let env = estate_on(&base, None, 2, |s| {
+        s.reconcile.orphan_grace = grace;
+        s.changes.redis_events = seatflow_reconciler::config::RedisEvents::Off;
+        s.changes.mysql_binlog = true;
+        s.changes.mysql_settle = Duration::from_secs(1);
+    })
+    .await;
+    let mut orders = [0; 2];
+    for (i, (showtime, seat)) in [(1, "A-1"), (2, "A-2")].into_iter().enumerate() {
+        orders[i] = env
+            .fx
+            .order(showtime, "PENDING", &[seat], 600)
+            .await
+            .unwrap();
+        env.fx.warm(showtime, &[(seat, "1")]).await.unwrap();
+    }
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
+    assert_eq!(code, 202, "the admin endpoint starts a pass");
+    daemon
+        .status_when("the first pass ran", |s| {
+            s["pass"]["shards"]["0"]["last_fire"] == "ran"
+        })
+        .await;
+    binlog_dumps_become(&env, 1).await;
+    (env, daemon, orders)
+}
+
+/// The server's replication connections (`Binlog Dump` threads).
+async fn binlog_dumps(env: &TestEnv) -> Vec<i64> {
+    use sqlx::Row as _;
+    sqlx::query("SHOW PROCESSLIST")
+        .fetch_all(env.ctx.mysql.pool())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.try_get::<String, _>("Command").unwrap_or_default() == "Binlog Dump")
+        .map(|r| r.try_get::<i64, _>("Id").unwrap())
+        .collect()
+}
+
+async fn binlog_dumps_become(env: &TestEnv, n: usize) {
+    seatflow_test_support::servers::wait_until(
+        "the daemon reads the binlog",
+        Duration::from_secs(30),
+        || async { binlog_dumps(env).await.len() == n },
+    )
+    .await;
+}
+
+/// A payment committed in MySQL whose `"2"` never reached Redis (the crash
+/// after the pay step), and a cancel committed whose `"0"` never did: no
+/// keyspace event, no pass. The binlog's commits get both showtimes
+/// checked: the paid seat sold at once, the released one after its grace.
+#[tokio::test]
+async fn commits_that_redis_never_heard_of_are_repaired_via_the_binlog_without_a_pass() {
+    let server = servers::mariadb_with_binlog();
+    let grace = Duration::from_secs(2);
+    let (env, daemon, [paid, cancelled]) = daemon_on_binlog(&server, grace).await;
+
+    assert!(env.fx.pay(paid).await.unwrap());
+    seat_becomes(&env, 1, "A-1", "2", "the paid seat is sold").await;
+    metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="paid_seats",source="binlog"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(env.found_by().await, [found("seat_set", "binlog")]);
+
+    assert!(env.fx.cancel(cancelled).await.unwrap());
+    seat_becomes(&env, 2, "A-2", "0", "the cancelled seat is released").await;
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="orphan_locks",source="grace"}"#,
+        1.0,
+    )
+    .await;
+    assert!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_checks_total{source="binlog"}"#
+        ) >= 2.0,
+        "each commit asked for a check"
+    );
+    let mut found_by = env.found_by().await;
+    found_by.sort();
+    assert_eq!(
+        found_by,
+        [found("seat_released", "grace"), found("seat_set", "binlog")]
+    );
+    assert_eq!(pass_runs(&m), 1.0, "no pass after the first");
+    daemon.stop().await;
+}
+
+/// A killed replication connection is a gap: counted, and a pass covers it;
+/// the binlog is read again.
+#[tokio::test]
+async fn a_killed_binlog_connection_is_a_gap_and_starts_a_pass() {
+    let server = servers::mariadb_with_binlog();
+    let (env, daemon, _) = daemon_on_binlog(&server, Duration::ZERO).await;
+    let m = metrics(&daemon).await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_gaps_total{reason="binlog_lost"}"#
+        ),
+        0.0
+    );
+    let runs = pass_runs(&m);
+
+    for id in binlog_dumps(&env).await {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}")))
+            .execute(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    }
+    metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_gaps_total{reason="binlog_lost"}"#,
+        1.0,
+    )
+    .await;
+    seatflow_test_support::servers::wait_until(
+        "a pass after the gap",
+        Duration::from_secs(60),
+        || async { pass_runs(&metrics(&daemon).await) > runs },
+    )
+    .await;
+    binlog_dumps_become(&env, 1).await;
     daemon.stop().await;
 }
