@@ -141,6 +141,9 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
+            if let Err(code) = check_binlog(&ctx).await {
+                return code;
+            }
             let mut signals = match Signals::install() {
                 Ok(s) => s,
                 Err(e) => {
@@ -369,6 +372,47 @@ fn credential_key(settings: &Settings, stage: Stage) -> &'static str {
         _ if apart(&settings.redis.password, &settings.redis.password_file) => "redis.password",
         _ => "redis.url",
     }
+}
+
+/// With `changes.mysql_binlog` on, starts the binlog source once before
+/// serving: a missing privilege or server setting (each named as the
+/// statement to run), a TLS problem or a refused login is a configuration
+/// error, exit 2; a server that cannot be reached, exit 3.
+async fn check_binlog(ctx: &Context) -> Result<(), ExitCode> {
+    if !ctx.settings.changes.mysql_binlog {
+        return Ok(());
+    }
+    let e = match ctx.start_binlog(None).await {
+        Ok(source) => {
+            tracing::info!(position = %source.position(), "the MySQL binlog can be read");
+            return Ok(());
+        }
+        Err(e) => e,
+    };
+    let key = "changes.mysql_binlog";
+    if matches!(e, seatflow_reconciler::error::Error::BinlogSetup(_)) {
+        telemetry::fatal(&format!("configuration key `{key}`: {e}"));
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    if let Some(problem) = e.tls_problem() {
+        telemetry::fatal(&format!(
+            "configuration key `mysql.{}` ({key}): TLS with mysql failed for the binlog: {} ({e})",
+            problem.setting(),
+            problem.describe()
+        ));
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    if let Some(why) = e.login_refused() {
+        telemetry::fatal(&format!(
+            "configuration key `{key}`: mysql refused the binlog reader: {why} ({e})"
+        ));
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    telemetry::fatal(&format!(
+        "cannot read the MySQL binlog at {} ({key}): {e}",
+        ctx.settings.mysql.url
+    ));
+    Err(ExitCode::from(EXIT_UNREACHABLE))
 }
 
 async fn connect(settings: Settings) -> Result<Context, ExitCode> {

@@ -377,3 +377,49 @@ async fn the_replication_connection_speaks_tls_as_configured_and_names_certifica
     let why = err.login_refused().unwrap_or_default();
     assert!(why.contains("TLS connections only"), "{err:?}");
 }
+
+/// With `changes.mysql_binlog` on, a daemon whose MySQL user may not read
+/// the binlog refuses to start: exit 2, a configuration error naming the
+/// key and the GRANT to run, before it serves.
+#[tokio::test]
+async fn the_daemon_refuses_to_start_when_it_may_not_read_the_binlog() {
+    let server = mariadb_with_binlog();
+    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let url = user(&env, "sf_daemon", &["REPLICATION CLIENT"]).await;
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
+        daemon.env_remove(k);
+    }
+    let mut child = daemon
+        .arg("run")
+        .env("RUST_LOG", "warn")
+        .env("SEATFLOW__MYSQL__URL", &url)
+        .env("SEATFLOW__REDIS__URL", seatflow_test_support::redis_url())
+        .env("SEATFLOW__REDIS__KEY_PREFIX", &env.prefix)
+        .env("SEATFLOW__HTTP__LISTEN", "127.0.0.1:0")
+        .env("SEATFLOW__CHANGES__MYSQL_BINLOG", "true")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the daemon started although it may not read the binlog");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("changes.mysql_binlog"), "{err}");
+    assert!(
+        err.contains("GRANT REPLICATION SLAVE ON *.* TO 'sf_daemon'@'127.0.0.1'"),
+        "{err}"
+    );
+}
