@@ -530,6 +530,10 @@ pub struct BinlogSource {
     /// event) ends: the events inside it have no place of their own.
     payload_end: u64,
     silence_limit: Duration,
+    /// When the server was last heard from (an event or a heartbeat): kept
+    /// here, not in a call's timer, so that a caller that drops `next()`
+    /// (a `select!` with other work) still sees a silent connection.
+    last_heard: tokio::time::Instant,
 }
 
 impl BinlogSource {
@@ -638,6 +642,7 @@ impl BinlogSource {
             seen_format: false,
             payload_end: 0,
             silence_limit: options.heartbeat * 3,
+            last_heard: tokio::time::Instant::now(),
         })
     }
 
@@ -655,7 +660,8 @@ impl BinlogSource {
     /// the driver's error (transient).
     pub async fn next(&mut self) -> Result<Committed> {
         loop {
-            let item = tokio::time::timeout(self.silence_limit, self.stream.next())
+            let silent_at = self.last_heard + self.silence_limit;
+            let item = tokio::time::timeout_at(silent_at, self.stream.next())
                 .await
                 .map_err(|_| {
                     Error::BinlogGap(format!(
@@ -673,6 +679,7 @@ impl BinlogSource {
                 }
                 Some(r) => r?,
             };
+            self.last_heard = tokio::time::Instant::now();
             if let Some(done) = self.read(&event)? {
                 return Ok(done);
             }
