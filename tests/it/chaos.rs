@@ -74,12 +74,19 @@ struct DbUser {
 }
 
 impl DbUser {
-    async fn create(env: &TestEnv, name: &str) -> DbUser {
+    /// `binlog`: it may read the binlog too (the privileges the daemon's
+    /// binlog source needs).
+    async fn create(env: &TestEnv, name: &str, binlog: bool) -> DbUser {
         let pool = env.ctx.mysql.pool().clone();
+        let replication = binlog
+            .then(|| format!("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{name}'@'%'"));
         for sql in [
             format!("CREATE USER '{name}'@'%' IDENTIFIED BY 'chaos-pw'"),
             format!("GRANT ALL ON `{}`.* TO '{name}'@'%'", env.db),
-        ] {
+        ]
+        .into_iter()
+        .chain(replication)
+        {
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
                 .execute(&pool)
                 .await
@@ -474,15 +481,41 @@ fn audit_failures(lines: &[Value]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_traffic_and_killed_connections_converge_without_harm() {
+    chaos(None).await;
+}
+
+/// The same with both change sources on: Redis keyspace events and MySQL's
+/// binlog (a private MariaDB that writes one). The killer ends the binlog
+/// reader's connection too (its user's), each a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_traffic_converges_without_harm_with_both_change_sources_on() {
+    let mariadb = servers::mariadb_with_binlog();
+    chaos(Some(&mariadb)).await;
+}
+
+/// `binlog_mariadb`: run on that server, with the daemons' binlog source on.
+async fn chaos(binlog_mariadb: Option<&servers::PrivateServer>) {
     let redis = servers::redis_with_keyspace_events();
     let url = format!("redis://127.0.0.1:{}", redis.port());
-    let env = TestEnv::with(|s| s.redis.url = SecretUrl::new(url)).await;
+    let env = match binlog_mariadb {
+        Some(m) => {
+            let base = format!("mysql://root@127.0.0.1:{}", m.port());
+            TestEnv::on(&base, |s| s.redis.url = SecretUrl::new(url)).await
+        }
+        None => TestEnv::with(|s| s.redis.url = SecretUrl::new(url)).await,
+    };
+    let binlog = binlog_mariadb.is_some();
+    let binlog_env: &[(&str, &str)] = if binlog {
+        &[("SEATFLOW__CHANGES__MYSQL_BINLOG", "true")]
+    } else {
+        &[]
+    };
     let id = &env.db["sf_test_".len()..];
     let estate = Estate::build(&env).await;
     let hands_off_at_start = HandsOff::snapshot(&env, &estate).await;
     let users = [
-        DbUser::create(&env, &format!("sfa_{id}")).await,
-        DbUser::create(&env, &format!("sfb_{id}")).await,
+        DbUser::create(&env, &format!("sfa_{id}"), binlog).await,
+        DbUser::create(&env, &format!("sfb_{id}"), binlog).await,
     ];
     // The first phase's pair, and the reconciler-only phase's: instance
     // names tell their audit rows apart (a row kept in Redis keeps its
@@ -492,7 +525,7 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     let mut daemons = Vec::new();
     let mut logs = Vec::new();
     for (user, instance) in users.iter().zip(&live_instances) {
-        let (d, log) = start_reconciler(&env, user, instance, &[]).await;
+        let (d, log) = start_reconciler(&env, user, instance, binlog_env).await;
         daemons.push(d);
         logs.push(log);
     }
@@ -561,6 +594,14 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
     // orders of every kind are left for the next pair to repair.
     let live_lines =
         stop_reconcilers(std::mem::take(&mut daemons), std::mem::take(&mut logs)).await;
+    if binlog {
+        assert!(
+            live_lines.iter().any(|l| l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("reading the MySQL binlog"))),
+            "the binlog was read"
+        );
+    }
     let unattended_from = sim.finished_by_flow();
     let unattended = [
         Flow::Abandon,
@@ -596,8 +637,9 @@ async fn live_traffic_and_killed_connections_converge_without_harm() {
         // The shard's pass was last run by the first pair, gone for good:
         // take it over a second after a fire (the default waits 10 s for
         // the reconciler that ran it last).
-        let takeover = [("SEATFLOW__SWEEP__TAKEOVER_AFTER", "1s")];
-        let (d, log) = start_reconciler(&env, user, instance, &takeover).await;
+        let mut extra = vec![("SEATFLOW__SWEEP__TAKEOVER_AFTER", "1s")];
+        extra.extend_from_slice(binlog_env);
+        let (d, log) = start_reconciler(&env, user, instance, &extra).await;
         daemons.push(d);
         logs.push(log);
     }
