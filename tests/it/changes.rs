@@ -741,6 +741,60 @@ async fn commits_that_redis_never_heard_of_are_repaired_via_the_binlog_without_a
     daemon.stop().await;
 }
 
+/// The contract's other MySQL-only windows: a refund committed whose `"0"`
+/// never reached Redis (a sold orphan, released after its grace), and a
+/// showtime opened for sale whose hash was never warmed (rebuilt). No
+/// keyspace event, no pass: the binlog's commits get them checked.
+#[tokio::test]
+async fn a_refund_and_an_opening_that_redis_never_heard_of_are_repaired_via_the_binlog() {
+    let server = servers::mariadb_with_binlog();
+    let grace = Duration::from_secs(2);
+    let (env, daemon, _) = daemon_on_binlog(&server, grace).await;
+    let pool = env.ctx.mysql.pool();
+
+    // Sold, then refunded in MySQL only.
+    let sold = env.fx.order(1, "PAID", &["A-3"], 600).await.unwrap();
+    env.fx.warm(1, &[("A-3", "2")]).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "UPDATE ticket_order SET status = 'REFUNDED', cancelled_at = UTC_TIMESTAMP(3) WHERE id = ?",
+    )
+    .bind(sold)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
+        .bind(sold)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Scheduled, then opened for sale in MySQL only: no hash.
+    env.fx.showtime(3, 1, 60, "SCHEDULED").await.unwrap();
+    sqlx::query("UPDATE showtime SET status = 'ON_SALE' WHERE id = 3")
+        .execute(pool)
+        .await
+        .unwrap();
+
+    seat_becomes(&env, 3, "A-4", "0", "the opened showtime's hash is warmed").await;
+    seat_becomes(&env, 1, "A-3", "0", "the refunded seat is released").await;
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="sold_orphans",source="grace"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_fixes_total{kind="missing_hashes",source="binlog"}"#
+        ),
+        1.0
+    );
+    assert_eq!(pass_runs(&m), 1.0, "no pass after the first");
+    daemon.stop().await;
+}
+
 /// A killed replication connection is a gap: counted, and a pass covers it;
 /// the binlog is read again.
 #[tokio::test]
