@@ -181,20 +181,7 @@ async fn a_seat_refunded_after_the_scan_is_not_marked_sold() {
             &[Kind::PaidSeats],
             async || {
                 // seatflow's refund: PAID → REFUNDED and the occupancy ends, in one transaction.
-                let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
-                sqlx::query(
-                    "UPDATE ticket_order SET status = 'REFUNDED' WHERE id = ? AND status = 'PAID'",
-                )
-                .bind(order)
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-                sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
-                    .bind(order)
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
+                assert!(env.fx.refund(order).await.unwrap());
             },
         )
         .await;

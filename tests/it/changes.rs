@@ -755,20 +755,7 @@ async fn a_refund_and_an_opening_that_redis_never_heard_of_are_repaired_via_the_
     // Sold, then refunded in MySQL only.
     let sold = env.fx.order(1, "PAID", &["A-3"], 600).await.unwrap();
     env.fx.warm(1, &[("A-3", "2")]).await.unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query(
-        "UPDATE ticket_order SET status = 'REFUNDED', cancelled_at = UTC_TIMESTAMP(3) WHERE id = ?",
-    )
-    .bind(sold)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query("UPDATE order_seat SET active = NULL WHERE order_id = ?")
-        .bind(sold)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    assert!(env.fx.refund(sold).await.unwrap());
     // Scheduled, then opened for sale in MySQL only: no hash.
     env.fx.showtime(3, 1, 60, "SCHEDULED").await.unwrap();
     sqlx::query("UPDATE showtime SET status = 'ON_SALE' WHERE id = 3")

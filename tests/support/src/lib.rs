@@ -423,12 +423,39 @@ impl Fx {
     /// its own expiry message): status, `active = NULL` and its own reason,
     /// in one transaction, without touching Redis.
     pub async fn cancel(&self, order_id: i64) -> seatflow_reconciler::fixtures::AnyResult<bool> {
-        let mut tx = self.pool.begin().await?;
-        let n = sqlx::query(
-            "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), \
-             cancel_reason = 'USER_CANCEL' WHERE id = ? AND status = 'PENDING'",
+        self.end_order(
+            order_id,
+            "status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = 'USER_CANCEL'",
+            "PENDING",
         )
+        .await
+    }
+
+    /// Refunds a PAID order as seatflow does: status and `active = NULL`
+    /// in one transaction, without touching Redis.
+    pub async fn refund(&self, order_id: i64) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+        self.end_order(
+            order_id,
+            "status = 'REFUNDED', cancelled_at = UTC_TIMESTAMP(3)",
+            "PAID",
+        )
+        .await
+    }
+
+    /// `set` on the order where it is `from`, and its occupancy ended, in
+    /// one transaction. False when the order was not `from`.
+    async fn end_order(
+        &self,
+        order_id: i64,
+        set: &'static str,
+        from: &str,
+    ) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE ticket_order SET {set} WHERE id = ? AND status = ?"
+        )))
         .bind(order_id)
+        .bind(from)
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -357,7 +357,25 @@ pub fn pushgateway() -> PrivateServer {
 /// `root` without a password. No name resolution: a user made for
 /// `'name'@'127.0.0.1'` is who a connection from here logs in as.
 pub fn mariadb_with_binlog() -> PrivateServer {
-    let mut s = PrivateServer::new("mariadb-binlog", tool("mariadbd", "mariadb-server")).unwrap();
+    let mut s = private_mariadb("mariadb-binlog");
+    let binlog = s.dir().join("data").join("binlog");
+    s.arg(format!("--log-bin={}", binlog.display())).args([
+        "--skip-name-resolve",
+        "--server-id=1",
+        "--binlog-format=ROW",
+        "--binlog-row-image=FULL",
+    ]);
+    s.start().unwrap();
+    s
+}
+
+/// A `mariadbd` of the test's own, not started: its data directory
+/// bootstrapped (once more on a fresh one when the bootstrap fails, as it
+/// does now and then on a loaded machine, as the demo's), and the arguments
+/// every one takes (its own files, 127.0.0.1 and a free port, root allowed);
+/// the caller adds its own and starts it. `root` has no password.
+pub fn private_mariadb(name: &str) -> PrivateServer {
+    let mut s = PrivateServer::new(name, tool("mariadbd", "mariadb-server")).unwrap();
     let dir = s.dir().to_owned();
     // mariadbd refuses to run as root unless told to.
     let as_root = is_root().then(|| "--user=root".to_string());
@@ -370,32 +388,20 @@ pub fn mariadb_with_binlog() -> PrivateServer {
             .args(as_root.clone());
         install
     };
-    // Its bootstrap fails now and then on a loaded machine (as the demo's):
-    // once more on a fresh data directory.
     if s.run_step("mariadb-install-db", install()).is_err() {
         std::fs::remove_dir_all(dir.join("data")).ok();
         s.run_step("mariadb-install-db", install()).unwrap();
     }
     let port = s.port();
+    // `--no-defaults` must come first.
     s.arg("--no-defaults")
         .arg(format!("--datadir={}", dir.join("data").display()))
         .arg(format!("--socket={}", dir.join("mariadbd.sock").display()))
         .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
         .arg(format!("--port={port}"))
-        .arg(format!(
-            "--log-bin={}",
-            dir.join("data").join("binlog").display()
-        ))
-        .args([
-            "--bind-address=127.0.0.1",
-            "--skip-name-resolve",
-            "--server-id=1",
-            "--binlog-format=ROW",
-            "--binlog-row-image=FULL",
-        ])
+        .arg("--bind-address=127.0.0.1")
         .args(as_root)
         .ready(Ready::Tcp, Duration::from_secs(60));
-    s.start().unwrap();
     s
 }
 

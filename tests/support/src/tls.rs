@@ -183,36 +183,15 @@ pub fn tls_redis(pki: &Pki, cert: &Pair, auth_clients: &str) -> PrivateServer {
 /// in its directory, copied from `pki.server`, so a test can swap them and
 /// `FLUSH SSL`), refusing plain-text connections (`require_secure_transport`).
 pub fn tls_mariadb(pki: &Pki) -> PrivateServer {
-    let mut s = PrivateServer::new("mariadb-tls", tool("mariadbd", "mariadb-server")).unwrap();
+    let mut s = crate::servers::private_mariadb("mariadb-tls");
     let dir = s.dir().to_owned();
     std::fs::copy(&pki.server.cert, dir.join("server.pem")).unwrap();
     std::fs::copy(&pki.server.key, dir.join("server.key")).unwrap();
-    let as_root = is_root().then(|| "--user=root".to_string());
-    let mut install = Command::new(tool("mariadb-install-db", "mariadb-server"));
-    install
-        .arg("--no-defaults")
-        .arg(format!("--datadir={}", dir.join("data").display()))
-        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-        .args(as_root.clone());
-    s.run_step("mariadb-install-db", install).unwrap();
-    let port = s.port();
-    s.arg("--no-defaults")
-        .arg(format!("--datadir={}", dir.join("data").display()))
-        .arg(format!("--socket={}", dir.join("mariadbd.sock").display()))
-        .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
-        .arg(format!("--port={port}"))
-        .args(["--bind-address=127.0.0.1", "--skip-log-bin"])
+    s.arg("--skip-log-bin")
         .arg(format!("--ssl-ca={}", pki.ca.display()))
         .arg(format!("--ssl-cert={}", dir.join("server.pem").display()))
         .arg(format!("--ssl-key={}", dir.join("server.key").display()))
-        .arg("--require-secure-transport=ON")
-        .args(as_root)
-        .ready(Ready::Tcp, Duration::from_secs(60));
+        .arg("--require-secure-transport=ON");
     s.start().unwrap();
     s
-}
-
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
