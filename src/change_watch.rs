@@ -22,6 +22,17 @@ use crate::store::redis::Topology;
 /// How often the subscriber looks at this replica's role (and judges the probe).
 const ROLE_EVERY: Duration = Duration::from_secs(1);
 
+/// Waits `wait` before a retry (false: the daemon stops meanwhile), and
+/// doubles it for the next, up to [`MAX_RECONNECT_WAIT`].
+async fn back_off(wait: &mut Duration, stop: &tokio_util::sync::CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(*wait) => {}
+        _ = stop.cancelled() => return false,
+    }
+    *wait = (*wait * 2).min(MAX_RECONNECT_WAIT);
+    true
+}
+
 /// How long after start a daemon that has run no pass yet starts one (a
 /// pass started by hand or by the schedule meanwhile is the first).
 const FIRST_PASS_AFTER: Duration = Duration::from_secs(5);
@@ -109,11 +120,9 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                 changes.probe().lost();
                 show_events(changes);
                 tracing::warn!(error = %e, retry_in = ?wait, "could not subscribe to Redis keyspace notifications");
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.cancelled() => return,
+                if !back_off(&mut wait, &stop).await {
+                    return;
                 }
-                wait = (wait * 2).min(MAX_RECONNECT_WAIT);
                 continue;
             }
         };
@@ -426,11 +435,9 @@ async fn binlog(runner: &Runner, changes: &Changes) {
                 }
                 changes.gap("binlog_lost");
                 tracing::warn!(error = %e, retry_in = ?wait, "could not read the MySQL binlog; a pass covers the gap");
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.cancelled() => return,
+                if !back_off(&mut wait, &stop).await {
+                    return;
                 }
-                wait = (wait * 2).min(MAX_RECONNECT_WAIT);
                 continue;
             }
         };
@@ -464,11 +471,9 @@ async fn binlog(runner: &Runner, changes: &Changes) {
         if let Some(e) = lost {
             changes.gap("binlog_lost");
             tracing::warn!(error = %e, retry_in = ?wait, "the MySQL binlog stream was lost; a pass covers the gap");
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = stop.cancelled() => return,
+            if !back_off(&mut wait, &stop).await {
+                return;
             }
-            wait = (wait * 2).min(MAX_RECONNECT_WAIT);
         }
     }
 }

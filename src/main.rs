@@ -389,30 +389,48 @@ async fn check_binlog(ctx: &Context) -> Result<(), ExitCode> {
         }
         Err(e) => e,
     };
-    let key = "changes.mysql_binlog";
     if matches!(e, seatflow_reconciler::error::Error::BinlogSetup(_)) {
-        telemetry::fatal(&format!("configuration key `{key}`: {e}"));
+        telemetry::fatal(&format!("configuration key `changes.mysql_binlog`: {e}"));
         return Err(ExitCode::from(EXIT_CONFIG));
     }
+    let key = credential_key(&ctx.settings, Stage::Mysql);
+    let url = ctx.settings.mysql.url.to_string();
+    Err(store_failed(
+        &e,
+        key,
+        &url,
+        " (its binlog, changes.mysql_binlog)",
+    ))
+}
+
+/// The exit code and fatal line of a store that could not be used at
+/// start: a TLS problem or a refused login is a configuration error naming
+/// the key (`key`: the store's credential), anything else unreachable.
+/// `what` follows the store's name (what of it was used).
+fn store_failed(
+    e: &seatflow_reconciler::error::Error,
+    key: &str,
+    url: &str,
+    what: &str,
+) -> ExitCode {
+    let store = e.stage().label();
     if let Some(problem) = e.tls_problem() {
         telemetry::fatal(&format!(
-            "configuration key `mysql.{}` ({key}): TLS with mysql failed for the binlog: {} ({e})",
+            "configuration key `{store}.{}`: TLS with {store}{what} failed: {} ({e})",
             problem.setting(),
             problem.describe()
         ));
-        return Err(ExitCode::from(EXIT_CONFIG));
+        return ExitCode::from(EXIT_CONFIG);
     }
     if let Some(why) = e.login_refused() {
         telemetry::fatal(&format!(
-            "configuration key `{key}`: mysql refused the binlog reader: {why} ({e})"
+            "configuration key `{key}`: {store}{what} refused us: {why} ({e})"
         ));
-        return Err(ExitCode::from(EXIT_CONFIG));
+        return ExitCode::from(EXIT_CONFIG);
     }
-    telemetry::fatal(&format!(
-        "cannot read the MySQL binlog at {} ({key}): {e}",
-        ctx.settings.mysql.url
-    ));
-    Err(ExitCode::from(EXIT_UNREACHABLE))
+    // Only the store that failed, and its URL (redacted).
+    telemetry::fatal(&format!("cannot reach {store}{what} at {url}: {e}"));
+    ExitCode::from(EXIT_UNREACHABLE)
 }
 
 async fn connect(settings: Settings) -> Result<Context, ExitCode> {
@@ -420,39 +438,11 @@ async fn connect(settings: Settings) -> Result<Context, ExitCode> {
     let credential = |stage| credential_key(&settings, stage);
     let (mysql_key, redis_key) = (credential(Stage::Mysql), credential(Stage::Redis));
     Context::connect(settings).await.map_err(|e| {
-        let store = e.stage().label();
-        match e.tls_problem() {
-            Some(problem) => {
-                telemetry::fatal(&format!(
-                    "configuration key `{store}.{}`: TLS with {store} failed: {} ({e})",
-                    problem.setting(),
-                    problem.describe()
-                ));
-                ExitCode::from(EXIT_CONFIG)
-            }
-            None => match e.login_refused() {
-                Some(why) => {
-                    let key = if e.stage() == Stage::Mysql {
-                        mysql_key
-                    } else {
-                        redis_key
-                    };
-                    telemetry::fatal(&format!(
-                        "configuration key `{key}`: {store} refused us: {why} ({e})"
-                    ));
-                    ExitCode::from(EXIT_CONFIG)
-                }
-                None => {
-                    // Only the store that failed, and its URL (redacted).
-                    let url = if e.stage() == Stage::Mysql {
-                        &mysql
-                    } else {
-                        &redis
-                    };
-                    telemetry::fatal(&format!("cannot reach {store} at {url}: {e}"));
-                    ExitCode::from(EXIT_UNREACHABLE)
-                }
-            },
-        }
+        let (key, url) = if e.stage() == Stage::Mysql {
+            (mysql_key, &mysql)
+        } else {
+            (redis_key, &redis)
+        };
+        store_failed(&e, key, &url.to_string(), "")
     })
 }

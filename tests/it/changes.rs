@@ -22,6 +22,15 @@ async fn daemon_after_one_pass(
     daemon_on_estate(redis, 2, |s| s.reconcile.orphan_grace = grace).await
 }
 
+/// [`daemon_after_one_pass`] on a private Redis with keyspace events on,
+/// once the probe finds them on (the server is returned: keep it alive).
+async fn daemon_with_events(grace: Duration) -> (PrivateServer, TestEnv, InProcessDaemon) {
+    let redis = servers::redis_with_keyspace_events();
+    let (env, daemon) = daemon_after_one_pass(Some(&redis), grace).await;
+    events_on(&daemon).await;
+    (redis, env, daemon)
+}
+
 /// The same on `showtimes` ON_SALE showtimes of one 1×4 hall, warmed and
 /// consistent, with `tweak` applied to the settings (which may point them
 /// at a Redis Cluster: `cluster.rs`).
@@ -169,9 +178,7 @@ pub(crate) async fn metrics(daemon: &InProcessDaemon) -> String {
 /// released seconds after the hold, on the notification of its `HSET`.
 #[tokio::test]
 async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
-    let redis = servers::redis_with_keyspace_events();
-    let (env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
-    events_on(&daemon).await;
+    let (_redis, env, daemon) = daemon_with_events(Duration::ZERO).await;
 
     env.fx.warm(2, &[("A-3", "1")]).await.unwrap();
     seat_becomes(&env, 2, "A-3", "0", "the orphan lock is released").await;
@@ -206,10 +213,7 @@ async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
 /// pass later.
 #[tokio::test]
 async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
-    let redis = servers::redis_with_keyspace_events();
-    let grace = Duration::from_secs(3);
-    let (env, daemon) = daemon_after_one_pass(Some(&redis), grace).await;
-    events_on(&daemon).await;
+    let (_redis, env, daemon) = daemon_with_events(Duration::from_secs(3)).await;
 
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
     seat_becomes(
@@ -280,10 +284,7 @@ async fn the_first_pass_runs_at_start_and_the_checks_begin_with_it() {
 /// the new grace's end, not a pass later.
 #[tokio::test]
 async fn a_grace_that_restarts_at_the_recheck_is_checked_at_its_new_end() {
-    let redis = servers::redis_with_keyspace_events();
-    let grace = Duration::from_secs(3);
-    let (env, daemon) = daemon_after_one_pass(Some(&redis), grace).await;
-    events_on(&daemon).await;
+    let (_redis, env, daemon) = daemon_with_events(Duration::from_secs(3)).await;
 
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
     let suspects = env.ctx.redis.keys.suspect(1);
@@ -490,9 +491,7 @@ async fn only_the_replica_running_the_passes_subscribes() {
 /// the class the `hset` test samples.
 #[tokio::test]
 async fn a_hash_deleted_or_expired_is_rebuilt_on_its_event() {
-    let redis = servers::redis_with_keyspace_events();
-    let (env, daemon) = daemon_after_one_pass(Some(&redis), Duration::ZERO).await;
-    events_on(&daemon).await;
+    let (_redis, env, daemon) = daemon_with_events(Duration::ZERO).await;
     let keys = &env.ctx.redis.keys;
     let _: () = env.redis(redis::cmd("DEL").arg(keys.seat(1))).await;
     let _: () = env
