@@ -818,3 +818,63 @@ async fn a_killed_binlog_connection_is_a_gap_and_starts_a_pass() {
     binlog_dumps_become(&env, 1).await;
     daemon.stop().await;
 }
+
+/// The first sighting of `seat`'s suspect record in `showtime`, if any
+/// (Redis server time, ms).
+async fn suspect_seen_ms(env: &TestEnv, showtime: i64, seat: &str) -> Option<i64> {
+    let raw: Option<String> = env
+        .redis(
+            redis::cmd("HGET")
+                .arg(env.ctx.redis.keys.suspect(showtime))
+                .arg(seat),
+        )
+        .await;
+    raw?.split_once('@')?.1.parse().ok()
+}
+
+/// A seat seen orphaned (a hold with no order yet), then ordered and the
+/// order cancelled, in MySQL only (the cancel's `"0"` lost). The check
+/// asked by the cancel's commit sees the seat orphaned again, with order
+/// activity since its first sighting: its grace restarts at that check,
+/// so the seat is released a grace after the cancel, not at the old
+/// grace's end plus a whole new one. (Any check that finds a deferred
+/// seat does this MySQL re-check; the binlog's is the one that comes.)
+#[tokio::test]
+async fn a_check_that_finds_order_activity_on_a_deferred_seat_restarts_its_grace_at_once() {
+    let server = servers::mariadb_with_binlog();
+    let (env, daemon, [paid, _]) = daemon_on_binlog(&server, Duration::from_secs(120)).await;
+
+    // A hold with no order yet, seen by the check of a commit on its showtime.
+    env.fx.warm(1, &[("A-3", "1")]).await.unwrap();
+    assert!(env.fx.pay(paid).await.unwrap());
+    seatflow_test_support::servers::wait_until(
+        "the payment's check records the hold as a suspect",
+        Duration::from_secs(30),
+        || async { suspect_seen_ms(&env, 1, "A-3").await.is_some() },
+    )
+    .await;
+    let first = suspect_seen_ms(&env, 1, "A-3").await.unwrap();
+
+    // The order comes and goes within one settle: its check sees it gone.
+    let cancelled_at = env.ctx.redis.server_time_ms().await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-3"], 600).await.unwrap();
+    assert!(env.fx.cancel(order).await.unwrap());
+    seatflow_test_support::servers::wait_until(
+        format!(
+            "the grace restarts after the cancel (first seen {first}, cancelled {cancelled_at})"
+        ),
+        Duration::from_secs(30),
+        || async {
+            suspect_seen_ms(&env, 1, "A-3")
+                .await
+                .is_some_and(|ms| ms >= cancelled_at)
+        },
+    )
+    .await;
+    assert_eq!(
+        env.fx.seat_value(1, "A-3").await.unwrap().as_deref(),
+        Some("1"),
+        "not released before its new grace ends"
+    );
+    daemon.stop().await;
+}

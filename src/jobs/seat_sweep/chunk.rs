@@ -79,6 +79,10 @@ impl<'a> Sweep<'a, '_> {
         let with_suspects = self.what_to_read().suspects;
         let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
+        // A check re-reads MySQL for the seats it defers that were seen
+        // before (`recheck_deferred`); a pass, which defers many, does not.
+        let recheck_deferred = self.opts.check.is_some();
+        let mut deferred: Vec<(ShowtimeId, Vec<Planned>)> = Vec::new();
         for (showtime, read) in page.iter().zip(&reads) {
             let template = self
                 .templates
@@ -152,21 +156,29 @@ impl<'a> Sweep<'a, '_> {
                         sink.grace_ends(showtime.id, in_ms);
                     }
                     ops.extend(suspect_changes(job.kind, &g, read));
+                    if recheck_deferred {
+                        // Those recorded now were first seen now.
+                        let seen: Vec<Planned> = g
+                            .deferred
+                            .iter()
+                            .filter(|r| !g.record.iter().any(|(seat, _)| *seat == r.seat))
+                            .map(|repair| with_sighting(repair.clone(), read))
+                            .collect();
+                        if !seen.is_empty() {
+                            deferred.push((showtime.id, seen));
+                        }
+                    }
                     g.ready
                 } else {
                     candidates
                 };
                 let n = job.take(ready.len());
-                planned.extend(ready.into_iter().take(n).map(|repair| {
-                    Planned {
-                        suspect_since_ms: read
-                            .suspects
-                            .get(&repair.seat)
-                            .and_then(|raw| plan::Suspect::decode(raw))
-                            .map(|s| s.first_seen_ms),
-                        repair,
-                    }
-                }));
+                planned.extend(
+                    ready
+                        .into_iter()
+                        .take(n)
+                        .map(|repair| with_sighting(repair, read)),
+                );
             }
             // A wrong-typed suspect key is replaced even with nothing to record.
             if !ops.is_empty() || read.suspects_wrong_type {
@@ -186,6 +198,9 @@ impl<'a> Sweep<'a, '_> {
                 .retry("write suspects", || ctx.redis.update_suspects(&ops, ttl_ms))
                 .await?;
             self.replaced(&replaced);
+        }
+        if !deferred.is_empty() {
+            self.recheck_deferred(deferred, now_ms).await?;
         }
         if work.rebuilds.is_empty() && work.seats.is_empty() {
             return Ok(());
@@ -258,6 +273,20 @@ fn describe(key: &str, c: &SeatRepair) -> String {
         c.observed.map(|s| s.as_redis()).unwrap_or("absent"),
         c.target.as_redis()
     )
+}
+
+/// A seat to repair (or re-check), with its suspect record's first
+/// sighting when it has one.
+fn with_sighting(repair: SeatRepair, read: &ShowtimeRead) -> Planned {
+    let suspect_since_ms = read
+        .suspects
+        .get(&repair.seat)
+        .and_then(|raw| plan::Suspect::decode(raw))
+        .map(|s| s.first_seen_ms);
+    Planned {
+        suspect_since_ms,
+        repair,
+    }
 }
 
 /// The suspect records one grace decision writes and clears.

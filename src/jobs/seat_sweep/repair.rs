@@ -15,6 +15,83 @@ use super::notices::log_stuck_lease;
 use super::{ChunkWork, Planned, Sweep};
 
 impl<'a> Sweep<'a, '_> {
+    /// A check's MySQL re-check of the seats it defers that were seen
+    /// orphaned before (rule 4). One whose order came and went since its
+    /// first sighting (ordered after the hold was seen, then cancelled or
+    /// refunded with the seat write lost) was not orphaned throughout: its
+    /// grace restarts now, from this sighting. Otherwise the re-check
+    /// before its repair, at the old grace's end, would find the activity
+    /// and only then start a whole new grace: a release a grace late. A
+    /// check reads a few showtimes; a pass, which defers many seats, leaves
+    /// this to that re-check.
+    pub(super) async fn recheck_deferred(
+        &mut self,
+        deferred: Vec<(ShowtimeId, Vec<Planned>)>,
+        now_ms: i64,
+    ) -> Result<(), Error> {
+        let ctx = self.ctx;
+        let seats: Vec<(ShowtimeId, SeatNo, bool)> = deferred
+            .iter()
+            .flat_map(|(id, planned)| {
+                planned.iter().map(|p| {
+                    let r = &p.repair;
+                    (*id, r.seat.clone(), SeatState::lowers(r.observed, r.target))
+                })
+            })
+            .collect();
+        let (fresh, unknown) = ctx
+            .retry("re-check deferred seats", || ctx.mysql.seat_history(&seats))
+            .await?;
+        self.unknown(&unknown);
+        let mut fresh = fresh.into_iter();
+        let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
+        for (id, planned) in deferred {
+            let mut ops = Vec::new();
+            for p in planned {
+                let history = fresh.next().unwrap_or_default();
+                // Still an orphan by MySQL now, and not throughout: restart.
+                if let Some(since) = p.suspect_since_ms
+                    && plan::still_valid(&p.repair, &history.truth)
+                    && !plan::orphaned_throughout(since, history.last_activity_ms)
+                {
+                    tracing::info!(kind = p.repair.kind.label(), showtime_id = id, seat = %p.repair.seat, "order activity on a deferred seat since it was first seen orphaned; grace period restarts now");
+                    ops.extend(restart_grace(&p, now_ms));
+                }
+            }
+            if !ops.is_empty() {
+                restart.push((id, ops));
+            }
+        }
+        self.restart_graces(restart).await
+    }
+
+    /// Writes restarted suspect records; their grace starts over now, so
+    /// each showtime is checked when it ends, not a pass later (no event
+    /// comes: the change was in MySQL).
+    async fn restart_graces(
+        &mut self,
+        restart: Vec<(ShowtimeId, Vec<SuspectOp>)>,
+    ) -> Result<(), Error> {
+        if restart.is_empty() || self.opts.dry_run || self.opts.fenced_out() {
+            return Ok(());
+        }
+        let ctx = self.ctx;
+        let ttl_ms = self.suspect_ttl_ms();
+        let replaced = ctx
+            .retry("restart suspects", || {
+                ctx.redis.update_suspects(&restart, ttl_ms)
+            })
+            .await?;
+        self.replaced(&replaced);
+        if let Some(sink) = &self.opts.changes {
+            let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
+            for (id, _) in &restart {
+                sink.grace_ends(*id, grace_ms);
+            }
+        }
+        Ok(())
+    }
+
     pub(super) async fn apply(&mut self, mut work: ChunkWork, now_ms: i64) -> Result<(), Error> {
         let ctx = self.ctx;
         let mut ids: Vec<ShowtimeId> = work.rebuilds.clone();
@@ -110,19 +187,7 @@ impl<'a> Sweep<'a, '_> {
                     // the grace period starts over.
                     tracing::info!(kind, showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
                     self.job(p.repair.kind).report.deferred += 1;
-                    let state = p.repair.observed.unwrap_or(p.repair.target);
-                    ops.push(SuspectOp::Clear {
-                        seat: seat.clone(),
-                        state: Some(state),
-                    });
-                    ops.push(SuspectOp::Record {
-                        seat: seat.clone(),
-                        encoded: plan::Suspect {
-                            state,
-                            first_seen_ms: now_ms,
-                        }
-                        .encode(),
-                    });
+                    ops.extend(restart_grace(&p, now_ms));
                 } else {
                     first_seen.insert(
                         (id, p.repair.seat.clone()),
@@ -138,23 +203,7 @@ impl<'a> Sweep<'a, '_> {
                 batches.push(SeatBatch::new(id, keep));
             }
         }
-        if !restart.is_empty() {
-            let ttl_ms = self.suspect_ttl_ms();
-            let replaced = ctx
-                .retry("restart suspects", || {
-                    ctx.redis.update_suspects(&restart, ttl_ms)
-                })
-                .await?;
-            self.replaced(&replaced);
-            // Their grace starts over now: checked when it ends, not a pass
-            // later (no event comes: the change was in MySQL).
-            if let Some(sink) = &self.opts.changes {
-                let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
-                for (id, _) in &restart {
-                    sink.grace_ends(*id, grace_ms);
-                }
-            }
-        }
+        self.restart_graces(restart).await?;
         let ids: Vec<ShowtimeId> = batches.iter().map(|b| b.showtime).collect();
         let lost = ctx
             .retry("renew leases", || self.leases.renew_due(&ids))
@@ -348,4 +397,24 @@ pub(super) fn kinds_in(batch: &SeatBatch) -> Vec<Kind> {
     kinds.sort_unstable();
     kinds.dedup();
     kinds
+}
+
+/// The suspect record of `p`'s seat, started over at `now_ms`.
+fn restart_grace(p: &Planned, now_ms: i64) -> [SuspectOp; 2] {
+    let seat = &p.repair.seat;
+    let state = p.repair.observed.unwrap_or(p.repair.target);
+    [
+        SuspectOp::Clear {
+            seat: seat.clone(),
+            state: Some(state),
+        },
+        SuspectOp::Record {
+            seat: seat.clone(),
+            encoded: plan::Suspect {
+                state,
+                first_seen_ms: now_ms,
+            }
+            .encode(),
+        },
+    ]
 }
