@@ -49,6 +49,9 @@ pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
     if runner.ctx.settings.changes.mysql_binlog {
         tasks.push(Task::Binlog);
     }
+    if let Some(every) = runner.ctx.settings.sweep.while_uncovered {
+        tasks.push(Task::WhileUncovered(every));
+    }
     if runner.ctx.settings.changes.redis_events == RedisEvents::Auto {
         tasks.push(Task::Subscribe);
     } else {
@@ -64,6 +67,7 @@ pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
                 Task::Expedite => expedite(&runner, &changes).await,
                 Task::Deadlines => deadlines(&runner, &changes).await,
                 Task::Binlog => binlog(&runner, &changes).await,
+                Task::WhileUncovered(every) => while_uncovered(&runner, &changes, every).await,
             }
         });
     }
@@ -76,6 +80,7 @@ enum Task {
     Expedite,
     Deadlines,
     Binlog,
+    WhileUncovered(Duration),
 }
 
 fn show_events(changes: &Changes) {
@@ -445,6 +450,7 @@ async fn binlog(runner: &Runner, changes: &Changes) {
             position = %source.position(),
             "reading the MySQL binlog: showtimes are checked seconds after a commit"
         );
+        changes.binlog_streams(true);
         let mut role_tick = tokio::time::interval(ROLE_EVERY);
         let lost = loop {
             tokio::select! {
@@ -467,6 +473,7 @@ async fn binlog(runner: &Runner, changes: &Changes) {
                 _ = stop.cancelled() => return,
             }
         };
+        changes.binlog_streams(false);
         from = Some(source.position().clone());
         if let Some(e) = lost {
             changes.gap("binlog_lost");
@@ -538,6 +545,45 @@ async fn deadlines(runner: &Runner, changes: &Changes) {
             // Due already: at once.
             let wait = (expires_at - due_now).to_std().unwrap_or_default();
             changes.ask(showtime, at + wait + DEADLINE_MARGIN, Source::Deadline);
+        }
+    }
+}
+
+/// Under `sweep.schedule = "auto"` with both change sources configured, the
+/// sweep fires every 15 minutes: the sources see changes within seconds,
+/// the sweep is the net. While either is down on the shard's active
+/// replica (the server sends no keyspace events, the binlog is not read),
+/// a pass runs every `every` (a minute) anyway, as with no sources.
+async fn while_uncovered(runner: &Arc<Runner>, changes: &Changes, every: Duration) {
+    let stop = runner.stopping();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_covered = true;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        if runner.active_on_own_shard() != Some(true) {
+            continue;
+        }
+        let covered = changes.covered();
+        if covered != was_covered {
+            was_covered = covered;
+            if covered {
+                tracing::info!(
+                    "both change sources see changes again: the sweep keeps its schedule"
+                );
+            } else {
+                tracing::warn!(
+                    redis_events = changes.redis_events().label(),
+                    every = ?every,
+                    "a change source is down: a pass runs this often until it is back"
+                );
+            }
+        }
+        if !covered && let Err(NotStarted::ShuttingDown) = runner.start_pass_now() {
+            return;
         }
     }
 }

@@ -39,9 +39,13 @@ pub struct Changes {
     wake: tokio::sync::Notify,
     /// Set by a gap; the runner starts a pass and clears it.
     gap: AtomicBool,
-    /// Redis events were on, with no gap, since the last pass of the
-    /// shard ended: what the next pass repairs, they missed.
+    /// Every configured source was on, with no gap, since the last pass of
+    /// the shard ended: what the next pass repairs, they missed.
     watching: AtomicBool,
+    /// `changes.mysql_binlog`: the binlog is one of the sources.
+    binlog_configured: bool,
+    /// The binlog reader streams (on the shard's active replica).
+    binlog_streaming: AtomicBool,
     gap_wake: tokio::sync::Notify,
     probe: Mutex<Probe>,
     pub metrics: ChangeMetrics,
@@ -103,6 +107,8 @@ impl Changes {
             wake: tokio::sync::Notify::new(),
             gap: AtomicBool::new(false),
             watching: AtomicBool::new(false),
+            binlog_configured: settings.mysql_binlog,
+            binlog_streaming: AtomicBool::new(false),
             gap_wake: tokio::sync::Notify::new(),
             probe: Mutex::new(Probe::default()),
             metrics,
@@ -125,12 +131,13 @@ impl Changes {
     }
 
     /// A pass of this replica's shard ran and repaired `fixed` (per job).
-    /// If events were on with no gap since the last one, its repairs are
-    /// what the change-driven checks missed: counted by kind (MySQL-only
-    /// changes among them, which Redis events cannot see; now and then a
-    /// pass also beats a check queued for a moment later).
+    /// If every source was on with no gap since the last one, its repairs
+    /// are what the change-driven checks missed: counted by kind (with
+    /// Redis events alone, MySQL-only changes among them, which they cannot
+    /// see; now and then a pass also beats a check queued for a moment
+    /// later).
     pub fn pass_ended(&self, fixed: &[(Kind, u64)]) {
-        let on = self.redis_events() == EventsState::On;
+        let on = self.covered();
         if self.watching.swap(on, Ordering::SeqCst) {
             for (kind, n) in fixed {
                 self.metrics
@@ -138,6 +145,23 @@ impl Changes {
                     .with_label_values(&[kind.label()])
                     .inc_by(*n);
             }
+        }
+    }
+
+    /// Every configured source sees changes now: Redis events are on and,
+    /// when configured, the binlog streams. Then the sweep is only the net
+    /// for what the sources miss.
+    pub fn covered(&self) -> bool {
+        self.redis_events() == EventsState::On
+            && (!self.binlog_configured || self.binlog_streaming.load(Ordering::SeqCst))
+    }
+
+    /// The binlog reader started (true) or stopped streaming. Stopping ends
+    /// the watch since the last pass (as a gap does).
+    pub fn binlog_streams(&self, streaming: bool) {
+        self.binlog_streaming.store(streaming, Ordering::SeqCst);
+        if !streaming {
+            self.watching.store(false, Ordering::SeqCst);
         }
     }
 
@@ -266,5 +290,31 @@ mod tests {
         events_on(&c);
         c.pass_ended(&fixed);
         assert_eq!(missed(&c), 6);
+    }
+
+    #[test]
+    fn with_the_binlog_configured_a_watch_needs_it_streaming_too() {
+        let mut settings = Settings::load_with_env(None, Vec::new()).unwrap();
+        settings.changes.mysql_binlog = true;
+        let c = Changes::new(&settings);
+        let fixed = [(Kind::PaidSeats, 2)];
+        events_on(&c);
+        assert!(
+            !c.covered(),
+            "events alone do not cover the binlog's changes"
+        );
+        c.pass_ended(&fixed);
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 0);
+        c.binlog_streams(true);
+        assert!(c.covered());
+        c.pass_ended(&fixed);
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 2);
+        // The stream stopped between two passes: no watch.
+        c.binlog_streams(false);
+        c.binlog_streams(true);
+        c.pass_ended(&fixed);
+        assert_eq!(missed(&c), 2);
     }
 }

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use super::secret::{password_of, with_password};
-use super::{ConfigError, JobSettings, SecretUrl, Settings, SweepSettings, redact_url};
+use super::{
+    COVERED_SWEEP, ConfigError, JobSettings, MINUTE_SWEEP, SecretUrl, Settings, SweepSettings,
+    UNCOVERED_PASS_EVERY, redact_url,
+};
 use crate::model::Kind;
 use crate::schedule;
 
@@ -102,6 +105,11 @@ impl Settings {
         let expired = self.schedule(Kind::ExpiredOrders);
         schedule::check(expired)
             .map_err(|reason| ConfigError::new("jobs.expired_orders.schedule", reason))?;
+        if self.sweep.schedule.trim().eq_ignore_ascii_case("auto") {
+            let both = self.changes.both_sources();
+            self.sweep.schedule = if both { COVERED_SWEEP } else { MINUTE_SWEEP }.into();
+            self.sweep.while_uncovered = both.then_some(UNCOVERED_PASS_EVERY);
+        }
         self.sweep.checked()?;
         in_range(
             "changes.queue_capacity",

@@ -184,11 +184,26 @@ pub struct JobSettings {
     pub scan_limit: usize,
 }
 
+/// `sweep.schedule = "auto"`: a pass every minute...
+pub const MINUTE_SWEEP: &str = "0 * * * * *";
+/// ... or every 15 minutes when both change sources are configured (Redis
+/// keyspace events and the MySQL binlog): measured in `benches/README.md`.
+pub const COVERED_SWEEP: &str = "0 */15 * * * *";
+/// ... with a pass every minute still while either source is down.
+pub const UNCOVERED_PASS_EVERY: Duration = Duration::from_secs(60);
+
 /// `[sweep]`: the daemon's shared pass of the seat jobs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SweepSettings {
-    /// When a pass starts (six-field cron, UTC).
+    /// When a pass starts (six-field cron, UTC). `auto` at load becomes
+    /// [`MINUTE_SWEEP`], or [`COVERED_SWEEP`] when both change sources are
+    /// configured.
     pub schedule: String,
+    /// Set when the schedule was `auto` and both change sources are
+    /// configured: while either is down, a pass runs this often anyway
+    /// ([`UNCOVERED_PASS_EVERY`]).
+    #[serde(skip)]
+    pub while_uncovered: Option<Duration>,
     /// Showtimes starting before now + this are swept from the soonest in
     /// every pass; the rest continue from the cursors. Zero: cursors only.
     #[serde(with = "humantime_serde")]
@@ -242,6 +257,14 @@ pub struct ChangesSettings {
     /// server's replicas. 0 (the default) is derived from
     /// `reconcile.instance` at load (never 0 after it).
     pub mysql_server_id: u32,
+}
+
+impl ChangesSettings {
+    /// Both change sources are configured: Redis keyspace events (where
+    /// the server sends them) and the MySQL binlog.
+    pub fn both_sources(&self) -> bool {
+        self.mysql_binlog && self.redis_events == RedisEvents::Auto
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -324,7 +347,10 @@ impl Settings {
     pub fn set_schedule(&mut self, kind: Kind, schedule: &str) {
         match kind {
             Kind::ExpiredOrders => self.jobs.expired_orders.schedule = Some(schedule.into()),
-            _ => self.sweep.schedule = schedule.into(),
+            _ => {
+                self.sweep.schedule = schedule.into();
+                self.sweep.while_uncovered = None;
+            }
         }
     }
 
@@ -575,6 +601,28 @@ mod tests {
         .unwrap();
         assert_eq!(s.shard(), Shard { total: 3, index: 2 });
         assert_eq!(s.reconcile.instance, "seatflow-reconciler-2");
+    }
+
+    #[test]
+    fn the_auto_sweep_is_a_minute_and_fifteen_with_both_change_sources() {
+        let plain = load_toml("", &[]).unwrap();
+        assert_eq!(plain.sweep.schedule, MINUTE_SWEEP);
+        assert_eq!(plain.sweep.while_uncovered, None);
+        let binlog = "[changes]\nmysql_binlog = true\n";
+        let both = load_toml(binlog, &[]).unwrap();
+        assert_eq!(both.sweep.schedule, COVERED_SWEEP);
+        assert_eq!(both.sweep.while_uncovered, Some(UNCOVERED_PASS_EVERY));
+        // One source alone: the sweep is still what finds the other's drift.
+        let no_events = load_toml(&format!("{binlog}redis_events = \"off\"\n"), &[]).unwrap();
+        assert_eq!(no_events.sweep.schedule, MINUTE_SWEEP);
+        // The operator's schedule wins, and is not tightened.
+        let mine = load_toml(
+            &format!("{binlog}[sweep]\nschedule = \"0 */5 * * * *\"\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(mine.sweep.schedule, "0 */5 * * * *");
+        assert_eq!(mine.sweep.while_uncovered, None);
     }
 
     #[test]

@@ -878,3 +878,47 @@ async fn a_check_that_finds_order_activity_on_a_deferred_seat_restarts_its_grace
     );
     daemon.stop().await;
 }
+
+/// Passes run by the daemon so far, after `wait`.
+async fn passes_after(daemon: &InProcessDaemon, wait: Duration) -> f64 {
+    tokio::time::sleep(wait).await;
+    pass_runs(&metrics(daemon).await)
+}
+
+/// `sweep.schedule = "auto"` with both change sources configured fires
+/// every 15 minutes. While a source is down (here the server sends no
+/// keyspace events) a pass runs every `sweep.while_uncovered` (a minute;
+/// 2 s here) anyway; with both sources on, none but the schedule's.
+#[tokio::test]
+async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_back() {
+    let mariadb = servers::mariadb_with_binlog();
+    let base = format!("mysql://root@127.0.0.1:{}", mariadb.port());
+    let every = Duration::from_secs(2);
+    for events in [false, true] {
+        let redis = events.then(servers::redis_with_keyspace_events);
+        let env = estate_on(&base, redis.as_ref(), 1, |s| {
+            s.changes.mysql_binlog = true;
+            s.sweep.while_uncovered = Some(every);
+        })
+        .await;
+        let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+        binlog_dumps_become(&env, 1).await;
+        if events {
+            events_on(&daemon).await;
+        } else {
+            events_gauge_says_off(&daemon).await;
+        }
+        // The start's passes (and a gap's) are behind: count from here.
+        let before = passes_after(&daemon, every * 2).await;
+        let after = passes_after(&daemon, every * 4).await;
+        if events {
+            assert_eq!(after, before, "both sources on: no pass but the schedule's");
+        } else {
+            assert!(
+                after >= before + 2.0,
+                "events off: a pass every {every:?} ({before} -> {after})"
+            );
+        }
+        daemon.stop().await;
+    }
+}
