@@ -266,21 +266,33 @@ local u = import 'lib/util.libsonnet';
                // never pages. A timestamp of 0 pages only while seat passes are
                // being attempted: failing, or hung (the next fires count
                // skipped_overlap).
+               // The interval is the daemon's own (seatflow_reconcile_pass_interval_seconds:
+               // sweep.schedule = "auto" is a minute, or 15 with both change
+               // sources), else sweepIntervalSeconds (binaries before it).
+               local limit = |||
+                 (
+                   %(n)d * max by (%(g)s) (seatflow_reconcile_pass_interval_seconds{%(sel)s} > 0)
+                   or
+                   %(fallback)d + 0 * max by (%(g)s) (process_start_time_seconds{%(sel)s})
+                 )
+               ||| % { g: g, sel: c.selector, n: c.passStalledIntervals, fallback: c.passStalledIntervals * c.sweepIntervalSeconds };
                alert(
                  'SeatflowReconcilerPassStalled',
                  'critical',
                  |||
                    (
                      time() - max by (%(g)s, shard) (seatflow_reconcile_pass_last_completed_timestamp_seconds{%(sel)s})
-                   ) > %(limit)d
+                   ) > on (%(g)s) group_left ()
+                   %(limit)s
                    and on (%(g)s)
-                   max by (%(g)s) (time() - process_start_time_seconds{%(sel)s}) > %(limit)d
+                   max by (%(g)s) (time() - process_start_time_seconds{%(sel)s}) > on (%(g)s)
+                   %(limit)s
                    and on (%(g)s)
                    sum by (%(g)s) (seatflow_reconcile_runs_total{%(sel)s, kind=~"%(seat)s"}) > 0
-                 ||| % { g: g, sel: c.selector, limit: c.passStalledIntervals * c.sweepIntervalSeconds, seat: std.join('|', seatJobs) },
+                 ||| % { g: g, sel: c.selector, limit: std.rstripChars(limit, '\n'), seat: std.join('|', seatJobs) },
                  c.passStalledFor,
                  'seatflow-reconciler shard {{ $labels.shard }} has no completed seat pass.',
-                 'No process of %s has completed a seat pass of shard {{ $labels.shard }} for {{ $value | humanizeDuration }} (more than %d sweep intervals of %s; decades: none since the processes started): seat drift in that shard is not being found or repaired.' % [where, c.passStalledIntervals, u.humanize(c.sweepIntervalSeconds)],
+                 'No process of %s has completed a seat pass of shard {{ $labels.shard }} for {{ $value | humanizeDuration }} (more than %d sweep intervals; decades: none since the processes started): seat drift in that shard is not being found or repaired.' % [where, c.passStalledIntervals],
                ),
                // A store the daemon cannot reach. seatflow_reconciler_dependency_up
                // is the last dependency probe's result: SELECT 1 through the

@@ -77,9 +77,11 @@
     // DriftPersists or PassStalled.
     driftAgeMinRepairs: 10,
     driftAgeMinLateRepairs: 3,
-    // The daemon's seat sweep: one pass per shard every sweepIntervalSeconds
-    // (the seat jobs' schedule). A shard without a completed pass for
-    // passStalledIntervals intervals alerts.
+    // The daemon's seat sweep: one pass per shard every sweep interval. A
+    // shard without a completed pass for passStalledIntervals intervals
+    // alerts; the interval is the daemon's own
+    // (seatflow_reconcile_pass_interval_seconds), sweepIntervalSeconds only
+    // for binaries that do not export it (and the dashboard's colours).
     sweepIntervalSeconds: 60,
     passStalledIntervals: 2,
     passStalledFor: '5m',

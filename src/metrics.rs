@@ -358,6 +358,9 @@ pub struct PassMetrics {
     /// The last pass's pace and the shards it would fit at (`pass_fit`).
     pub showtimes_per_second: GaugeVec,
     pub shards_to_fit: IntGaugeVec,
+    /// From one fire of `sweep.schedule` to the next: what the pass-stalled
+    /// alert counts in (the `auto` schedule is a minute or 15).
+    pub interval: prometheus::Gauge,
 }
 
 impl PassMetrics {
@@ -423,6 +426,11 @@ impl PassMetrics {
                     "sharding.total at which a pass of each shard takes at most 80 % of the sweep interval, at the last pass's pace.",
                 ),
                 shard,
+            )
+            .unwrap(),
+            interval: prometheus::Gauge::new(
+                "seatflow_reconcile_pass_interval_seconds",
+                "From one fire of sweep.schedule to the next, in seconds (0: no schedule).",
             )
             .unwrap(),
         };
@@ -644,6 +652,7 @@ impl Metrics {
             Box::new(m.backoffs.clone()),
             Box::new(m.showtimes_per_second.clone()),
             Box::new(m.shards_to_fit.clone()),
+            Box::new(m.interval.clone()),
         ];
         self.register(collectors);
     }

@@ -189,6 +189,12 @@ impl Runner {
             .pace
             .set(pacer.as_ref().map_or(0.0, |p| p.rate()));
         let pass_schedule = Schedule::new(&settings.sweep.schedule).ok();
+        if let Some(interval) = pass_schedule
+            .as_ref()
+            .and_then(|s| s.interval_after(Utc::now()))
+        {
+            pass_metrics.interval.set(interval.as_secs_f64());
+        }
         let changes =
             (!Fire::Pass.kinds(settings).is_empty()).then(|| Arc::new(Changes::new(settings)));
         if let Some(c) = &changes {

@@ -44,6 +44,12 @@ impl Schedule {
         whole_seconds(at)
     }
 
+    /// From the first fire after `t` to the one after it.
+    pub fn interval_after(&self, t: DateTime<Utc>) -> Option<std::time::Duration> {
+        let first = self.next_after(t)?;
+        (self.next_after(first)? - first).to_std().ok()
+    }
+
     /// The slot of a fire at `now`: the latest time the schedule names at
     /// or before `now`, in whole seconds. `tokio-cron-scheduler` never hands
     /// a job its scheduled time and fires up to half a second after it (or
@@ -110,6 +116,15 @@ mod tests {
         let later = t + chrono::Duration::milliseconds(437);
         assert_eq!(parsed.next_after(later), Some(next));
         assert_eq!(parsed.as_str(), "0 * * * * *");
+        assert_eq!(
+            parsed.interval_after(t),
+            Some(std::time::Duration::from_secs(60))
+        );
+        let quarter = Schedule::new("0 */15 * * * *").unwrap();
+        assert_eq!(
+            quarter.interval_after(later),
+            Some(std::time::Duration::from_secs(900))
+        );
     }
 
     #[test]
