@@ -474,7 +474,7 @@ async fn binlog(runner: &Runner, changes: &Changes) {
             }
         };
         changes.binlog_streams(false);
-        from = Some(source.position().clone());
+        from = Some(source.checkpoint());
         if let Some(e) = lost {
             changes.gap("binlog_lost");
             tracing::warn!(error = %e, retry_in = ?wait, "the MySQL binlog stream was lost; a pass covers the gap");

@@ -11,7 +11,7 @@ use crate::lease::LeaseBook;
 use crate::model::{Scope, Shard, ShowtimeId};
 use crate::repeats::Repeats;
 use crate::retry::with_retry;
-use crate::store::mysql::binlog::{BinlogOptions, BinlogPosition, BinlogSource};
+use crate::store::mysql::binlog::{BinlogOptions, BinlogSource, Checkpoint};
 use crate::store::mysql::{MySqlSslMode, MysqlStore, MysqlTls};
 use crate::store::redis::{RedisEndpoint, RedisStore, RedisTls};
 
@@ -58,11 +58,11 @@ impl Context {
         })
     }
 
-    /// Starts reading MySQL's binlog (`changes.mysql_binlog`) from `from`,
-    /// or from the server's current position: the server's privileges and
-    /// settings are checked first (`Error::BinlogSetup` names each missing
-    /// one as the statement to run).
-    pub async fn start_binlog(&self, from: Option<BinlogPosition>) -> Result<BinlogSource> {
+    /// Starts reading MySQL's binlog (`changes.mysql_binlog`) from `from`
+    /// when it belongs to the server, else from the server's current
+    /// position: the server's privileges and settings are checked first
+    /// (`Error::BinlogSetup` names each missing one as the statement to run).
+    pub async fn start_binlog(&self, from: Option<Checkpoint>) -> Result<BinlogSource> {
         let s = &self.settings;
         let options = BinlogOptions {
             server_id: s.changes.mysql_server_id,

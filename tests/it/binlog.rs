@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use seatflow_reconciler::error::Error;
 use seatflow_reconciler::store::mysql::MysqlTls;
-use seatflow_reconciler::store::mysql::binlog::{BinlogOptions, BinlogSource, Committed};
+use seatflow_reconciler::store::mysql::binlog::{
+    BinlogOptions, BinlogSource, Checkpoint, Committed, ServerIdentity, StartedFrom,
+};
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::servers::wait_until;
 use seatflow_test_support::servers::{PrivateServer, mariadb_with_binlog};
@@ -50,7 +52,17 @@ async fn committed_changes_to_the_contract_tables_name_their_showtimes() {
     let other = env.fx.order(20, "PENDING", &["A-2"], 900).await.unwrap();
 
     let mut source = start(&env.db_url, 4242).await.unwrap();
-    let start_at = source.position().clone();
+    let start_at = source.checkpoint();
+    // The private server: server id 1, no uuid (MariaDB has none).
+    assert_eq!(
+        start_at.server,
+        ServerIdentity {
+            server_id: 1,
+            server_uuid: None
+        }
+    );
+    assert_eq!(source.started_from(), &StartedFrom::Current);
+    let start_at = start_at.position;
 
     // The contract's pay step, committed (its Redis step not taken).
     sqlx::query(
@@ -139,11 +151,17 @@ async fn committed_changes_to_the_contract_tables_name_their_showtimes() {
         &env.db_url,
         &MysqlTls::default(),
         &options(4243),
-        Some(start_at.clone()),
+        Some(Checkpoint {
+            server: source.server().clone(),
+            position: start_at.clone(),
+        }),
     )
     .await
     .unwrap();
+    assert_eq!(again.started_from(), &StartedFrom::Given);
+    assert!(!again.proven(), "nothing read from the given position yet");
     assert_eq!(next(&mut again).await, paid);
+    assert!(again.proven());
     let _ = next(&mut again).await;
     assert_eq!(next(&mut again).await.showtimes, vec![30]);
     assert_eq!(next(&mut again).await, cancel);
@@ -315,7 +333,10 @@ async fn a_killed_replication_connection_and_a_purged_position_are_gaps() {
         &env.db_url,
         &MysqlTls::default(),
         &options(4261),
-        Some(before.clone()),
+        Some(Checkpoint {
+            server: source.server().clone(),
+            position: before.clone(),
+        }),
     )
     .await
     .unwrap();
@@ -325,6 +346,50 @@ async fn a_killed_replication_connection_and_a_purged_position_are_gaps() {
         .expect_err("a purged position cannot be read");
     assert!(matches!(err, Error::BinlogGap(_)), "{err:?}");
     assert!(err.to_string().contains(&before.to_string()), "{err}");
+    assert!(!stale.proven());
+}
+
+/// A position means nothing on another server: a checkpoint naming another
+/// server id (or uuid) is not read; the source starts from the server's
+/// current position and says whose the checkpoint was.
+#[tokio::test]
+async fn a_position_of_another_server_is_not_read() {
+    let server = mariadb_with_binlog();
+    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    env.fx.hall(1, 1, 2).await.unwrap();
+    let source = start(&env.db_url, 4280).await.unwrap();
+    let here = source.checkpoint();
+    drop(source);
+    // A commit after `here`: a source that read from `here` would see it.
+    env.fx.showtime(10, 1, 60, "ON_SALE").await.unwrap();
+    let current = start(&env.db_url, 4281).await.unwrap().checkpoint();
+    assert!(current.position > here.position);
+    for other in [
+        ServerIdentity {
+            server_id: 2,
+            ..here.server.clone()
+        },
+        ServerIdentity {
+            server_uuid: Some("3e11fa47-71ca-11e1-9e33-c80aa9429562".into()),
+            ..here.server.clone()
+        },
+    ] {
+        let given = Checkpoint {
+            server: other.clone(),
+            position: here.position.clone(),
+        };
+        let source = BinlogSource::start(
+            &env.db_url,
+            &MysqlTls::default(),
+            &options(4282),
+            Some(given),
+        )
+        .await
+        .unwrap();
+        assert_eq!(source.started_from(), &StartedFrom::OtherServer(other));
+        assert_eq!(source.position(), &current.position);
+        assert!(source.proven());
+    }
 }
 
 #[tokio::test]

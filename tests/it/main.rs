@@ -45,6 +45,7 @@
 mod audit;
 mod bad_data;
 mod binlog;
+mod binlog_position;
 mod changes;
 mod chaos;
 mod cli;

@@ -22,6 +22,10 @@
 //! The binlog names no column: the position of `showtime_id` (`id` for
 //! `showtime`) comes from `information_schema`, read at start; a table map
 //! whose column count differs from it (the table changed since) is a gap.
+//!
+//! A position means something only on the server that wrote it: the source
+//! reads the server's identity at start ([`ServerIdentity`]) and starts
+//! from a given [`Checkpoint`] only when it names that server.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -56,6 +60,61 @@ impl std::fmt::Display for BinlogPosition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.file, self.offset)
     }
+}
+
+/// The server a binlog position belongs to: `@@server_id`, and
+/// `@@server_uuid` where the server has one (MySQL; MariaDB has none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerIdentity {
+    pub server_id: u32,
+    pub server_uuid: Option<String>,
+}
+
+impl std::fmt::Display for ServerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.server_uuid {
+            Some(uuid) => write!(f, "server_id {} ({uuid})", self.server_id),
+            None => write!(f, "server_id {}", self.server_id),
+        }
+    }
+}
+
+/// A binlog position and the server it belongs to: where a reader may
+/// start again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub server: ServerIdentity,
+    pub position: BinlogPosition,
+}
+
+/// Where a source started reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartedFrom {
+    /// The checkpoint it was given.
+    Given,
+    /// The server's current position: no checkpoint was given.
+    Current,
+    /// The server's current position: the checkpoint given belongs to
+    /// another server (this one).
+    OtherServer(ServerIdentity),
+}
+
+/// The server's identity from `SHOW GLOBAL VARIABLES` (lowercase names).
+fn identity(vars: &HashMap<String, String>) -> Result<ServerIdentity> {
+    let server_id = vars
+        .get("server_id")
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            Error::BinlogGap(format!("unreadable server_id {:?}", vars.get("server_id")))
+        })?;
+    let server_uuid = vars
+        .get("server_uuid")
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    Ok(ServerIdentity {
+        server_id,
+        server_uuid,
+    })
 }
 
 /// How the source registers and how long it waits.
@@ -520,6 +579,11 @@ pub struct BinlogSource {
     file: String,
     /// After the last transaction read whole: where to start again.
     position: BinlogPosition,
+    server: ServerIdentity,
+    started_from: StartedFrom,
+    /// The server sent from the start position: a whole transaction (or
+    /// statement) was read past it, or a heartbeat came (it reached the end).
+    proven: bool,
     /// Showtimes of the open transaction's rows.
     pending: BTreeSet<ShowtimeId>,
     in_transaction: bool,
@@ -537,14 +601,17 @@ pub struct BinlogSource {
 }
 
 impl BinlogSource {
-    /// Checks what the server allows, then reads its binlog from `from`, or
-    /// from its current end. Everything missing is one
-    /// [`Error::BinlogSetup`] naming each statement to run.
+    /// Checks what the server allows, then reads its binlog from `from`
+    /// when it belongs to this server, else from its current end
+    /// ([`started_from`](Self::started_from) says which). Everything
+    /// missing is one [`Error::BinlogSetup`] naming each statement to run.
+    /// A position the server no longer has (purged) is not found out here
+    /// but by the first [`next`](Self::next): an [`Error::BinlogGap`].
     pub async fn start(
         url: &str,
         tls: &MysqlTls,
         options: &BinlogOptions,
-        from: Option<BinlogPosition>,
+        from: Option<Checkpoint>,
     ) -> Result<BinlogSource> {
         let mut conn = connect(url, tls, options.connect_timeout).await?;
         let db = conn
@@ -559,7 +626,8 @@ impl BinlogSource {
         let vars: HashMap<String, String> = all_rows(
             &mut conn,
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN \
-             ('log_bin', 'binlog_format', 'binlog_row_image', 'log_bin_compress')",
+             ('log_bin', 'binlog_format', 'binlog_row_image', 'log_bin_compress', \
+              'server_id', 'server_uuid')",
         )
         .await?
         .into_iter()
@@ -613,6 +681,12 @@ impl BinlogSource {
             .collect();
         let layouts = layouts(&columns)
             .map_err(|why| Error::BinlogSetup(vec![format!("database `{db}`: {why}")]))?;
+        let server = identity(&vars)?;
+        let (from, started_from) = match from {
+            Some(c) if c.server == server => (Some(c.position), StartedFrom::Given),
+            Some(c) => (None, StartedFrom::OtherServer(c.server)),
+            None => (None, StartedFrom::Current),
+        };
         let Some(position) = from.or(end) else {
             return Err(Error::BinlogSetup(vec![Missing::LogBin.remedy("")]));
         };
@@ -637,6 +711,9 @@ impl BinlogSource {
             layouts,
             file: position.file.clone(),
             position,
+            proven: started_from != StartedFrom::Given,
+            server,
+            started_from,
             pending: BTreeSet::new(),
             in_transaction: false,
             seen_format: false,
@@ -650,6 +727,31 @@ impl BinlogSource {
     /// the contract's tables): where a new stream would start.
     pub fn position(&self) -> &BinlogPosition {
         &self.position
+    }
+
+    /// The server read: whom [`position`](Self::position) belongs to.
+    pub fn server(&self) -> &ServerIdentity {
+        &self.server
+    }
+
+    /// [`position`](Self::position) with its server.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            server: self.server.clone(),
+            position: self.position.clone(),
+        }
+    }
+
+    pub fn started_from(&self) -> &StartedFrom {
+        &self.started_from
+    }
+
+    /// Whether the server sent from where this source started: a whole
+    /// transaction or statement was read past it, or a heartbeat came (the
+    /// server reached the binlog's end from there). Always true for a
+    /// source that started from the server's current position.
+    pub fn proven(&self) -> bool {
+        self.proven
     }
 
     /// The next committed transaction that touched a showtime. Any error
@@ -727,6 +829,7 @@ impl BinlogSource {
                 Statement::Other => {}
             },
             EventData::XidEvent(_) => return Ok(self.commit(end)),
+            EventData::HeartbeatEvent => self.proven = true,
             EventData::TransactionPayloadEvent(_) => self.payload_end = end,
             EventData::RowsEvent(rows) => {
                 self.rows(&rows)?;
@@ -786,6 +889,7 @@ impl BinlogSource {
     fn advance(&mut self, end: u64) {
         // 0: an event the server made up (it has no place in the file).
         if end != 0 {
+            self.proven = true;
             self.position = BinlogPosition {
                 file: self.file.clone(),
                 offset: end,
@@ -1073,6 +1177,31 @@ mod tests {
             got[3].contains("SET GLOBAL log_bin_compress = OFF"),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn the_server_is_its_id_and_its_uuid_where_it_has_one() {
+        let vars = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<HashMap<_, _>>()
+        };
+        let mariadb = identity(&vars(&[("server_id", "1"), ("log_bin", "ON")])).unwrap();
+        assert_eq!(
+            mariadb,
+            ServerIdentity {
+                server_id: 1,
+                server_uuid: None
+            }
+        );
+        assert_eq!(mariadb.to_string(), "server_id 1");
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let mysql = identity(&vars(&[("server_id", "4294967295"), ("server_uuid", uuid)])).unwrap();
+        assert_eq!(mysql.server_id, u32::MAX);
+        assert_eq!(mysql.server_uuid.as_deref(), Some(uuid));
+        assert!(identity(&vars(&[("server_id", "x")])).is_err());
+        assert!(identity(&vars(&[])).is_err());
     }
 
     #[test]

@@ -64,6 +64,12 @@ impl Keys {
         format!("{}reconcile:pass-done:{{{}}}", self.prefix, shard.name())
     }
 
+    /// Where the shard's MySQL binlog reader resumes: its position and the
+    /// server it belongs to (same hash tag as the pass lease).
+    pub fn binlog_position(&self, shard: Shard) -> String {
+        format!("{}reconcile:binlog:{{{}}}", self.prefix, shard.name())
+    }
+
     /// Audit rows of applied Redis repairs that MySQL did not take yet.
     pub fn audit_backlog(&self) -> String {
         format!("{}reconcile:audit-backlog", self.prefix)

@@ -10,6 +10,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
 
+mod binlog_position;
 mod conn;
 mod cursors;
 mod keys;
@@ -17,6 +18,7 @@ mod leases;
 mod notify;
 mod seats;
 
+pub use binlog_position::{PositionSave, SavedPosition, parse_saved, saved_value};
 pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
 pub use keys::{Keys, aside_key, key_slot};
@@ -63,7 +65,9 @@ lua!(BACKLOG_READ, "../lua/backlog_read.lua");
 
 lua!(BACKLOG_ACK, "../lua/backlog_ack.lua");
 
-const ALL_SCRIPTS: [&Lua; 12] = [
+lua!(BINLOG_POSITION_SAVE, "../lua/binlog_position_save.lua");
+
+const ALL_SCRIPTS: [&Lua; 13] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
     &RECORD_SUSPECTS,
@@ -76,6 +80,7 @@ const ALL_SCRIPTS: [&Lua; 12] = [
     &BACKLOG_PUSH,
     &BACKLOG_READ,
     &BACKLOG_ACK,
+    &BINLOG_POSITION_SAVE,
 ];
 
 /// One Redis server (reconnecting on its own) or a Redis Cluster.
