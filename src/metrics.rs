@@ -490,13 +490,18 @@ pub struct ChangeMetrics {
 /// ran at once instead of at the schedule's first fire.
 /// `binlog_lost`: the MySQL binlog stream ended or failed (or started
 /// again: commits before its new position were not read).
-pub const GAP_REASONS: [&str; 6] = [
+/// `binlog_position_lost`: the binlog reader could not resume where it (or
+/// the shard's reader before it) stopped: the saved position belongs to
+/// another server, or the server cannot send from it (purged), and it read
+/// on from the server's current position.
+pub const GAP_REASONS: [&str; 7] = [
     "connection_lost",
     "queue_full",
     "events_stopped",
     "topology_changed",
     "start",
     "binlog_lost",
+    "binlog_position_lost",
 ];
 
 impl ChangeMetrics {

@@ -48,6 +48,8 @@ pub struct Changes {
     binlog_streaming: AtomicBool,
     gap_wake: tokio::sync::Notify,
     probe: Mutex<Probe>,
+    /// The binlog reader's, while it reads.
+    binlog: Mutex<Option<BinlogStatus>>,
     pub metrics: ChangeMetrics,
 }
 
@@ -81,6 +83,19 @@ pub struct ChangesStatus {
     pub in_flight: usize,
     pub oldest_due_seconds: f64,
     pub dropped: u64,
+    /// Only while the binlog reader reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binlog: Option<BinlogStatus>,
+}
+
+/// `/status`'s `changes.binlog`: where the MySQL binlog reader is
+/// (`file:offset`, after the last transaction read whole), and where it
+/// started from: `saved` (the position saved in Redis, or where its own
+/// reading stopped) or `current` (the server's position then).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BinlogStatus {
+    pub position: String,
+    pub started_from: &'static str,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -111,6 +126,7 @@ impl Changes {
             binlog_streaming: AtomicBool::new(false),
             gap_wake: tokio::sync::Notify::new(),
             probe: Mutex::new(Probe::default()),
+            binlog: Mutex::new(None),
             metrics,
         };
         changes.show_events();
@@ -232,7 +248,13 @@ impl Changes {
             .set(q.oldest_due_age(Instant::now()).as_secs_f64());
     }
 
+    /// Shows the binlog reader's state in `/status` (None: not reading).
+    pub fn show_binlog(&self, status: Option<BinlogStatus>) {
+        *lock(&self.binlog) = status;
+    }
+
     pub fn status(&self) -> ChangesStatus {
+        let binlog = lock(&self.binlog).clone();
         let q = lock(&self.queue);
         ChangesStatus {
             redis_events: self.redis_events(),
@@ -240,6 +262,7 @@ impl Changes {
             in_flight: q.in_flight(),
             oldest_due_seconds: q.oldest_due_age(Instant::now()).as_secs_f64(),
             dropped: q.dropped(),
+            binlog,
         }
     }
 }

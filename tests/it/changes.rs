@@ -640,7 +640,7 @@ async fn a_storm_over_more_showtimes_than_the_queue_holds_is_a_gap_and_a_pass() 
 /// with keyspace events off and `grace`, on two showtimes; each has an
 /// order PENDING on one seat, locked in Redis. Returns once its first pass
 /// ran and the binlog is being read.
-async fn daemon_on_binlog(
+pub(crate) async fn daemon_on_binlog(
     server: &PrivateServer,
     grace: Duration,
 ) -> (TestEnv, InProcessDaemon, [i64; 2]) {
@@ -674,7 +674,7 @@ async fn daemon_on_binlog(
 }
 
 /// The server's replication connections (`Binlog Dump` threads).
-async fn binlog_dumps(env: &TestEnv) -> Vec<i64> {
+pub(crate) async fn binlog_dumps(env: &TestEnv) -> Vec<i64> {
     use sqlx::Row as _;
     sqlx::query("SHOW PROCESSLIST")
         .fetch_all(env.ctx.mysql.pool())
@@ -686,7 +686,7 @@ async fn binlog_dumps(env: &TestEnv) -> Vec<i64> {
         .collect()
 }
 
-async fn binlog_dumps_become(env: &TestEnv, n: usize) {
+pub(crate) async fn binlog_dumps_become(env: &TestEnv, n: usize) {
     seatflow_test_support::servers::wait_until(
         "the daemon reads the binlog",
         Duration::from_secs(30),
