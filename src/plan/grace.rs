@@ -20,6 +20,22 @@ pub fn orphaned_throughout(first_seen_ms: i64, last_activity_ms: Option<i64>) ->
     last_activity_ms.is_none_or(|t| t < first_seen_ms - CLOCK_SLACK_MS)
 }
 
+/// Where a grace restarts for a seat seen orphaned now (`now_ms`, Redis'
+/// clock) with order activity at `last_activity_ms` (the application's
+/// clock): now, or, when the activity is so recent that the clocks' slack
+/// could put it after now, just past that slack, the first moment from
+/// which [`orphaned_throughout`] can hold. Restarting at now instead would
+/// fail that test again at the grace's end, and the seat would wait a
+/// second grace. An activity later than now plus the slack (a time that
+/// does not decode counts as that) restarts at now: its grace restarts
+/// again at the next look, and ends no sooner.
+pub fn orphaned_since(now_ms: i64, last_activity_ms: Option<i64>) -> i64 {
+    match last_activity_ms {
+        Some(t) if t <= now_ms.saturating_add(CLOCK_SLACK_MS) => now_ms.max(t + CLOCK_SLACK_MS + 1),
+        _ => now_ms,
+    }
+}
+
 /// A suspect record: the orphaned value first seen at `first_seen_ms`
 /// (Redis server time). Stored as `"<value>@<ms>"` in `{prefix}reconcile:suspect:{S}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +158,36 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_grace_restarts_past_the_clock_slack_of_a_recent_activity() {
+        let now = 100_000;
+        // No activity, or one long before: now.
+        assert_eq!(orphaned_since(now, None), now);
+        assert_eq!(orphaned_since(now, Some(10_000)), now);
+        // A second ago: just past the slack after it, later than now.
+        let since = orphaned_since(now, Some(now - 1_000));
+        assert_eq!(since, now - 1_000 + CLOCK_SLACK_MS + 1);
+        // Far in the future (or a time that does not decode): now.
+        assert_eq!(orphaned_since(now, Some(i64::MAX)), now);
+        assert_eq!(orphaned_since(now, Some(now + CLOCK_SLACK_MS + 1)), now);
+        // From there, orphaned throughout holds while nothing comes or goes.
+        for activity in [
+            None,
+            Some(0),
+            Some(now - 4_999),
+            Some(now),
+            Some(now + CLOCK_SLACK_MS),
+        ] {
+            let since = orphaned_since(now, activity);
+            assert!(orphaned_throughout(since, activity), "{activity:?}");
+            assert!(since >= now, "a grace never restarts earlier than now");
+            assert!(
+                since <= now + 2 * CLOCK_SLACK_MS + 1,
+                "and ends in bounded time"
+            );
+        }
     }
 
     #[test]

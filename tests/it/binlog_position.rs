@@ -17,7 +17,7 @@ use seatflow_test_support::daemon::{InProcessDaemon, sample};
 use seatflow_test_support::own_keys::key_type;
 use seatflow_test_support::servers::{self, wait_until};
 
-use crate::changes::{binlog_dumps_become, daemon_on_binlog, metrics};
+use crate::changes::{binlog_dumps_become, daemon_on_binlog, metrics, pass_runs};
 
 const WAIT: Duration = Duration::from_secs(60);
 const BINLOG_CHECKS: &str = r#"seatflow_reconcile_change_checks_total{source="binlog"}"#;
@@ -82,6 +82,14 @@ async fn metric_at_least(daemon: &InProcessDaemon, series: &str, at_least: f64) 
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The gap's pass: one more than the start's.
+async fn a_pass_covers_the_gap(daemon: &InProcessDaemon) {
+    wait_until("a pass after the gap", WAIT, || async {
+        pass_runs(&metrics(daemon).await) >= 2.0
+    })
+    .await;
 }
 
 /// The reader reads from the server's current position: a commit made now
@@ -251,6 +259,7 @@ async fn a_purged_saved_position_is_a_gap_and_the_reader_reads_on_from_the_curre
 
     let daemon = restarted(&env).await;
     metric_at_least(&daemon, POSITION_LOST, 1.0).await;
+    a_pass_covers_the_gap(&daemon).await;
     reads_on(&env, &daemon, paid).await;
     wait_until("the current position is saved", WAIT, || async {
         saved(&env).await.is_some_and(|c| c.position.file == newest)
@@ -284,6 +293,7 @@ async fn a_saved_position_of_another_server_is_a_gap_and_the_reader_reads_on() {
         .await;
     let daemon = restarted(&env).await;
     metric_at_least(&daemon, POSITION_LOST, 1.0).await;
+    a_pass_covers_the_gap(&daemon).await;
     reads_on(&env, &daemon, paid).await;
     wait_until("this server's position is saved", WAIT, || async {
         saved(&env).await.is_some_and(|c| c.server.server_id == 1)

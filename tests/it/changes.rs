@@ -922,3 +922,42 @@ async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_ba
         daemon.stop().await;
     }
 }
+
+/// The other member of the class: the hold's own check comes after the
+/// order came and went (a customer who cancels within the event's settle,
+/// and the cancel's `"0"` is lost). The seat is recorded as a suspect then,
+/// seconds after the cancel, within the clocks' slack: a grace counted from
+/// that sighting would fail the re-check at its end (the activity is not
+/// older than the first sighting by the slack) and start a second grace.
+/// The check starts it just past the slack after the cancel instead.
+#[tokio::test]
+async fn a_suspect_first_seen_just_after_an_order_ended_counts_its_grace_past_the_clock_slack() {
+    // A grace longer than the wait below: without the fix the record would
+    // move past the slack only when its grace restarts at the end.
+    let (_redis, env, daemon) = daemon_with_events(Duration::from_secs(20)).await;
+
+    env.fx.warm(1, &[("A-3", "1")]).await.unwrap();
+    let order = env.fx.order(1, "PENDING", &["A-3"], 600).await.unwrap();
+    assert!(env.fx.cancel(order).await.unwrap());
+    let cancelled_at: chrono::NaiveDateTime =
+        sqlx::query_scalar("SELECT cancelled_at FROM ticket_order WHERE id = ?")
+            .bind(order)
+            .fetch_one(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+    let past_slack =
+        cancelled_at.and_utc().timestamp_millis() + seatflow_reconciler::plan::CLOCK_SLACK_MS;
+    seatflow_test_support::servers::wait_until(
+        format!("the hold's check records the suspect past the slack ({past_slack})"),
+        Duration::from_secs(15),
+        || async {
+            suspect_seen_ms(&env, 1, "A-3")
+                .await
+                .is_some_and(|ms| ms > past_slack)
+        },
+    )
+    .await;
+    seat_becomes(&env, 1, "A-3", "0", "released a grace after that").await;
+    assert_eq!(env.found_by().await, [found("seat_released", "grace")]);
+    daemon.stop().await;
+}

@@ -79,8 +79,8 @@ impl<'a> Sweep<'a, '_> {
         let with_suspects = self.what_to_read().suspects;
         let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
-        // A check re-reads MySQL for the seats it defers that were seen
-        // before (`recheck_deferred`); a pass, which defers many, does not.
+        // A check re-reads MySQL for the seats it defers
+        // (`recheck_deferred`); a pass, which defers many, does not.
         let recheck_deferred = self.opts.check.is_some();
         let mut deferred: Vec<(ShowtimeId, Vec<Planned>)> = Vec::new();
         for (showtime, read) in page.iter().zip(&reads) {
@@ -157,12 +157,21 @@ impl<'a> Sweep<'a, '_> {
                     }
                     ops.extend(suspect_changes(job.kind, &g, read));
                     if recheck_deferred {
-                        // Those recorded now were first seen now.
+                        // Those recorded now were first seen now: an
+                        // order that came and went just before still
+                        // restarts their grace (past the clocks' slack).
                         let seen: Vec<Planned> = g
                             .deferred
                             .iter()
-                            .filter(|r| !g.record.iter().any(|(seat, _)| *seat == r.seat))
-                            .map(|repair| with_sighting(repair.clone(), read))
+                            .map(
+                                |repair| match g.record.iter().any(|(s, _)| *s == repair.seat) {
+                                    true => Planned {
+                                        repair: repair.clone(),
+                                        suspect_since_ms: Some(now_ms),
+                                    },
+                                    false => with_sighting(repair.clone(), read),
+                                },
+                            )
                             .collect();
                         if !seen.is_empty() {
                             deferred.push((showtime.id, seen));

@@ -8,45 +8,33 @@ use std::collections::HashMap;
 use crate::error::Error;
 use crate::model::{FixAction, Kind, SeatNo, SeatState, ShowtimeId};
 use crate::plan;
-use crate::store::mysql::FixRecord;
+use crate::store::mysql::{FixRecord, SeatHistory};
 use crate::store::redis::{Fenced, Replied, SeatBatch, SuspectOp};
 
 use super::notices::log_stuck_lease;
 use super::{ChunkWork, Planned, Sweep};
 
 impl<'a> Sweep<'a, '_> {
-    /// A check's MySQL re-check of the seats it defers that were seen
-    /// orphaned before (rule 4). One whose order came and went since its
-    /// first sighting (ordered after the hold was seen, then cancelled or
-    /// refunded with the seat write lost) was not orphaned throughout: its
-    /// grace restarts now, from this sighting. Otherwise the re-check
-    /// before its repair, at the old grace's end, would find the activity
-    /// and only then start a whole new grace: a release a grace late. A
-    /// check reads a few showtimes; a pass, which defers many seats, leaves
-    /// this to that re-check.
+    /// A check's MySQL re-check of the seats it defers (rule 4). One whose
+    /// order came and went since its first sighting (ordered after the
+    /// hold was seen, then cancelled or refunded with the seat write lost),
+    /// or just before a sighting made now (within the clocks' slack), was
+    /// not orphaned throughout: its grace restarts from this sighting
+    /// ([`plan::orphaned_since`]). Otherwise the re-check before its repair,
+    /// at the grace's end, would find the activity and only then start a
+    /// whole new grace: a release a grace late. A check reads a few
+    /// showtimes; a pass, which defers many seats, leaves this to that
+    /// re-check.
     pub(super) async fn recheck_deferred(
         &mut self,
         deferred: Vec<(ShowtimeId, Vec<Planned>)>,
         now_ms: i64,
     ) -> Result<(), Error> {
-        let ctx = self.ctx;
-        let seats: Vec<(ShowtimeId, SeatNo, bool)> = deferred
-            .iter()
-            .flat_map(|(id, planned)| {
-                planned.iter().map(|p| {
-                    let r = &p.repair;
-                    (*id, r.seat.clone(), SeatState::lowers(r.observed, r.target))
-                })
-            })
-            .collect();
-        let (fresh, unknown) = ctx
-            .retry("re-check deferred seats", || ctx.mysql.seat_history(&seats))
+        let mut fresh = self
+            .seat_history("re-check deferred seats", &deferred)
             .await?;
-        self.unknown(&unknown);
-        let mut fresh = fresh.into_iter();
-        let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
+        let mut restart = Restarts::default();
         for (id, planned) in deferred {
-            let mut ops = Vec::new();
             for p in planned {
                 let history = fresh.next().unwrap_or_default();
                 // Still an orphan by MySQL now, and not throughout: restart.
@@ -55,38 +43,60 @@ impl<'a> Sweep<'a, '_> {
                     && !plan::orphaned_throughout(since, history.last_activity_ms)
                 {
                     tracing::info!(kind = p.repair.kind.label(), showtime_id = id, seat = %p.repair.seat, "order activity on a deferred seat since it was first seen orphaned; grace period restarts now");
-                    ops.extend(restart_grace(&p, now_ms));
+                    restart.seat(
+                        id,
+                        &p,
+                        plan::orphaned_since(now_ms, history.last_activity_ms),
+                    );
                 }
             }
-            if !ops.is_empty() {
-                restart.push((id, ops));
-            }
         }
-        self.restart_graces(restart).await
+        self.restart_graces(restart, now_ms).await
     }
 
-    /// Writes restarted suspect records; their grace starts over now, so
-    /// each showtime is checked when it ends, not a pass later (no event
-    /// comes: the change was in MySQL).
-    async fn restart_graces(
+    /// The MySQL re-check of exactly the `planned` seats, in MySQL's own
+    /// terms (a lowering write also in the other showtimes its showtime's
+    /// orders may hold rows in): one history per seat, in order; the rows
+    /// outside the contract among them are reported.
+    async fn seat_history(
         &mut self,
-        restart: Vec<(ShowtimeId, Vec<SuspectOp>)>,
-    ) -> Result<(), Error> {
-        if restart.is_empty() || self.opts.dry_run || self.opts.fenced_out() {
+        what: &'static str,
+        planned: &[(ShowtimeId, Vec<Planned>)],
+    ) -> Result<std::vec::IntoIter<SeatHistory>, Error> {
+        let ctx = self.ctx;
+        let seats: Vec<(ShowtimeId, SeatNo, bool)> = planned
+            .iter()
+            .flat_map(|(id, planned)| {
+                planned.iter().map(|p| {
+                    let r = &p.repair;
+                    (*id, r.seat.clone(), SeatState::lowers(r.observed, r.target))
+                })
+            })
+            .collect();
+        let (fresh, unknown) = ctx.retry(what, || ctx.mysql.seat_history(&seats)).await?;
+        self.unknown(&unknown);
+        Ok(fresh.into_iter())
+    }
+
+    /// Writes restarted suspect records; their grace starts over, so each
+    /// showtime is checked when the soonest ends, not a pass later (no
+    /// event comes: the change was in MySQL).
+    async fn restart_graces(&mut self, restart: Restarts, now_ms: i64) -> Result<(), Error> {
+        if restart.ops.is_empty() || self.opts.dry_run || self.opts.fenced_out() {
             return Ok(());
         }
         let ctx = self.ctx;
         let ttl_ms = self.suspect_ttl_ms();
         let replaced = ctx
             .retry("restart suspects", || {
-                ctx.redis.update_suspects(&restart, ttl_ms)
+                ctx.redis.update_suspects(&restart.ops, ttl_ms)
             })
             .await?;
         self.replaced(&replaced);
         if let Some(sink) = &self.opts.changes {
             let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
-            for (id, _) in &restart {
-                sink.grace_ends(*id, grace_ms);
+            for ((id, _), since) in restart.ops.iter().zip(&restart.soonest) {
+                sink.grace_ends(*id, since + grace_ms - now_ms);
             }
         }
         Ok(())
@@ -147,32 +157,16 @@ impl<'a> Sweep<'a, '_> {
     ) -> Result<(), Error> {
         let ctx = self.ctx;
         race_window!(crate::race_window::SEAT_BEFORE_RECHECK);
-        // Rules 4 and 15: re-read exactly these seats right before writing,
-        // asked in MySQL's own terms (a lowering write also in the other
-        // showtimes its showtime's orders may hold rows in).
-        let seats: Vec<(ShowtimeId, SeatNo, bool)> = work
-            .iter()
-            .flat_map(|(id, planned)| {
-                planned.iter().map(|p| {
-                    let r = &p.repair;
-                    (*id, r.seat.clone(), SeatState::lowers(r.observed, r.target))
-                })
-            })
-            .collect();
-        let (fresh, unknown) = ctx
-            .retry("re-check seats", || ctx.mysql.seat_history(&seats))
-            .await?;
-        self.unknown(&unknown);
-        let mut fresh = fresh.into_iter();
+        // Rules 4 and 15: re-read exactly these seats right before writing.
+        let mut fresh = self.seat_history("re-check seats", &work).await?;
         let mut batches: Vec<SeatBatch> = Vec::new();
-        let mut restart: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
+        let mut restart = Restarts::default();
         // When each seat's drift was first seen (its suspect record, else
         // this scan: drift age, first sighting → repair), and the order the
         // re-check found holding it (for the audit).
         let mut first_seen: HashMap<(ShowtimeId, SeatNo), (i64, Option<i64>)> = HashMap::new();
         for (id, planned) in work {
             let mut keep = Vec::new();
-            let mut ops = Vec::new();
             for p in planned {
                 let seat = &p.repair.seat;
                 let kind = p.repair.kind.label();
@@ -187,7 +181,11 @@ impl<'a> Sweep<'a, '_> {
                     // the grace period starts over.
                     tracing::info!(kind, showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
                     self.job(p.repair.kind).report.deferred += 1;
-                    ops.extend(restart_grace(&p, now_ms));
+                    restart.seat(
+                        id,
+                        &p,
+                        plan::orphaned_since(now_ms, history.last_activity_ms),
+                    );
                 } else {
                     first_seen.insert(
                         (id, p.repair.seat.clone()),
@@ -196,14 +194,11 @@ impl<'a> Sweep<'a, '_> {
                     keep.push(p.repair);
                 }
             }
-            if !ops.is_empty() {
-                restart.push((id, ops));
-            }
             if !keep.is_empty() {
                 batches.push(SeatBatch::new(id, keep));
             }
         }
-        self.restart_graces(restart).await?;
+        self.restart_graces(restart, now_ms).await?;
         let ids: Vec<ShowtimeId> = batches.iter().map(|b| b.showtime).collect();
         let lost = ctx
             .retry("renew leases", || self.leases.renew_due(&ids))
@@ -399,22 +394,38 @@ pub(super) fn kinds_in(batch: &SeatBatch) -> Vec<Kind> {
     kinds
 }
 
-/// The suspect record of `p`'s seat, started over at `now_ms`.
-fn restart_grace(p: &Planned, now_ms: i64) -> [SuspectOp; 2] {
-    let seat = &p.repair.seat;
-    let state = p.repair.observed.unwrap_or(p.repair.target);
-    [
-        SuspectOp::Clear {
+/// Suspect records started over, by showtime, with each showtime's
+/// soonest new first sighting.
+#[derive(Default)]
+struct Restarts {
+    ops: Vec<(ShowtimeId, Vec<SuspectOp>)>,
+    soonest: Vec<i64>,
+}
+
+impl Restarts {
+    /// `p`'s seat's record, started over at `since_ms`.
+    fn seat(&mut self, showtime: ShowtimeId, p: &Planned, since_ms: i64) {
+        if self.ops.last().is_none_or(|(id, _)| *id != showtime) {
+            self.ops.push((showtime, Vec::new()));
+            self.soonest.push(since_ms);
+        }
+        let (Some((_, ops)), Some(soonest)) = (self.ops.last_mut(), self.soonest.last_mut()) else {
+            return;
+        };
+        *soonest = (*soonest).min(since_ms);
+        let seat = &p.repair.seat;
+        let state = p.repair.observed.unwrap_or(p.repair.target);
+        ops.push(SuspectOp::Clear {
             seat: seat.clone(),
             state: Some(state),
-        },
-        SuspectOp::Record {
+        });
+        ops.push(SuspectOp::Record {
             seat: seat.clone(),
             encoded: plan::Suspect {
                 state,
-                first_seen_ms: now_ms,
+                first_seen_ms: since_ms,
             }
             .encode(),
-        },
-    ]
+        });
+    }
 }
