@@ -473,7 +473,8 @@ pub struct ChangeMetrics {
     pub checks: IntCounterVec,
     /// Repairs made by checks, by `kind` and `source`.
     pub fixes: IntCounterVec,
-    /// Repairs a pass made while events were on with no gap: missed by the checks.
+    /// Repairs a pass made while every configured source was on with no gap,
+    /// where no check was due within seconds: missed by the checks.
     pub missed: IntCounterVec,
     /// The drift ages of the checks' repairs, by `kind` and `source`.
     pub drift_age: HistogramVec,
@@ -517,7 +518,7 @@ impl ChangeMetrics {
             gaps: IntCounterVec::new(
                 Opts::new(
                     "seatflow_reconcile_change_gaps_total",
-                    "Moments a change may have been missed (a subscription lost, a full queue, events stopped, a Redis Cluster topology changed); each starts a pass.",
+                    "Moments a change may have been missed (a subscription lost, a full queue, events stopped, a Redis Cluster topology changed, the binlog stream or its position lost); each starts a pass.",
                 ),
                 &["reason"],
             )
@@ -541,7 +542,7 @@ impl ChangeMetrics {
             missed: IntCounterVec::new(
                 Opts::new(
                     "seatflow_reconcile_change_missed_total",
-                    "Repairs a pass made while Redis events were on with no gap since the previous pass: drift the change-driven checks did not catch first (MySQL-only changes among them).",
+                    "Repairs a pass made while every configured change source was on with no gap since the previous pass, in showtimes no check was due for within seconds: drift the change-driven checks missed (with Redis events alone, MySQL-only changes among them).",
                 ),
                 &["kind"],
             )

@@ -428,8 +428,14 @@ impl Runner {
             if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.outcome)
                 && shard == own
             {
-                let fixed: Vec<(Kind, u64)> =
-                    run.report.jobs.iter().map(|j| (j.kind, j.fixed)).collect();
+                // What a check due within seconds would have repaired, the
+                // pass only came first to: not missed.
+                let fixed: Vec<(Kind, u64)> = run
+                    .report
+                    .jobs
+                    .iter()
+                    .map(|j| (j.kind, j.fixed - j.fixed_with_check_due))
+                    .collect();
                 changes.pass_ended(&fixed);
             }
             self.record(run.report, started_at);

@@ -50,6 +50,10 @@ pub struct Changes {
     probe: Mutex<Probe>,
     /// The binlog reader's, while it reads.
     binlog: Mutex<Option<BinlogStatus>>,
+    /// A check due this soon after a pass's read was asked for a change
+    /// made before it (or a grace that just ended): the longer settle, and
+    /// a second.
+    check_soon: Duration,
     pub metrics: ChangeMetrics,
 }
 
@@ -61,11 +65,18 @@ impl ChangeSink for Changes {
         self.ask(showtime, Instant::now() + wait, Source::Grace);
     }
 
-    fn swept(&self, showtimes: &[ShowtimeId], read_at: Instant) {
+    fn swept(&self, showtimes: &[ShowtimeId], read_at: Instant) -> Vec<ShowtimeId> {
         let mut q = lock(&self.queue);
+        let by = read_at + self.check_soon;
+        let due: Vec<ShowtimeId> = showtimes
+            .iter()
+            .copied()
+            .filter(|s| q.check_due_by(*s, by))
+            .collect();
         for s in showtimes {
             q.swept(*s, read_at);
         }
+        due
     }
 }
 
@@ -127,6 +138,7 @@ impl Changes {
             gap_wake: tokio::sync::Notify::new(),
             probe: Mutex::new(Probe::default()),
             binlog: Mutex::new(None),
+            check_soon: settings.event_settle.max(settings.mysql_settle) + Duration::from_secs(1),
             metrics,
         };
         changes.show_events();

@@ -423,6 +423,12 @@ impl WorkQueue {
     /// older than its due time; a grace end is its due time). Whatever the
     /// read could not repair, the sweep that read it asks for again. A
     /// deadline stays: a seat read cancels no order.
+    /// Whether a check of `showtime` runs now or is due by `by`.
+    pub fn check_due_by(&self, showtime: ShowtimeId, by: Instant) -> bool {
+        self.in_flight.contains_key(&showtime)
+            || self.waiting.get(&showtime).is_some_and(|w| w.due <= by)
+    }
+
     pub fn swept(&mut self, showtime: ShowtimeId, read_at: Instant) {
         if !self
             .waiting
@@ -684,6 +690,23 @@ mod tests {
         assert_eq!((next[0].showtime, next[0].source), (7, Source::Event));
         q.done(next[0], true, secs(t0, 6));
         assert_eq!(q.next_due(), Some(secs(t0, 9)));
+    }
+
+    #[test]
+    fn a_check_is_due_by_a_time_while_it_waits_for_it_or_runs() {
+        let t0 = secs(Instant::now(), 100);
+        let mut q = WorkQueue::new(limits());
+        q.add(1, secs(t0, 2), Source::Event);
+        q.add(2, secs(t0, 50), Source::Grace);
+        assert!(q.check_due_by(1, secs(t0, 2)));
+        assert!(!q.check_due_by(1, secs(t0, 1)));
+        assert!(!q.check_due_by(2, secs(t0, 49)));
+        assert!(!q.check_due_by(3, secs(t0, 100)), "never asked");
+        // Taken for a check: due (it runs) until done.
+        let taken = q.take_due(secs(t0, 2), 10);
+        assert!(q.check_due_by(1, t0));
+        q.done(taken[0], true, secs(t0, 3));
+        assert!(!q.check_due_by(1, secs(t0, 10)));
     }
 
     #[test]

@@ -62,8 +62,10 @@ pub trait ChangeSink: Send + Sync + std::fmt::Debug {
     /// check it then rather than a pass later.
     fn grace_ends(&self, showtime: ShowtimeId, in_ms: i64);
     /// `showtimes` were read from `read_at` on: what changed before is seen,
-    /// and no check needs to wait for it.
-    fn swept(&self, showtimes: &[ShowtimeId], read_at: std::time::Instant);
+    /// and no check needs to wait for it. Returns those a check was due for
+    /// within seconds of the read (a pass's repairs there beat the check:
+    /// the checks did not miss them).
+    fn swept(&self, showtimes: &[ShowtimeId], read_at: std::time::Instant) -> Vec<ShowtimeId>;
 }
 
 impl RunOptions {

@@ -961,3 +961,79 @@ async fn a_suspect_first_seen_just_after_an_order_ended_counts_its_grace_past_th
     assert_eq!(env.found_by().await, [found("seat_released", "grace")]);
     daemon.stop().await;
 }
+
+/// Runs a pass of the seat job `job` through the admin endpoint (once none
+/// is running) and waits until it has ended.
+async fn one_more_pass(daemon: &InProcessDaemon, job: &str) {
+    let runs = |m: &str| {
+        ["success", "partial", "failure"]
+            .iter()
+            .map(|o| {
+                sample(
+                    m,
+                    &format!(r#"seatflow_reconcile_runs_total{{kind="{job}",outcome="{o}"}}"#),
+                )
+            })
+            .sum::<f64>()
+    };
+    let before = runs(&metrics(daemon).await);
+    seatflow_test_support::servers::wait_until(
+        "a pass starts",
+        Duration::from_secs(30),
+        || async { post(daemon, &format!("/jobs/{job}/run")).await.0 == 202 },
+    )
+    .await;
+    seatflow_test_support::servers::wait_until(
+        "the pass ends",
+        Duration::from_secs(30),
+        || async { runs(&metrics(daemon).await) > before },
+    )
+    .await;
+}
+
+/// The sweep's `missed` counter: what a pass repaired while every source
+/// was on, with no gap since the pass before. A payment committed in MySQL
+/// only (Redis events cannot see it) was missed; an orphan lock whose
+/// keyspace event's check is due within seconds, repaired by a pass that
+/// came first, was not.
+#[tokio::test]
+async fn a_pass_counts_as_missed_only_what_no_check_was_due_for() {
+    let redis = servers::redis_with_keyspace_events();
+    let env = estate(Some(&redis), 2, |s| {
+        s.reconcile.orphan_grace = Duration::ZERO;
+        // The lock's check waits long enough for the pass to come first.
+        s.changes.event_settle = Duration::from_secs(20);
+    })
+    .await;
+    let order = env.fx.order(1, "PENDING", &["A-1"], 600).await.unwrap();
+    env.fx.warm(1, &[("A-1", "1")]).await.unwrap();
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    events_on(&daemon).await;
+    // A pass with events on (and the start's before it): the watch begins.
+    one_more_pass(&daemon, "paid_seats").await;
+
+    assert!(env.fx.pay(order).await.unwrap());
+    env.fx.warm(2, &[("A-2", "1")]).await.unwrap();
+    // A seat job started alone is a pass of its own (each counts).
+    one_more_pass(&daemon, "orphan_locks").await;
+    one_more_pass(&daemon, "paid_seats").await;
+
+    assert_eq!(
+        env.fx.seat_value(1, "A-1").await.unwrap().as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        env.fx.seat_value(2, "A-2").await.unwrap().as_deref(),
+        Some("0")
+    );
+    let m = metrics(&daemon).await;
+    let missed = |kind: &str| {
+        sample(
+            &m,
+            &format!(r#"seatflow_reconcile_change_missed_total{{kind="{kind}"}}"#),
+        )
+    };
+    assert_eq!(missed("paid_seats"), 1.0, "the MySQL-only payment");
+    assert_eq!(missed("orphan_locks"), 0.0, "the lock's check was due");
+    daemon.stop().await;
+}

@@ -69,7 +69,7 @@ impl<'a> Sweep<'a, '_> {
         if let Some(sink) = &self.opts.changes {
             // Read, so planned here: checks asked for before need not wait.
             let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
-            sink.swept(&ids, read_at);
+            self.checks_due = sink.swept(&ids, read_at).into_iter().collect();
         }
         self.load_templates(&page).await?;
         let occupancy = strict::name_seats(ctx, &page, &self.templates, occupancy).await?;

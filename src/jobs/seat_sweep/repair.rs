@@ -224,10 +224,12 @@ impl<'a> Sweep<'a, '_> {
             self.replaced(&replaced);
             match reply {
                 Ok(Fenced::Done(applied)) => {
+                    let check_due = self.checks_due.contains(&id);
                     for (r, ok) in batch.repairs.iter().zip(applied) {
                         if ok {
                             let job = self.job(r.kind);
                             job.report.fixed += 1;
+                            job.report.fixed_with_check_due += check_due as u64;
                             let (seen_ms, order_id) = first_seen
                                 .get(&(id, r.seat.clone()))
                                 .copied()
@@ -347,10 +349,12 @@ impl<'a> Sweep<'a, '_> {
                 }
                 Err(e) => Err(e),
             };
+            let check_due = self.checks_due.contains(&id);
             let job = self.job(Kind::MissingHashes);
             match result {
                 Ok(Fenced::Done(true)) => {
                     job.report.fixed += 1;
+                    job.report.fixed_with_check_due += check_due as u64;
                     job.report.observe_drift_since(seen_ms);
                     job.audit
                         .push(FixRecord {
