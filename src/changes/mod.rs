@@ -120,6 +120,7 @@ impl Changes {
             capacity: settings.queue_capacity,
             min_interval: settings.min_interval,
             event_settle: settings.event_settle,
+            mysql_settle: settings.mysql_settle,
             ..Limits::default()
         };
         let enabled: Vec<Kind> = Kind::ALL

@@ -171,13 +171,23 @@ impl Waiting {
     /// asks due after it, for after its check (which comes too soon to do
     /// their work). An event's change has happened when it is asked for, and
     /// an ask at the same time as a weightier one is covered by it.
-    fn from_asks(mut asks: Vec<(Instant, Source)>, attempts: u32) -> Waiting {
+    /// A commit's ask is carried too when the first check comes less than
+    /// [`COMMIT_VISIBLE`] after the commit was read (`binlog_carry` before
+    /// the commit's own time): the server sends a commit once it is in the
+    /// binlog, before the engine's commit completes, so a check that came
+    /// at once could read the rows as they were.
+    fn from_asks(
+        mut asks: Vec<(Instant, Source)>,
+        attempts: u32,
+        binlog_carry: Duration,
+    ) -> Waiting {
         asks.sort_by_key(|(due, source)| Waiting::order(*due, *source));
         let (due, source) = asks[0];
+        let too_soon = |d: Instant| d.checked_sub(binlog_carry).is_some_and(|t| due < t);
         let mut later: Vec<(Instant, Source)> = asks
             .into_iter()
             .skip(1)
-            .filter(|(d, s)| s.timed() && *d > due)
+            .filter(|(d, s)| *d > due && (s.timed() || (*s == Source::Binlog && too_soon(*d))))
             .collect();
         later.dedup();
         later.truncate(MAX_LATER);
@@ -190,9 +200,13 @@ impl Waiting {
     }
 
     /// One showtime asked for twice, with the failures so far.
-    fn merge(self, other: Waiting) -> Waiting {
+    fn merge(self, other: Waiting, binlog_carry: Duration) -> Waiting {
         let attempts = self.attempts.max(other.attempts);
-        Waiting::from_asks(self.asks().chain(other.asks()).collect(), attempts)
+        Waiting::from_asks(
+            self.asks().chain(other.asks()).collect(),
+            attempts,
+            binlog_carry,
+        )
     }
 
     /// What waits once this one's check is done: the soonest of its later
@@ -224,6 +238,20 @@ pub struct Limits {
     /// How long after its notification an event is due (its change is that
     /// much older than its due time).
     pub event_settle: Duration,
+    /// How long after its commit is read a commit's check is due.
+    pub mysql_settle: Duration,
+}
+
+/// How long after a commit is read from the binlog it is surely visible to
+/// other sessions (the engine's commit follows the binlog write by far less).
+pub const COMMIT_VISIBLE: Duration = Duration::from_secs(1);
+
+impl Limits {
+    /// A commit's ask due more than this after an earlier check is carried
+    /// past it ([`COMMIT_VISIBLE`]).
+    fn binlog_carry(&self) -> Duration {
+        self.mysql_settle.saturating_sub(COMMIT_VISIBLE)
+    }
 }
 
 impl Default for Limits {
@@ -234,6 +262,7 @@ impl Default for Limits {
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
             event_settle: Duration::from_secs(2),
+            mysql_settle: Duration::from_secs(3),
         }
     }
 }
@@ -314,7 +343,7 @@ impl WorkQueue {
         let ask = Waiting::new(due, source, 0);
         if let Some(again) = self.in_flight.get_mut(&showtime) {
             *again = Some(match again.take() {
-                Some(w) => w.merge(ask),
+                Some(w) => w.merge(ask, self.limits.binlog_carry()),
                 None => ask,
             });
             return Added::AfterCheck;
@@ -322,7 +351,7 @@ impl WorkQueue {
         match self.waiting.remove(&showtime) {
             Some(w) => {
                 self.lanes[w.source.lane()].remove(&(w.due, showtime));
-                self.wait(showtime, w.merge(ask));
+                self.wait(showtime, w.merge(ask, self.limits.binlog_carry()));
                 Added::Merged
             }
             None if self.waiting.len() + self.in_flight.len() >= self.limits.capacity => {
@@ -344,7 +373,7 @@ impl WorkQueue {
             // Every ask moves to its minimum interval; those that then
             // fall at one time are one check, the weightiest.
             let asks = w.asks().map(|(due, s)| (due.max(not_before), s)).collect();
-            w = Waiting::from_asks(asks, w.attempts);
+            w = Waiting::from_asks(asks, w.attempts, self.limits.binlog_carry());
         }
         self.lanes[w.source.lane()].insert((w.due, showtime));
         self.waiting.insert(showtime, w);
@@ -408,7 +437,7 @@ impl WorkQueue {
         // Neither the change nor the retry waits longer than it asked; a
         // retry keeps its count of failures.
         let next = match (again, retry) {
-            (Some(a), Some(r)) => Some(a.merge(r)),
+            (Some(a), Some(r)) => Some(a.merge(r, self.limits.binlog_carry())),
             (a, r) => a.or(r),
         };
         if let Some(w) = next {
@@ -507,6 +536,7 @@ mod tests {
             backoff: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10),
             event_settle: Duration::from_secs(2),
+            mysql_settle: Duration::from_secs(3),
         }
     }
 
@@ -541,7 +571,8 @@ mod tests {
 
     /// A commit read from the binlog is a change like an event: in the
     /// events' lane, weightier than an event at one time, lighter than a
-    /// grace end, and not carried past an earlier check (which sees it).
+    /// grace end, not carried past an earlier check that comes once the
+    /// commit is visible, and carried past one that comes sooner.
     #[test]
     fn a_binlog_commit_is_a_change_in_the_events_lane() {
         assert_eq!(Source::Binlog.lane(), Source::Event.lane());
@@ -559,13 +590,22 @@ mod tests {
         let due = q.take_due(secs(t0, 5), 10);
         assert_eq!(due[0].source, Source::Grace);
         q.done(due[0], true, secs(t0, 5));
-        // An earlier event's check sees a later commit's change.
-        q.add(3, secs(t0, 6), Source::Event);
-        q.add(3, secs(t0, 9), Source::Binlog);
-        let due = q.take_due(secs(t0, 6), 10);
+        // An earlier event's check sees a later commit's change: the commit
+        // was read at 11 - 3 = 8 s, the check comes at 9 s, a second after.
+        q.add(3, secs(t0, 9), Source::Event);
+        q.add(3, secs(t0, 11), Source::Binlog);
+        let due = q.take_due(secs(t0, 9), 10);
         assert_eq!(due[0].source, Source::Event);
-        q.done(due[0], true, secs(t0, 6));
+        q.done(due[0], true, secs(t0, 9));
         assert!(q.is_empty());
+        // A check due at once, as the commit is read (at 20 s), may come
+        // before it is visible: the commit's check keeps its time.
+        q.add(4, secs(t0, 20), Source::Event);
+        q.add(4, secs(t0, 23), Source::Binlog);
+        let due = q.take_due(secs(t0, 20), 10);
+        assert_eq!(due[0].source, Source::Event);
+        q.done(due[0], true, secs(t0, 20));
+        assert_eq!(q.next_due(), Some(secs(t0, 23)));
     }
 
     /// A check that comes before a grace's end or a deadline cannot do
