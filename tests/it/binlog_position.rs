@@ -237,25 +237,7 @@ async fn a_purged_saved_position_is_a_gap_and_the_reader_reads_on_from_the_curre
         .await
         .unwrap();
     let newest = server_position(&env).await.file;
-    // MariaDB keeps a file until a later one records its binlog checkpoint
-    // (crash recovery), so the purge may take a few tries.
-    wait_until(format!("{} purged", before.position.file), WAIT, || async {
-        use sqlx::Row as _;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "PURGE BINARY LOGS TO '{newest}'"
-        )))
-        .execute(pool)
-        .await
-        .unwrap();
-        let logs = sqlx::query("SHOW BINARY LOGS")
-            .fetch_all(pool)
-            .await
-            .unwrap();
-        !logs
-            .iter()
-            .any(|row| row.try_get::<String, _>(0).unwrap() == before.position.file)
-    })
-    .await;
+    crate::binlog::purge_to(pool, &before.position.file, &newest).await;
 
     let daemon = restarted(&env).await;
     metric_at_least(&daemon, POSITION_LOST, 1.0).await;

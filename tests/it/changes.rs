@@ -40,6 +40,13 @@ pub(crate) async fn daemon_on_estate(
     tweak: impl FnOnce(&mut Settings),
 ) -> (TestEnv, InProcessDaemon) {
     let env = estate(redis, showtimes, tweak).await;
+    let daemon = after_a_first_pass(&env).await;
+    (env, daemon)
+}
+
+/// A daemon on `env`, once a first pass (started through the admin
+/// endpoint) has run.
+async fn after_a_first_pass(env: &TestEnv) -> InProcessDaemon {
     let daemon = InProcessDaemon::start(env.ctx.clone()).await;
     let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
     assert_eq!(code, 202, "the admin endpoint starts a pass");
@@ -48,7 +55,7 @@ pub(crate) async fn daemon_on_estate(
             s["pass"]["shards"]["0"]["last_fire"] == "ran"
         })
         .await;
-    (env, daemon)
+    daemon
 }
 
 /// The environment of [`daemon_on_estate`], before any daemon: schedules a
@@ -661,14 +668,7 @@ pub(crate) async fn daemon_on_binlog(
             .unwrap();
         env.fx.warm(showtime, &[(seat, "1")]).await.unwrap();
     }
-    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
-    let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
-    assert_eq!(code, 202, "the admin endpoint starts a pass");
-    daemon
-        .status_when("the first pass ran", |s| {
-            s["pass"]["shards"]["0"]["last_fire"] == "ran"
-        })
-        .await;
+    let daemon = after_a_first_pass(&env).await;
     binlog_dumps_become(&env, 1).await;
     (env, daemon, orders)
 }
