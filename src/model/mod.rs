@@ -8,10 +8,12 @@ use std::str::FromStr;
 
 pub mod contract;
 mod occupancy;
+mod rows_mark;
 
 pub use occupancy::{
     Holding, Occupancy, OccupancyBuilder, OrderStatus, SeatTruth, ShowtimeOccupancy,
 };
+pub use rows_mark::{RowsMark, SeatRows};
 
 /// `showtime.id` in MySQL, the `{<id>}` hash tag in Redis.
 pub type ShowtimeId = i64;

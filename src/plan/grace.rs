@@ -5,10 +5,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::model::{Kind, SeatNo, SeatRepair, SeatState};
+use crate::model::{Kind, RowsMark, SeatNo, SeatRepair, SeatRows, SeatState};
 
 /// How far apart the Redis clock (suspect times) and the application's clock
-/// (order timestamps in MySQL) may be, at most.
+/// (order timestamps in MySQL) may be, at most: the margin of a record
+/// without a mark of the seat's rows.
 pub const CLOCK_SLACK_MS: i64 = 5_000;
 
 /// True when no order came or went on a seat since it was first seen
@@ -20,40 +21,69 @@ pub fn orphaned_throughout(first_seen_ms: i64, last_activity_ms: Option<i64>) ->
     last_activity_ms.is_none_or(|t| t < first_seen_ms - CLOCK_SLACK_MS)
 }
 
-/// Where a grace restarts for a seat seen orphaned now (`now_ms`, Redis'
-/// clock) with order activity at `last_activity_ms` (the application's
-/// clock): now, or, when the activity is so recent that the clocks' slack
-/// could put it after now, just past that slack, the first moment from
-/// which [`orphaned_throughout`] can hold. Restarting at now instead would
-/// fail that test again at the grace's end, and the seat would wait a
-/// second grace. An activity later than now plus the slack (a time that
-/// does not decode counts as that) restarts at now: its grace restarts
-/// again at the next look, and ends no sooner.
-pub fn orphaned_since(now_ms: i64, last_activity_ms: Option<i64>) -> i64 {
-    match last_activity_ms {
-        Some(t) if t <= now_ms.saturating_add(CLOCK_SLACK_MS) => now_ms.max(t + CLOCK_SLACK_MS + 1),
-        _ => now_ms,
+impl Suspect {
+    /// Rule 4's "continuously" for this record, given the seat's rows now.
+    /// A record with a mark was written after MySQL showed its rows so:
+    /// orphaned throughout while they are still exactly so, in MySQL's own
+    /// terms, with no clock compared (the application's may be off by any
+    /// amount, and an order that ended just before the sighting costs no
+    /// slack). A record without one (a pass's first sighting) falls back to
+    /// the order times against the clocks' slack.
+    pub fn orphaned_throughout(&self, now: &SeatRows) -> bool {
+        match self.rows {
+            Some(mark) => mark == now.mark,
+            None => orphaned_throughout(self.first_seen_ms, now.last_activity_ms),
+        }
+    }
+
+    /// A record started over by a re-check that read `rows`, at `now_ms`:
+    /// a Redis time taken *after* that read, so that every order write the
+    /// mark does not show came after the first sighting and changes it.
+    pub fn seen_with(state: SeatState, now_ms: i64, rows: &SeatRows) -> Suspect {
+        Suspect {
+            state,
+            first_seen_ms: now_ms,
+            rows: Some(rows.mark),
+        }
     }
 }
 
 /// A suspect record: the orphaned value first seen at `first_seen_ms`
-/// (Redis server time). Stored as `"<value>@<ms>"` in `{prefix}reconcile:suspect:{S}`.
+/// (Redis server time), and the mark of the seat's rows when a re-check
+/// read them before that time. Stored in `{prefix}reconcile:suspect:{S}` as
+/// `"<value>@<ms>"`, or `"<value>@<ms>@<mark>"` (16 hex digits). A reader
+/// that does not know the mark reads the record as unreadable and starts
+/// it over: the safe direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Suspect {
     pub state: SeatState,
     pub first_seen_ms: i64,
+    pub rows: Option<RowsMark>,
 }
 
 impl Suspect {
     pub fn encode(&self) -> String {
-        format!("{}@{}", self.state.as_redis(), self.first_seen_ms)
+        match self.rows {
+            None => format!("{}@{}", self.state.as_redis(), self.first_seen_ms),
+            Some(m) => format!(
+                "{}@{}@{}",
+                self.state.as_redis(),
+                self.first_seen_ms,
+                m.encode()
+            ),
+        }
     }
 
     pub fn decode(raw: &str) -> Option<Suspect> {
-        let (state, ms) = raw.split_once('@')?;
+        let (state, rest) = raw.split_once('@')?;
+        let (ms, rows) = match rest.split_once('@') {
+            None => (rest, None),
+            Some((ms, mark)) => (ms, Some(RowsMark::decode(mark)?)),
+        };
         Some(Suspect {
             state: SeatState::from_redis(state)?,
             first_seen_ms: ms.parse().ok()?,
+            rows,
         })
     }
 }
@@ -132,6 +162,7 @@ pub fn apply_grace(
                     Suspect {
                         state,
                         first_seen_ms: now_ms,
+                        rows: None,
                     },
                 ));
                 plan.deferred.push(candidate);
@@ -161,36 +192,6 @@ mod tests {
     }
 
     #[test]
-    fn a_grace_restarts_past_the_clock_slack_of_a_recent_activity() {
-        let now = 100_000;
-        // No activity, or one long before: now.
-        assert_eq!(orphaned_since(now, None), now);
-        assert_eq!(orphaned_since(now, Some(10_000)), now);
-        // A second ago: just past the slack after it, later than now.
-        let since = orphaned_since(now, Some(now - 1_000));
-        assert_eq!(since, now - 1_000 + CLOCK_SLACK_MS + 1);
-        // Far in the future (or a time that does not decode): now.
-        assert_eq!(orphaned_since(now, Some(i64::MAX)), now);
-        assert_eq!(orphaned_since(now, Some(now + CLOCK_SLACK_MS + 1)), now);
-        // From there, orphaned throughout holds while nothing comes or goes.
-        for activity in [
-            None,
-            Some(0),
-            Some(now - 4_999),
-            Some(now),
-            Some(now + CLOCK_SLACK_MS),
-        ] {
-            let since = orphaned_since(now, activity);
-            assert!(orphaned_throughout(since, activity), "{activity:?}");
-            assert!(since >= now, "a grace never restarts earlier than now");
-            assert!(
-                since <= now + 2 * CLOCK_SLACK_MS + 1,
-                "and ends in bounded time"
-            );
-        }
-    }
-
-    #[test]
     fn grace_defers_new_suspects_and_releases_old_ones() {
         let suspects = hash(&[
             ("A-1", "1@1000"),
@@ -213,7 +214,8 @@ mod tests {
                 "A-3".into(),
                 Suspect {
                     state: Locked,
-                    first_seen_ms: 10_000
+                    first_seen_ms: 10_000,
+                    rows: None,
                 }
             )]
         );
@@ -265,13 +267,50 @@ mod tests {
     }
 
     #[test]
+    fn a_marked_record_is_continuous_while_the_rows_are_as_marked_whatever_the_clocks() {
+        let seen = 100_000;
+        let rows = SeatRows {
+            last_activity_ms: Some(seen - 1_000),
+            mark: RowsMark(42),
+        };
+        let marked = Suspect::seen_with(Locked, seen, &rows);
+        assert_eq!(marked.first_seen_ms, seen);
+        // An order that ended a second before the sighting: no slack.
+        assert!(marked.orphaned_throughout(&rows));
+        // The rows changed, with times the clocks would have passed (an
+        // application clock an hour behind).
+        let changed = SeatRows {
+            last_activity_ms: Some(seen - 3_600_000),
+            mark: RowsMark(43),
+        };
+        assert!(!marked.orphaned_throughout(&changed));
+        // Without a mark, the clocks decide, with their slack.
+        let unmarked = Suspect {
+            rows: None,
+            ..marked
+        };
+        assert!(!unmarked.orphaned_throughout(&rows));
+        assert!(unmarked.orphaned_throughout(&changed));
+    }
+
+    #[test]
     fn suspects_round_trip() {
         let s = Suspect {
             state: Sold,
             first_seen_ms: 1_700_000_000_123,
+            rows: None,
         };
+        assert_eq!(s.encode(), "2@1700000000123");
         assert_eq!(Suspect::decode(&s.encode()), Some(s));
+        let marked = Suspect {
+            rows: Some(RowsMark(u64::MAX - 7)),
+            ..s
+        };
+        assert_eq!(marked.encode(), "2@1700000000123@fffffffffffffff8");
+        assert_eq!(Suspect::decode(&marked.encode()), Some(marked));
         assert_eq!(Suspect::decode("garbage"), None);
         assert_eq!(Suspect::decode("7@1"), None);
+        assert_eq!(Suspect::decode("1@1@"), None);
+        assert_eq!(Suspect::decode("1@1@xyz"), None);
     }
 }

@@ -257,8 +257,7 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
 mod grace;
 
 pub use grace::{
-    CLOCK_SLACK_MS, GracePlan, Suspect, apply_grace, orphaned_since, orphaned_throughout,
-    suspect_state,
+    CLOCK_SLACK_MS, GracePlan, Suspect, apply_grace, orphaned_throughout, suspect_state,
 };
 
 /// True when a repair planned from the scan is still right given a fresh

@@ -822,14 +822,7 @@ async fn a_killed_binlog_connection_is_a_gap_and_starts_a_pass() {
 /// The first sighting of `seat`'s suspect record in `showtime`, if any
 /// (Redis server time, ms).
 async fn suspect_seen_ms(env: &TestEnv, showtime: i64, seat: &str) -> Option<i64> {
-    let raw: Option<String> = env
-        .redis(
-            redis::cmd("HGET")
-                .arg(env.ctx.redis.keys.suspect(showtime))
-                .arg(seat),
-        )
-        .await;
-    raw?.split_once('@')?.1.parse().ok()
+    Some(env.suspect(showtime, seat).await?.first_seen_ms)
 }
 
 /// A seat seen orphaned (a hold with no order yet), then ordered and the
@@ -926,14 +919,13 @@ async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_ba
 /// The other member of the class: the hold's own check comes after the
 /// order came and went (a customer who cancels within the event's settle,
 /// and the cancel's `"0"` is lost). The seat is recorded as a suspect then,
-/// seconds after the cancel, within the clocks' slack: a grace counted from
-/// that sighting would fail the re-check at its end (the activity is not
-/// older than the first sighting by the slack) and start a second grace.
-/// The check starts it just past the slack after the cancel instead.
+/// seconds after the cancel. The check marks the record with the seat's
+/// rows as it reads them, so the grace counts from that sighting: by the
+/// order times alone (the cancel within the clocks' slack before it) the
+/// re-check at the grace's end would start a second grace, or the grace
+/// would have to start past the slack.
 #[tokio::test]
-async fn a_suspect_first_seen_just_after_an_order_ended_counts_its_grace_past_the_clock_slack() {
-    // A grace longer than the wait below: without the fix the record would
-    // move past the slack only when its grace restarts at the end.
+async fn a_suspect_first_seen_just_after_an_order_ended_counts_its_grace_from_that_sighting() {
     let (_redis, env, daemon) = daemon_with_events(Duration::from_secs(20)).await;
 
     env.fx.warm(1, &[("A-3", "1")]).await.unwrap();
@@ -945,18 +937,24 @@ async fn a_suspect_first_seen_just_after_an_order_ended_counts_its_grace_past_th
             .fetch_one(env.ctx.mysql.pool())
             .await
             .unwrap();
-    let past_slack =
+    let within_slack =
         cancelled_at.and_utc().timestamp_millis() + seatflow_reconciler::plan::CLOCK_SLACK_MS;
     seatflow_test_support::servers::wait_until(
-        format!("the hold's check records the suspect past the slack ({past_slack})"),
+        "the hold's check records the suspect, marked with the seat's rows",
         Duration::from_secs(15),
         || async {
-            suspect_seen_ms(&env, 1, "A-3")
+            env.suspect(1, "A-3")
                 .await
-                .is_some_and(|ms| ms > past_slack)
+                .is_some_and(|s| s.rows.is_some())
         },
     )
     .await;
+    let record = env.suspect(1, "A-3").await.unwrap();
+    assert!(
+        record.first_seen_ms < within_slack,
+        "the grace counts from the sighting, within the slack after the cancel \
+         ({record:?}, cancelled {cancelled_at})"
+    );
     seat_becomes(&env, 1, "A-3", "0", "released a grace after that").await;
     assert_eq!(env.found_by().await, [found("seat_released", "grace")]);
     daemon.stop().await;

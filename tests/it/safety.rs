@@ -576,16 +576,97 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
         env.fx.seat_value(4, "A-1").await.unwrap().as_deref(),
         Some("1")
     );
-    let record: String = env
+    let record = env.suspect(4, "A-1").await.unwrap();
+    let now = env.ctx.redis.server_time_ms().await.unwrap();
+    assert!(
+        now - record.first_seen_ms < 60_000,
+        "the clock restarted: {record:?}"
+    );
+    assert!(
+        record.rows.is_some(),
+        "marked with the rows it read: {record:?}"
+    );
+}
+
+/// A suspect record marked with the seat's rows as a re-check read them,
+/// first seen `age` ago.
+async fn marked_suspect(env: &TestEnv, showtime: i64, seat: &str, age: Duration) {
+    let (history, _) = env
+        .ctx
+        .mysql
+        .seat_history(&[(showtime, seat.into(), true)])
+        .await
+        .unwrap();
+    let now = env.ctx.redis.server_time_ms().await.unwrap();
+    let record = seatflow_reconciler::plan::Suspect {
+        state: SeatState::Locked,
+        first_seen_ms: now - age.as_millis() as i64,
+        rows: Some(history[0].rows.mark),
+    };
+    let _: () = env
         .redis(
-            redis::cmd("HGET")
-                .arg(env.ctx.redis.keys.suspect(4))
-                .arg("A-1"),
+            redis::cmd("HSET")
+                .arg(env.ctx.redis.keys.suspect(showtime))
+                .arg(seat)
+                .arg(record.encode()),
         )
         .await;
-    let since: i64 = record[2..].parse().unwrap();
-    let now = env.ctx.redis.server_time_ms().await.unwrap();
-    assert!(now - since < 60_000, "the clock restarted: {record}");
+}
+
+/// Rule 4's "continuously" in MySQL's own terms: a record marked with the
+/// seat's rows (as a re-check writes it) is continuous while the rows are
+/// as marked, whatever the clocks say. A-1: an order came and went since,
+/// written by an application whose clock is twenty minutes behind (every
+/// time it wrote is older than the record): not continuous, the grace
+/// restarts (by the times alone it would be released). A-2: its order
+/// ended a second before the record's first sighting, and its rows are as
+/// marked: released (by the times alone, within the clocks' slack, its
+/// grace would start over).
+#[tokio::test]
+async fn a_record_marked_with_the_seats_rows_compares_rows_not_clocks() {
+    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
+    env.fx
+        .warm_all(4, &seats, &[("A-1", "1"), ("A-2", "1")])
+        .await
+        .unwrap();
+    let ended = env.fx.order(4, "CANCELLED", &["A-2"], 600).await.unwrap();
+    sqlx::query(
+        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 700 SECOND, \
+         expires_at = UTC_TIMESTAMP(3) - INTERVAL 650 SECOND, \
+         cancelled_at = UTC_TIMESTAMP(3) - INTERVAL 601 SECOND WHERE id = ?",
+    )
+    .bind(ended)
+    .execute(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    for seat in ["A-1", "A-2"] {
+        marked_suspect(&env, 4, seat, Duration::from_secs(600)).await;
+    }
+    let skewed = env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
+    sqlx::query(
+        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE, \
+         expires_at = UTC_TIMESTAMP(3) - INTERVAL 10 MINUTE, \
+         cancelled_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE WHERE id = ?",
+    )
+    .bind(skewed)
+    .execute(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+
+    let r = env.job(Kind::OrphanLocks).await;
+    assert_eq!((r.fixed, r.deferred), (1, 1), "{r:?}");
+    assert_eq!(
+        env.fx.seat_value(4, "A-1").await.unwrap().as_deref(),
+        Some("1"),
+        "its rows changed since the record: not released"
+    );
+    assert_eq!(
+        env.fx.seat_value(4, "A-2").await.unwrap().as_deref(),
+        Some("0"),
+        "its rows as marked: released"
+    );
 }
 
 /// Rule 4's "continuously", judged by an order's latest time: an order

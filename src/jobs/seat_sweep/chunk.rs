@@ -157,9 +157,8 @@ impl<'a> Sweep<'a, '_> {
                     }
                     ops.extend(suspect_changes(job.kind, &g, read));
                     if recheck_deferred {
-                        // Those recorded now were first seen now: an
-                        // order that came and went just before still
-                        // restarts their grace (past the clocks' slack).
+                        // Those recorded now go without their record: the
+                        // re-check marks it with the rows it reads.
                         let seen: Vec<Planned> = g
                             .deferred
                             .iter()
@@ -167,7 +166,7 @@ impl<'a> Sweep<'a, '_> {
                                 |repair| match g.record.iter().any(|(s, _)| *s == repair.seat) {
                                     true => Planned {
                                         repair: repair.clone(),
-                                        suspect_since_ms: Some(now_ms),
+                                        suspect: None,
                                     },
                                     false => with_sighting(repair.clone(), read),
                                 },
@@ -209,7 +208,7 @@ impl<'a> Sweep<'a, '_> {
             self.replaced(&replaced);
         }
         if !deferred.is_empty() {
-            self.recheck_deferred(deferred, now_ms).await?;
+            self.recheck_deferred(deferred).await?;
         }
         if work.rebuilds.is_empty() && work.seats.is_empty() {
             return Ok(());
@@ -287,15 +286,11 @@ fn describe(key: &str, c: &SeatRepair) -> String {
 /// A seat to repair (or re-check), with its suspect record's first
 /// sighting when it has one.
 fn with_sighting(repair: SeatRepair, read: &ShowtimeRead) -> Planned {
-    let suspect_since_ms = read
+    let suspect = read
         .suspects
         .get(&repair.seat)
-        .and_then(|raw| plan::Suspect::decode(raw))
-        .map(|s| s.first_seen_ms);
-    Planned {
-        suspect_since_ms,
-        repair,
-    }
+        .and_then(|raw| plan::Suspect::decode(raw));
+    Planned { suspect, repair }
 }
 
 /// The suspect records one grace decision writes and clears.

@@ -50,10 +50,11 @@ const TEMPLATE_CACHE_HALLS: usize = 1024;
 /// Most showtimes outside the contract reported per sweep.
 const UNKNOWN_SHOWTIMES_LISTED: usize = 100;
 
-/// A seat repair and, for orphans, since when the seat has been a suspect.
+/// A seat repair and, for orphans, its suspect record (None for a seat
+/// with no record, or deferred by a check that recorded it just now).
 struct Planned {
     repair: SeatRepair,
-    suspect_since_ms: Option<i64>,
+    suspect: Option<crate::plan::Suspect>,
 }
 
 /// What a chunk found to do, across the sweep's jobs.

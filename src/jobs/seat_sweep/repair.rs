@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use crate::error::Error;
-use crate::model::{FixAction, Kind, SeatNo, SeatState, ShowtimeId};
+use crate::model::{FixAction, Kind, SeatNo, SeatRows, SeatState, ShowtimeId};
 use crate::plan;
 use crate::store::mysql::{FixRecord, SeatHistory};
 use crate::store::redis::{Fenced, Replied, SeatBatch, SuspectOp};
@@ -15,20 +15,19 @@ use super::notices::log_stuck_lease;
 use super::{ChunkWork, Planned, Sweep};
 
 impl<'a> Sweep<'a, '_> {
-    /// A check's MySQL re-check of the seats it defers (rule 4). One whose
-    /// order came and went since its first sighting (ordered after the
-    /// hold was seen, then cancelled or refunded with the seat write lost),
-    /// or just before a sighting made now (within the clocks' slack), was
-    /// not orphaned throughout: its grace restarts from this sighting
-    /// ([`plan::orphaned_since`]). Otherwise the re-check before its repair,
-    /// at the grace's end, would find the activity and only then start a
-    /// whole new grace: a release a grace late. A check reads a few
-    /// showtimes; a pass, which defers many seats, leaves this to that
-    /// re-check.
+    /// A check's MySQL re-check of the seats it defers (rule 4). A record
+    /// this check wrote just now is started over with the mark of the rows
+    /// it reads (from then on, "orphaned throughout" is asked of MySQL, not
+    /// of clocks: a customer who cancelled a second before the sighting
+    /// costs no slack). A record whose seat's rows changed since it was
+    /// written (an order that came and went since the hold was seen, then
+    /// cancelled or refunded with the seat write lost) was not orphaned
+    /// throughout: its grace restarts at once, not at its end plus a whole
+    /// new grace. A check reads a few showtimes; a pass, which defers many
+    /// seats, leaves this to the re-check before the repair.
     pub(super) async fn recheck_deferred(
         &mut self,
         deferred: Vec<(ShowtimeId, Vec<Planned>)>,
-        now_ms: i64,
     ) -> Result<(), Error> {
         let mut fresh = self
             .seat_history("re-check deferred seats", &deferred)
@@ -37,21 +36,20 @@ impl<'a> Sweep<'a, '_> {
         for (id, planned) in deferred {
             for p in planned {
                 let history = fresh.next().unwrap_or_default();
-                // Still an orphan by MySQL now, and not throughout: restart.
-                if let Some(since) = p.suspect_since_ms
-                    && plan::still_valid(&p.repair, &history.truth)
-                    && !plan::orphaned_throughout(since, history.last_activity_ms)
-                {
-                    tracing::info!(kind = p.repair.kind.label(), showtime_id = id, seat = %p.repair.seat, "order activity on a deferred seat since it was first seen orphaned; grace period restarts now");
-                    restart.seat(
-                        id,
-                        &p,
-                        plan::orphaned_since(now_ms, history.last_activity_ms),
-                    );
+                if !plan::still_valid(&p.repair, &history.truth) {
+                    continue;
+                }
+                match p.suspect {
+                    None => restart.seat(id, &p, history.rows),
+                    Some(s) if !s.orphaned_throughout(&history.rows) => {
+                        tracing::info!(kind = p.repair.kind.label(), showtime_id = id, seat = %p.repair.seat, "order activity on a deferred seat since it was first seen orphaned; grace period restarts now");
+                        restart.seat(id, &p, history.rows);
+                    }
+                    Some(_) => {}
                 }
             }
         }
-        self.restart_graces(restart, now_ms).await
+        self.restart_graces(restart).await
     }
 
     /// The MySQL re-check of exactly the `planned` seats, in MySQL's own
@@ -78,25 +76,31 @@ impl<'a> Sweep<'a, '_> {
         Ok(fresh.into_iter())
     }
 
-    /// Writes restarted suspect records; their grace starts over, so each
-    /// showtime is checked when the soonest ends, not a pass later (no
-    /// event comes: the change was in MySQL).
-    async fn restart_graces(&mut self, restart: Restarts, now_ms: i64) -> Result<(), Error> {
-        if restart.ops.is_empty() || self.opts.dry_run || self.opts.fenced_out() {
+    /// Writes restarted suspect records, marked with the rows the re-check
+    /// read and first seen at Redis' time *after* that read (so that every
+    /// order write the mark does not show came later, and changes it). Their
+    /// grace starts over, so each showtime is checked when it ends, not a
+    /// pass later (no event comes: the change was in MySQL).
+    async fn restart_graces(&mut self, restart: Restarts) -> Result<(), Error> {
+        if restart.seats.is_empty() || self.opts.dry_run || self.opts.fenced_out() {
             return Ok(());
         }
         let ctx = self.ctx;
+        let now_ms = ctx
+            .retry("read the time", || ctx.redis.server_time_ms())
+            .await?;
+        let ops = restart.ops(now_ms);
         let ttl_ms = self.suspect_ttl_ms();
         let replaced = ctx
             .retry("restart suspects", || {
-                ctx.redis.update_suspects(&restart.ops, ttl_ms)
+                ctx.redis.update_suspects(&ops, ttl_ms)
             })
             .await?;
         self.replaced(&replaced);
         if let Some(sink) = &self.opts.changes {
             let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
-            for ((id, _), since) in restart.ops.iter().zip(&restart.soonest) {
-                sink.grace_ends(*id, since + grace_ms - now_ms);
+            for (id, _) in &ops {
+                sink.grace_ends(*id, grace_ms);
             }
         }
         Ok(())
@@ -173,23 +177,22 @@ impl<'a> Sweep<'a, '_> {
                 let history = fresh.next().unwrap_or_default();
                 if !plan::still_valid(&p.repair, &history.truth) {
                     tracing::info!(kind, showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
-                } else if let Some(since) = p.suspect_since_ms
-                    && !plan::orphaned_throughout(since, history.last_activity_ms)
+                } else if let Some(s) = p.suspect
+                    && !s.orphaned_throughout(&history.rows)
                 {
                     // An order came or went on this seat since it was first
                     // seen orphaned: the orphanhood was not continuous, so
                     // the grace period starts over.
                     tracing::info!(kind, showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
                     self.job(p.repair.kind).report.deferred += 1;
-                    restart.seat(
-                        id,
-                        &p,
-                        plan::orphaned_since(now_ms, history.last_activity_ms),
-                    );
+                    restart.seat(id, &p, history.rows);
                 } else {
                     first_seen.insert(
                         (id, p.repair.seat.clone()),
-                        (p.suspect_since_ms.unwrap_or(now_ms), history.order_id),
+                        (
+                            p.suspect.map_or(now_ms, |s| s.first_seen_ms),
+                            history.order_id,
+                        ),
                     );
                     keep.push(p.repair);
                 }
@@ -198,7 +201,7 @@ impl<'a> Sweep<'a, '_> {
                 batches.push(SeatBatch::new(id, keep));
             }
         }
-        self.restart_graces(restart, now_ms).await?;
+        self.restart_graces(restart).await?;
         let ids: Vec<ShowtimeId> = batches.iter().map(|b| b.showtime).collect();
         let lost = ctx
             .retry("renew leases", || self.leases.renew_due(&ids))
@@ -398,38 +401,39 @@ pub(super) fn kinds_in(batch: &SeatBatch) -> Vec<Kind> {
     kinds
 }
 
-/// Suspect records started over, by showtime, with each showtime's
-/// soonest new first sighting.
+/// Suspect records to start over: each seat with the rows its re-check read.
 #[derive(Default)]
 struct Restarts {
-    ops: Vec<(ShowtimeId, Vec<SuspectOp>)>,
-    soonest: Vec<i64>,
+    seats: Vec<(ShowtimeId, SeatNo, SeatState, SeatRows)>,
 }
 
 impl Restarts {
-    /// `p`'s seat's record, started over at `since_ms`.
-    fn seat(&mut self, showtime: ShowtimeId, p: &Planned, since_ms: i64) {
-        if self.ops.last().is_none_or(|(id, _)| *id != showtime) {
-            self.ops.push((showtime, Vec::new()));
-            self.soonest.push(since_ms);
-        }
-        let (Some((_, ops)), Some(soonest)) = (self.ops.last_mut(), self.soonest.last_mut()) else {
-            return;
-        };
-        *soonest = (*soonest).min(since_ms);
-        let seat = &p.repair.seat;
+    fn seat(&mut self, showtime: ShowtimeId, p: &Planned, rows: SeatRows) {
         let state = p.repair.observed.unwrap_or(p.repair.target);
-        ops.push(SuspectOp::Clear {
-            seat: seat.clone(),
-            state: Some(state),
-        });
-        ops.push(SuspectOp::Record {
-            seat: seat.clone(),
-            encoded: plan::Suspect {
-                state,
-                first_seen_ms: since_ms,
+        self.seats
+            .push((showtime, p.repair.seat.clone(), state, rows));
+    }
+
+    /// The writes, by showtime: each record replaced by one first seen at
+    /// `now_ms` with its rows' mark.
+    fn ops(self, now_ms: i64) -> Vec<(ShowtimeId, Vec<SuspectOp>)> {
+        let mut out: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
+        for (showtime, seat, state, rows) in self.seats {
+            if out.last().is_none_or(|(id, _)| *id != showtime) {
+                out.push((showtime, Vec::new()));
             }
-            .encode(),
-        });
+            let Some((_, ops)) = out.last_mut() else {
+                continue;
+            };
+            ops.push(SuspectOp::Clear {
+                seat: seat.clone(),
+                state: Some(state),
+            });
+            ops.push(SuspectOp::Record {
+                seat,
+                encoded: plan::Suspect::seen_with(state, now_ms, &rows).encode(),
+            });
+        }
+        out
     }
 }

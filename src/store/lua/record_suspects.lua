@@ -1,6 +1,6 @@
 -- Compare-and-set of suspect first-seen records (safety rules 4 and 13).
 -- KEYS[1] {prefix}reconcile:suspect:{S}; ARGV[1] key TTL in ms, then triples:
---   "r", seat, "<value>@<ms>"  record unless a record of the same value exists
+--   "r", seat, "<value>@<ms>[@<mark>]"  record unless a record of the same value exists
 --   "c", seat, "<value>"       delete if the record is of that value ("" = any)
 -- Triples apply in order. Returns {changed, replaced}: the number of fields
 -- changed, and 1 when the key had the wrong type and was replaced (it is

@@ -5,7 +5,7 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, SeatRow, UnknownRow};
-use crate::model::{OrderStatus, SeatNo, SeatTruth, ShowtimeId};
+use crate::model::{OrderStatus, SeatNo, SeatRows, SeatTruth, ShowtimeId};
 use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};
 
@@ -14,8 +14,9 @@ use sqlx::{MySql, QueryBuilder, Row};
 pub struct SeatHistory {
     /// The valid occupancy, and whether a row outside the contract may hold it.
     pub truth: SeatTruth,
-    /// Latest created/paid/cancelled time of any order on the seat (UTC ms).
-    pub last_activity_ms: Option<i64>,
+    /// Every row on the seat, as read: the latest created/paid/cancelled
+    /// time of their orders (UTC ms) and their mark (rule 4's "continuously").
+    pub rows: SeatRows,
     /// The order of the valid occupancy (the paid one, if two claim the
     /// seat), for the audit of a repair it explains.
     pub order_id: Option<i64>,
@@ -223,9 +224,10 @@ impl MysqlStore {
                         Ok(None) if facts.order.is_none() => None,
                         _ => Some(i64::MAX),
                     };
+                    entry.rows.mark.add(&facts, ms);
                     if let Some(ms) = ms {
-                        entry.last_activity_ms =
-                            Some(entry.last_activity_ms.map_or(ms, |m: i64| m.max(ms)));
+                        let last = &mut entry.rows.last_activity_ms;
+                        *last = Some(last.map_or(ms, |m: i64| m.max(ms)));
                     }
                 }
             }

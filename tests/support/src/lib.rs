@@ -20,6 +20,7 @@ use seatflow_reconciler::fixtures::{self, Fixtures};
 use seatflow_reconciler::jobs::report::{JobReport, RunReport};
 use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::plan;
 
 /// The `kind` label of each job, spelled out as the spec spells it (not
 /// taken from the product, so the tests check the product's names).
@@ -188,6 +189,36 @@ impl TestEnv {
                     .arg(self.ctx.redis.keys.suspect(showtime))
                     .arg(seat)
                     .arg(value),
+            )
+            .await;
+    }
+
+    /// A seat's suspect record, decoded (None: none, or unreadable).
+    pub async fn suspect(&self, showtime: i64, seat: &str) -> Option<plan::Suspect> {
+        let raw: Option<String> = self
+            .redis(
+                redis::cmd("HGET")
+                    .arg(self.ctx.redis.keys.suspect(showtime))
+                    .arg(seat),
+            )
+            .await;
+        plan::Suspect::decode(&raw?)
+    }
+
+    /// Moves a seat's suspect record's first sighting `age` back, keeping
+    /// the rest of it (its value, its rows' mark).
+    pub async fn backdate_suspect(&self, showtime: i64, seat: &str, age: Duration) {
+        let mut s = self
+            .suspect(showtime, seat)
+            .await
+            .expect("a suspect record");
+        s.first_seen_ms -= age.as_millis() as i64;
+        let _: () = self
+            .redis(
+                redis::cmd("HSET")
+                    .arg(self.ctx.redis.keys.suspect(showtime))
+                    .arg(seat)
+                    .arg(s.encode()),
             )
             .await;
     }
