@@ -155,6 +155,44 @@ async fn paid_seats_are_set_sold_and_lost_holds_restored() {
     assert_eq!((again.drift, again.fixed), (0, 0));
 }
 
+/// A raise waits for no grace, whatever suspect record its seat has: a hold
+/// seen before its order came (an orphan-lock suspect, `"1@…"`) whose order
+/// is now paid is set sold at once. (Found by the soak: the payment's check
+/// took the orphan lock's record for its own, saw the order as activity
+/// since, and started a grace on the raise: paid seats a grace late.)
+#[tokio::test]
+async fn a_paid_seat_whose_hold_was_a_suspect_is_raised_at_once() {
+    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(20, 1, 60, "ON_SALE").await.unwrap();
+    env.fx
+        .warm_all(20, &seats, &[("A-1", "1"), ("A-2", "1")])
+        .await
+        .unwrap();
+    // Seen as orphan locks by a check a moment ago (A-2: by a pass), then
+    // ordered and paid.
+    env.mark_suspect(20, "A-1", "1", Duration::from_secs(1))
+        .await;
+    env.age_suspect(20, "A-2", "1", Duration::from_secs(1))
+        .await;
+    env.fx
+        .order(20, "PAID", &["A-1", "A-2"], -600)
+        .await
+        .unwrap();
+
+    // With orphan-locks, as a check and a pass run them: the records are read.
+    let report = env.once(&[Kind::PaidSeats, Kind::OrphanLocks]).await;
+    let r = &report.jobs[0];
+    assert_eq!(
+        (r.kind, r.drift, r.fixed, r.deferred),
+        (Kind::PaidSeats, 2, 2, 0),
+        "{r:?}"
+    );
+    for seat in ["A-1", "A-2"] {
+        assert_eq!(value(&env, 20, seat).await.as_deref(), Some("2"), "{seat}");
+    }
+}
+
 #[tokio::test]
 async fn missing_hashes_are_rebuilt_with_occupancy() {
     let env = TestEnv::new().await;

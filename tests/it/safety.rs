@@ -588,31 +588,6 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
     );
 }
 
-/// A suspect record marked with the seat's rows as a re-check read them,
-/// first seen `age` ago.
-async fn marked_suspect(env: &TestEnv, showtime: i64, seat: &str, age: Duration) {
-    let (history, _) = env
-        .ctx
-        .mysql
-        .seat_history(&[(showtime, seat.into(), true)])
-        .await
-        .unwrap();
-    let now = env.ctx.redis.server_time_ms().await.unwrap();
-    let record = seatflow_reconciler::plan::Suspect {
-        state: SeatState::Locked,
-        first_seen_ms: now - age.as_millis() as i64,
-        rows: Some(history[0].rows.mark),
-    };
-    let _: () = env
-        .redis(
-            redis::cmd("HSET")
-                .arg(env.ctx.redis.keys.suspect(showtime))
-                .arg(seat)
-                .arg(record.encode()),
-        )
-        .await;
-}
-
 /// Rule 4's "continuously" in MySQL's own terms: a record marked with the
 /// seat's rows (as a re-check writes it) is continuous while the rows are
 /// as marked, whatever the clocks say. A-1: an order came and went since,
@@ -642,7 +617,8 @@ async fn a_record_marked_with_the_seats_rows_compares_rows_not_clocks() {
     .await
     .unwrap();
     for seat in ["A-1", "A-2"] {
-        marked_suspect(&env, 4, seat, Duration::from_secs(600)).await;
+        env.mark_suspect(4, seat, "1", Duration::from_secs(600))
+            .await;
     }
     let skewed = env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
     sqlx::query(

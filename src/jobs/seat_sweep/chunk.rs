@@ -283,13 +283,19 @@ fn describe(key: &str, c: &SeatRepair) -> String {
     )
 }
 
-/// A seat to repair (or re-check), with its suspect record's first
-/// sighting when it has one.
+/// A seat to repair (or re-check), with its suspect record when the repair
+/// is its kind's: an orphan's, of the value it watches. A raise waits for no
+/// grace, even on a seat whose hold was a suspect before its order came
+/// (the order's activity would otherwise restart a grace on the raise).
 fn with_sighting(repair: SeatRepair, read: &ShowtimeRead) -> Planned {
     let suspect = read
         .suspects
         .get(&repair.seat)
-        .and_then(|raw| plan::Suspect::decode(raw));
+        .and_then(|raw| plan::Suspect::decode(raw))
+        .filter(|s| {
+            let watched = plan::suspect_state(repair.kind);
+            watched == Some(s.state) && repair.observed == watched
+        });
     Planned { suspect, repair }
 }
 

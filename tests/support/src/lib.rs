@@ -205,20 +205,27 @@ impl TestEnv {
         plan::Suspect::decode(&raw?)
     }
 
-    /// Moves a seat's suspect record's first sighting `age` back, keeping
-    /// the rest of it (its value, its rows' mark).
-    pub async fn backdate_suspect(&self, showtime: i64, seat: &str, age: Duration) {
-        let mut s = self
-            .suspect(showtime, seat)
+    /// Writes a seat's suspect record as a re-check writes it: marked with
+    /// the seat's rows as MySQL shows them now, first seen `age` ago.
+    pub async fn mark_suspect(&self, showtime: i64, seat: &str, state: &str, age: Duration) {
+        let (history, _) = self
+            .ctx
+            .mysql
+            .seat_history(&[(showtime, seat.into(), true)])
             .await
-            .expect("a suspect record");
-        s.first_seen_ms -= age.as_millis() as i64;
+            .unwrap();
+        let now = self.ctx.redis.server_time_ms().await.unwrap();
+        let record = plan::Suspect {
+            state: seatflow_reconciler::model::SeatState::from_redis(state).unwrap(),
+            first_seen_ms: now - age.as_millis() as i64,
+            rows: Some(history[0].rows.mark),
+        };
         let _: () = self
             .redis(
                 redis::cmd("HSET")
                     .arg(self.ctx.redis.keys.suspect(showtime))
                     .arg(seat)
-                    .arg(s.encode()),
+                    .arg(record.encode()),
             )
             .await;
     }
