@@ -348,6 +348,7 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
         }
         budget.spend(due.len());
         if !active {
+            tracing::debug!(showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(), "checks due on a standby: let go");
             let now = Instant::now();
             let mut q = changes.queue();
             due.into_iter().for_each(|d| q.done(d, true, now));
@@ -388,6 +389,12 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
     // Boxed: the whole run is a deep future, kept off this task's own.
     let report = Box::pin(jobs::run_check(ctx, &kinds, &opts)).await;
     let ok = report.outcome() != jobs::report::Outcome::Failure;
+    tracing::debug!(
+        source = source.label(),
+        showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(),
+        jobs = ?report.jobs.iter().map(|j| j.counts()).collect::<Vec<_>>(),
+        "check done"
+    );
     for job in &report.jobs {
         runner.metrics.record_check(job);
         changes.record_check(job, source);

@@ -209,6 +209,13 @@ impl Changes {
     /// counts a gap (a pass covers it).
     pub fn ask(&self, showtime: ShowtimeId, due: Instant, source: Source) {
         let added = lock(&self.queue).add(showtime, due, source);
+        tracing::debug!(
+            showtime_id = showtime,
+            source = source.label(),
+            due_in_ms = due.saturating_duration_since(Instant::now()).as_millis() as u64,
+            added = ?added,
+            "check asked for"
+        );
         if added == Added::Dropped {
             self.gap("queue_full");
         }
