@@ -111,6 +111,8 @@ pub struct GracePlan {
     /// How long until the first deferred seat's grace ends (ms from
     /// `now_ms`), when any is deferred: when a check would find it ready.
     pub ends_in_ms: Option<i64>,
+    /// The same for the seats that had a record already (not `record`'s).
+    pub known_ends_in_ms: Option<i64>,
 }
 
 /// Splits candidates into ready and deferred. A candidate is ready when a
@@ -151,7 +153,10 @@ pub fn apply_grace(
                 plan.ready.push(candidate)
             }
             Some(s) => {
-                plan.ends_within(s.first_seen_ms.saturating_add(grace_ms) - now_ms);
+                let ends_in = s.first_seen_ms.saturating_add(grace_ms) - now_ms;
+                plan.ends_within(ends_in);
+                plan.known_ends_in_ms =
+                    Some(plan.known_ends_in_ms.map_or(ends_in, |m| m.min(ends_in)));
                 plan.deferred.push(candidate)
             }
             None => {
@@ -223,6 +228,16 @@ mod tests {
         assert_eq!(plan.clear, vec!["A-9".to_string()]);
         // A-2, seen at 9,000, is ready first: at 14,000 (A-3 at 15,000).
         assert_eq!(plan.ends_in_ms, Some(4_000));
+        assert_eq!(plan.known_ends_in_ms, Some(4_000));
+        // A new suspect alone: its grace ends in a whole grace.
+        let new = apply_grace(
+            Kind::OrphanLocks,
+            vec![orphan("A-3")],
+            &suspects,
+            10_000,
+            5_000,
+        );
+        assert_eq!((new.ends_in_ms, new.known_ends_in_ms), (Some(5_000), None));
     }
 
     #[test]

@@ -149,10 +149,16 @@ impl<'a> Sweep<'a, '_> {
                     let g =
                         plan::apply_grace(job.kind, candidates, &read.suspects, now_ms, grace_ms);
                     job.report.deferred += g.deferred.len() as u64;
-                    if let (Some(sink), Some(in_ms)) = (&self.opts.changes, g.ends_in_ms)
+                    // Checked when its grace ends, not a pass later. A check
+                    // asks for those it records now once it has marked them
+                    // (`recheck_deferred`, a few ms later): not twice.
+                    let ends_in_ms = match recheck_deferred {
+                        true => g.known_ends_in_ms,
+                        false => g.ends_in_ms,
+                    };
+                    if let (Some(sink), Some(in_ms)) = (&self.opts.changes, ends_in_ms)
                         && !self.opts.dry_run
                     {
-                        // Checked when its grace ends, not a pass later.
                         sink.grace_ends(showtime.id, in_ms);
                     }
                     ops.extend(suspect_changes(job.kind, &g, read));
