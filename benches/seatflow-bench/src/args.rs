@@ -240,7 +240,8 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 16)]
     pub traffic_workers: usize,
     /// With traffic: a traffic showtime's hash is lost (`DEL`) every this
-    /// many seconds (0: never).
+    /// many seconds, and as often (half-way between) sales open for a
+    /// showtime whose hash is then never warmed (0: neither).
     #[arg(long, default_value_t = 20)]
     pub traffic_lose_every: u64,
 }

@@ -137,7 +137,8 @@ impl Daemon {
                 let (series, value) = l.rsplit_once(' ')?;
                 Some((series.to_string(), value.parse().ok()?))
             })
-            .filter(|(_, v)| *v != 0.0)
+            // `missed` is kept at zero: that zero is the finding.
+            .filter(|(s, v)| *v != 0.0 || s.starts_with("seatflow_reconcile_change_missed_total"))
             .collect();
     }
 

@@ -285,13 +285,13 @@ async fn soak(
     let keys = bench.keys.clone();
     let ages = drift::ages(&injector.log, &fixes, ended_at, RECENT_S, |s| keys.seat(s));
     let traffic = match (rig.traffic.take(), traffic_log) {
-        (Some(t), Some((log, losses))) => {
+        (Some(t), Some((log, made))) => {
             let settings = Settings::load_with_env(None, env.vars(1, 0))?;
             let waits = Waits {
                 orphan_grace_s: settings.reconcile.orphan_grace.as_secs_f64(),
                 expired_order_buffer_s: settings.reconcile.expired_order_buffer.as_secs_f64(),
             };
-            Some(t.report(&log, &losses, &fixes, waits, args.traffic_lose_every))
+            Some(t.report(&log, &made, &fixes, waits, args.traffic_lose_every))
         }
         _ => None,
     };
@@ -386,6 +386,8 @@ async fn watch(
     let mut next_inject = start;
     let lose_every = Duration::from_secs(lose_every_s);
     let mut next_loss = start + lose_every;
+    // Sales open as often, half-way between two losses.
+    let mut next_opening = start + lose_every / 2;
     let mut tick = tokio::time::interval(STATUS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -426,6 +428,14 @@ async fn watch(
         {
             t.lose_one().await?;
             next_loss += lose_every;
+        }
+        if let Some(t) = rig
+            .traffic
+            .as_mut()
+            .filter(|_| lose_every_s > 0 && now >= next_opening)
+        {
+            t.open_one().await?;
+            next_opening += lose_every;
         }
     }
 }

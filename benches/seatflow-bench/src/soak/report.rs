@@ -526,7 +526,7 @@ fn write_traffic(out: &mut String, t: &TrafficReport) -> std::fmt::Result {
     let flows: Vec<String> = t.flows.iter().map(|(f, n)| format!("{f} {n}")).collect();
     writeln!(
         out,
-        "\ntraffic: {} customers on {} showtimes, a hash lost every {} s; flows: {}; errors {}; \
+        "\ntraffic: {} customers on {} showtimes, a hash lost and a showtime opened every {} s; flows: {}; errors {}; \
          crashes settled by a loss {}; customers harmed {}",
         t.workers,
         thousands(t.showtimes as u64),

@@ -54,6 +54,9 @@ pub enum CrashKind {
     ExpiredOrder,
     /// The showtime's hash lost (`DEL`, as an eviction or a flush would).
     LostHash,
+    /// Crash after opening sales (`SCHEDULED` -> `ON_SALE` committed),
+    /// before the hash is warmed: only MySQL knows.
+    OpenedNotWarmed,
 }
 
 impl CrashKind {
@@ -65,6 +68,7 @@ impl CrashKind {
             CrashKind::RefundedSold => "refunded seat still sold",
             CrashKind::ExpiredOrder => "expired order",
             CrashKind::LostHash => "lost seat hash",
+            CrashKind::OpenedNotWarmed => "opened, hash never warmed",
         }
     }
 
@@ -76,7 +80,7 @@ impl CrashKind {
             }
             CrashKind::PaidNotSold => "seat_set",
             CrashKind::ExpiredOrder => "order_cancelled",
-            CrashKind::LostHash => "hash_rebuilt",
+            CrashKind::LostHash | CrashKind::OpenedNotWarmed => "hash_rebuilt",
         }
     }
 
@@ -170,16 +174,27 @@ pub struct TrafficReport {
     pub by_kind: BTreeMap<CrashKind, KindDelays>,
 }
 
-/// The simulator running, and the losses made so far.
+/// The simulator running, and the losses and openings made so far.
 pub struct Traffic {
     sim: Simulator,
+    pool: sqlx::MySqlPool,
     showtimes: Vec<ShowtimeId>,
     workers: usize,
     rng: SmallRng,
     stop: CancellationToken,
     task: Option<JoinHandle<SimLog>>,
     losses: Vec<(ShowtimeId, DateTime<Utc>)>,
+    /// `SCHEDULED` showtimes left to open, soonest last.
+    to_open: Vec<ShowtimeId>,
+    openings: Vec<(ShowtimeId, DateTime<Utc>)>,
 }
+
+/// Showtimes created `SCHEDULED` (after the estate's ids) for the openings:
+/// one every 20 s for an hour.
+const TO_OPEN: usize = 180;
+
+/// Drift the soak made itself (not a customer's crash): what, where, when.
+pub type Made = (CrashKind, ShowtimeId, DateTime<Utc>);
 
 impl Traffic {
     /// Starts `workers` customers on `count` showtimes spread over the estate.
@@ -209,6 +224,17 @@ impl Traffic {
             abandon_expiry: ABANDON_EXPIRY,
             max_step_delay: MAX_STEP_DELAY,
         };
+        // Before the customers start: the showtimes sales will open for.
+        let first = estate.showtimes as ShowtimeId + 1;
+        let to_open: Vec<ShowtimeId> = (first..first + TO_OPEN as ShowtimeId).rev().collect();
+        let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "INSERT INTO showtime (id, movie_id, hall_id, starts_at, status) ",
+        );
+        insert.push_values(&to_open, |mut row, id| {
+            row.push_bind(*id)
+                .push("1, 1, UTC_TIMESTAMP(3) + INTERVAL 1 DAY, 'SCHEDULED'");
+        });
+        insert.build().execute(&bench.pool).await?;
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let (sim, stop) = (sim.clone(), stop.clone());
@@ -216,13 +242,31 @@ impl Traffic {
         });
         Ok(Traffic {
             sim,
+            pool: bench.pool.clone(),
             showtimes,
             workers,
             rng: SmallRng::seed_from_u64(estate.seed ^ 0x7AFF1C),
             stop,
             task: Some(task),
             losses: Vec::new(),
+            to_open,
+            openings: Vec::new(),
         })
+    }
+
+    /// Sales open for one more showtime, and the hash is never warmed (the
+    /// application crashed after the commit). False when none is left.
+    pub async fn open_one(&mut self) -> Result<bool> {
+        let Some(id) = self.to_open.pop() else {
+            return Ok(false);
+        };
+        let at = Utc::now();
+        sqlx::query("UPDATE showtime SET status = 'ON_SALE' WHERE id = ? AND status = 'SCHEDULED'")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        self.openings.push((id, at));
+        Ok(true)
     }
 
     /// Redis loses one traffic showtime's hash.
@@ -235,25 +279,34 @@ impl Traffic {
         Ok(())
     }
 
-    /// Stops the customers (each finishes its flow) and returns their log.
-    pub async fn finish(&mut self) -> Result<(SimLog, Vec<(ShowtimeId, DateTime<Utc>)>)> {
+    /// Stops the customers (each finishes its flow) and returns their log,
+    /// with the losses and openings.
+    pub async fn finish(&mut self) -> Result<(SimLog, Vec<Made>)> {
         self.stop.cancel();
         let log = match self.task.take() {
             Some(t) => t.await?,
             None => SimLog::default(),
         };
-        Ok((log, std::mem::take(&mut self.losses)))
+        let losses = self
+            .losses
+            .drain(..)
+            .map(|(s, at)| (CrashKind::LostHash, s, at));
+        let openings = self
+            .openings
+            .drain(..)
+            .map(|(s, at)| (CrashKind::OpenedNotWarmed, s, at));
+        Ok((log, losses.chain(openings).collect()))
     }
 
     pub fn report(
         &self,
         log: &SimLog,
-        losses: &[(ShowtimeId, DateTime<Utc>)],
+        made: &[Made],
         fixes: &[FixRow],
         waits: Waits,
         lose_every_s: u64,
     ) -> TrafficReport {
-        let drifts = drifts(&log.holds, losses, waits);
+        let drifts = drifts(&log.holds, made, waits);
         let mut report = delays(&drifts, fixes);
         report.showtimes = self.showtimes.len();
         report.workers = self.workers;
@@ -302,8 +355,8 @@ fn left_out(h: &HoldRecord, kind: CrashKind) -> bool {
     h.lost || (kind != CrashKind::OrphanLock && h.order_id.is_none())
 }
 
-/// The drifts the crash flows and the losses left.
-fn drifts(holds: &[HoldRecord], losses: &[(ShowtimeId, DateTime<Utc>)], w: Waits) -> Vec<Drift> {
+/// The drifts the crash flows, the losses and the openings left.
+fn drifts(holds: &[HoldRecord], made: &[Made], w: Waits) -> Vec<Drift> {
     let grace = secs(w.orphan_grace_s);
     let mut out = Vec::new();
     for h in holds {
@@ -348,9 +401,9 @@ fn drifts(holds: &[HoldRecord], losses: &[(ShowtimeId, DateTime<Utc>)], w: Waits
             }
         }
     }
-    for (showtime, at) in losses {
+    for (kind, showtime, at) in made {
         out.push(Drift {
-            kind: CrashKind::LostHash,
+            kind: *kind,
             showtime: *showtime,
             seat: None,
             order: None,
@@ -502,9 +555,14 @@ mod tests {
             ),
             lost,
         ];
-        let losses = [(7, at("2026-01-01T00:01:00Z"))];
-        let d = drifts(&holds, &losses, waits);
-        assert_eq!(d.len(), 5, "{d:?}");
+        let made = [
+            (CrashKind::LostHash, 7, at("2026-01-01T00:01:00Z")),
+            (CrashKind::OpenedNotWarmed, 8, at("2026-01-01T00:01:10Z")),
+        ];
+        let d = drifts(&holds, &made, waits);
+        assert_eq!(d.len(), 6, "{d:?}");
+        let mut warmed = fix("hash_rebuilt", None, None, "2026-01-01T00:01:13Z", "binlog");
+        warmed.showtime = 8;
         let fixes = vec![
             // Before the crash: not its repair.
             fix(
@@ -543,6 +601,7 @@ mod tests {
                 "deadline",
             ),
             fix("hash_rebuilt", None, None, "2026-01-01T00:01:02Z", "event"),
+            warmed,
         ];
         let r = delays(&d, &fixes);
         let orphan = &r.by_kind[&CrashKind::OrphanLock];
@@ -554,10 +613,12 @@ mod tests {
         let expired = &r.by_kind[&CrashKind::ExpiredOrder];
         assert_eq!(expired.by_source["deadline"].max_s, Some(1.0));
         assert_eq!(r.by_kind[&CrashKind::LostHash].all.max_s, Some(2.0));
+        let opened = &r.by_kind[&CrashKind::OpenedNotWarmed];
+        assert_eq!(opened.by_source["binlog"].max_s, Some(3.0));
         assert!(!r.by_kind.contains_key(&CrashKind::CancelledLock));
 
         // Without the fixes, all are open.
         let none = delays(&d, &[]);
-        assert_eq!(none.by_kind.values().map(|k| k.open).sum::<usize>(), 5);
+        assert_eq!(none.by_kind.values().map(|k| k.open).sum::<usize>(), 6);
     }
 }
