@@ -162,13 +162,7 @@ async fn paid_seats_are_set_sold_and_lost_holds_restored() {
 /// since, and started a grace on the raise: paid seats a grace late.)
 #[tokio::test]
 async fn a_paid_seat_whose_hold_was_a_suspect_is_raised_at_once() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(20, 1, 60, "ON_SALE").await.unwrap();
-    env.fx
-        .warm_all(20, &seats, &[("A-1", "1"), ("A-2", "1")])
-        .await
-        .unwrap();
+    let env = TestEnv::with_grace_on(20, 2, &[("A-1", "1"), ("A-2", "1")]).await;
     // Seen as orphan locks by a check a moment ago (A-2: by a pass), then
     // ordered and paid.
     env.mark_suspect(20, "A-1", "1", Duration::from_secs(1))

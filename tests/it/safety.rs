@@ -391,14 +391,8 @@ async fn bad_data_is_reported_and_the_run_goes_on() {
 /// commits within the grace period is never released.
 #[tokio::test]
 async fn orphans_wait_out_the_grace_period_and_in_flight_holds_survive() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
-    let seats = env.fx.hall(1, 1, 3).await.unwrap();
-    env.fx.showtime(9, 1, 60, "ON_SALE").await.unwrap();
     // A-1: a real orphan. A-2: a customer's hold whose order is being written.
-    env.fx
-        .warm_all(9, &seats, &[("A-1", "1"), ("A-2", "1")])
-        .await
-        .unwrap();
+    let env = TestEnv::with_grace_on(9, 3, &[("A-1", "1"), ("A-2", "1")]).await;
 
     for _ in 0..2 {
         let r = env.job(Kind::OrphanLocks).await;
@@ -439,10 +433,7 @@ async fn orphans_wait_out_the_grace_period_and_in_flight_holds_survive() {
 /// Rule 4: a suspect whose value changed restarts its clock.
 #[tokio::test]
 async fn a_suspect_seen_non_orphan_starts_over() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(6, 1, 60, "ON_SALE").await.unwrap();
-    env.fx.warm_all(6, &seats, &[("A-1", "2")]).await.unwrap();
+    let env = TestEnv::with_grace_on(6, 2, &[("A-1", "2")]).await;
     env.age_suspect(6, "A-1", "1", Duration::from_secs(600))
         .await; // an old orphan-lock record
     let r = env.job(Kind::SoldOrphans).await;
@@ -504,10 +495,7 @@ async fn a_suspect_recorded_again_keeps_its_first_seen_time() {
 /// Rule 5 and 8 together: dry run over bad data writes nothing either.
 #[tokio::test]
 async fn dry_run_records_no_suspects() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(2, 1, 60, "ON_SALE").await.unwrap();
-    env.fx.warm_all(2, &seats, &[("A-1", "1")]).await.unwrap();
+    let env = TestEnv::with_grace_on(2, 2, &[("A-1", "1")]).await;
     let r = env.dry(&[Kind::OrphanLocks]).await;
     assert_eq!((r.jobs[0].drift, r.jobs[0].deferred), (1, 1));
     let exists: i64 = env
@@ -551,10 +539,7 @@ async fn a_retried_repair_is_applied_once() {
 /// Showtime 4 (a 1×2 hall) with a 120 s grace, whose A-1 shows `"1"` and
 /// was first seen orphaned ten minutes ago.
 async fn orphan_seen_ten_minutes_ago() -> TestEnv {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
-    env.fx.warm_all(4, &seats, &[("A-1", "1")]).await.unwrap();
+    let env = TestEnv::with_grace_on(4, 2, &[("A-1", "1")]).await;
     env.age_suspect(4, "A-1", "1", Duration::from_secs(600))
         .await;
     env
@@ -599,13 +584,7 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
 /// grace would start over).
 #[tokio::test]
 async fn a_record_marked_with_the_seats_rows_compares_rows_not_clocks() {
-    let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    env.fx.showtime(4, 1, 60, "ON_SALE").await.unwrap();
-    env.fx
-        .warm_all(4, &seats, &[("A-1", "1"), ("A-2", "1")])
-        .await
-        .unwrap();
+    let env = TestEnv::with_grace_on(4, 2, &[("A-1", "1"), ("A-2", "1")]).await;
     let ended = env.fx.order(4, "CANCELLED", &["A-2"], 600).await.unwrap();
     sqlx::query(
         "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 700 SECOND, \

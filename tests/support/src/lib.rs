@@ -193,6 +193,16 @@ impl TestEnv {
             .await;
     }
 
+    /// A 120 s grace (rule 4's default; tests start with none) and showtime
+    /// `id` ON_SALE in a 1×`seats` hall, warmed with `values` (the rest `"0"`).
+    pub async fn with_grace_on(id: i64, seats: usize, values: &[(&str, &str)]) -> TestEnv {
+        let env = TestEnv::with(|s| s.reconcile.orphan_grace = Duration::from_secs(120)).await;
+        let names = env.fx.hall(1, 1, seats).await.unwrap();
+        env.fx.showtime(id, 1, 60, "ON_SALE").await.unwrap();
+        env.fx.warm_all(id, &names, values).await.unwrap();
+        env
+    }
+
     /// A seat's suspect record, decoded (None: none, or unreadable).
     pub async fn suspect(&self, showtime: i64, seat: &str) -> Option<plan::Suspect> {
         let raw: Option<String> = self
