@@ -203,6 +203,10 @@ async fn soak(
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let idle_end = (bench.snapshot().await?, Instant::now());
 
+    if args.traffic_showtimes > 0 && args.traffic_lose_every > 0 {
+        traffic::schedule_openings(&bench, &estate).await?;
+    }
+
     // 3. The daemons, on their defaults.
     let env = DaemonEnv {
         mysql_url: bench.db_url.clone(),

@@ -193,6 +193,27 @@ pub struct Traffic {
 /// one every 20 s for an hour.
 const TO_OPEN: usize = 180;
 
+/// The showtimes sales will open for, after the estate's ids.
+fn scheduled(estate: &Estate) -> Vec<ShowtimeId> {
+    let first = estate.showtimes as ShowtimeId + 1;
+    (first..first + TO_OPEN as ShowtimeId).collect()
+}
+
+/// Creates the showtimes sales will open for, `SCHEDULED`: before the
+/// daemons start, so that their creation (one transaction naming them all:
+/// a burst of binlog checks) is not inside the measured window.
+pub async fn schedule_openings(bench: &Bench, estate: &Estate) -> Result<()> {
+    let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
+        "INSERT INTO showtime (id, movie_id, hall_id, starts_at, status) ",
+    );
+    insert.push_values(scheduled(estate), |mut row, id| {
+        row.push_bind(id)
+            .push("1, 1, UTC_TIMESTAMP(3) + INTERVAL 1 DAY, 'SCHEDULED'");
+    });
+    insert.build().execute(&bench.pool).await?;
+    Ok(())
+}
+
 /// Drift the soak made itself (not a customer's crash): what, where, when.
 pub type Made = (CrashKind, ShowtimeId, DateTime<Utc>);
 
@@ -224,17 +245,8 @@ impl Traffic {
             abandon_expiry: ABANDON_EXPIRY,
             max_step_delay: MAX_STEP_DELAY,
         };
-        // Before the customers start: the showtimes sales will open for.
-        let first = estate.showtimes as ShowtimeId + 1;
-        let to_open: Vec<ShowtimeId> = (first..first + TO_OPEN as ShowtimeId).rev().collect();
-        let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "INSERT INTO showtime (id, movie_id, hall_id, starts_at, status) ",
-        );
-        insert.push_values(&to_open, |mut row, id| {
-            row.push_bind(*id)
-                .push("1, 1, UTC_TIMESTAMP(3) + INTERVAL 1 DAY, 'SCHEDULED'");
-        });
-        insert.build().execute(&bench.pool).await?;
+        let mut to_open = scheduled(estate);
+        to_open.reverse();
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let (sim, stop) = (sim.clone(), stop.clone());
