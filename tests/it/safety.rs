@@ -573,6 +573,29 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
     );
 }
 
+/// A CANCELLED order on `seat` whose times (`created_at`, `expires_at`,
+/// `cancelled_at`) the application wrote these many seconds ago, as an
+/// order of the past or a clock behind would.
+async fn cancelled_order_dated(env: &TestEnv, showtime: i64, seat: &str, ago: [i64; 3]) {
+    let order = env
+        .fx
+        .order(showtime, "CANCELLED", &[seat], 600)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL ? SECOND, \
+         expires_at = UTC_TIMESTAMP(3) - INTERVAL ? SECOND, \
+         cancelled_at = UTC_TIMESTAMP(3) - INTERVAL ? SECOND WHERE id = ?",
+    )
+    .bind(ago[0])
+    .bind(ago[1])
+    .bind(ago[2])
+    .bind(order)
+    .execute(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+}
+
 /// Rule 4's "continuously" in MySQL's own terms: a record marked with the
 /// seat's rows (as a re-check writes it) is continuous while the rows are
 /// as marked, whatever the clocks say. A-1: an order came and went since,
@@ -585,30 +608,12 @@ async fn order_activity_since_first_seen_restarts_the_grace_period() {
 #[tokio::test]
 async fn a_record_marked_with_the_seats_rows_compares_rows_not_clocks() {
     let env = TestEnv::with_grace_on(4, 2, &[("A-1", "1"), ("A-2", "1")]).await;
-    let ended = env.fx.order(4, "CANCELLED", &["A-2"], 600).await.unwrap();
-    sqlx::query(
-        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 700 SECOND, \
-         expires_at = UTC_TIMESTAMP(3) - INTERVAL 650 SECOND, \
-         cancelled_at = UTC_TIMESTAMP(3) - INTERVAL 601 SECOND WHERE id = ?",
-    )
-    .bind(ended)
-    .execute(env.ctx.mysql.pool())
-    .await
-    .unwrap();
+    cancelled_order_dated(&env, 4, "A-2", [700, 650, 601]).await;
     for seat in ["A-1", "A-2"] {
         env.mark_suspect(4, seat, "1", Duration::from_secs(600))
             .await;
     }
-    let skewed = env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
-    sqlx::query(
-        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE, \
-         expires_at = UTC_TIMESTAMP(3) - INTERVAL 10 MINUTE, \
-         cancelled_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE WHERE id = ?",
-    )
-    .bind(skewed)
-    .execute(env.ctx.mysql.pool())
-    .await
-    .unwrap();
+    cancelled_order_dated(&env, 4, "A-1", [1200, 600, 1200]).await;
 
     let r = env.job(Kind::OrphanLocks).await;
     assert_eq!((r.fixed, r.deferred), (1, 1), "{r:?}");
@@ -632,31 +637,14 @@ async fn a_record_marked_with_the_seats_rows_compares_rows_not_clocks() {
 #[tokio::test]
 async fn an_order_cancelled_after_first_seen_restarts_the_grace_period() {
     let env = orphan_seen_ten_minutes_ago().await;
-    let order = env.fx.order(4, "CANCELLED", &["A-1"], 600).await.unwrap();
-    sqlx::query(
-        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE, \
-         expires_at = UTC_TIMESTAMP(3) - INTERVAL 5 MINUTE, cancelled_at = UTC_TIMESTAMP(3) WHERE id = ?",
-    )
-    .bind(order)
-    .execute(env.ctx.mysql.pool())
-    .await
-    .unwrap();
+    cancelled_order_dated(&env, 4, "A-1", [1200, 300, 0]).await;
 
     // A-2: the same, except that its order came and went before the first
     // sighting: nothing since, so the grace ran out and it is released.
     env.fx.warm(4, &[("A-2", "1")]).await.unwrap();
     env.age_suspect(4, "A-2", "1", Duration::from_secs(600))
         .await;
-    let ended = env.fx.order(4, "CANCELLED", &["A-2"], 600).await.unwrap();
-    sqlx::query(
-        "UPDATE ticket_order SET created_at = UTC_TIMESTAMP(3) - INTERVAL 30 MINUTE, \
-         expires_at = UTC_TIMESTAMP(3) - INTERVAL 15 MINUTE, \
-         cancelled_at = UTC_TIMESTAMP(3) - INTERVAL 20 MINUTE WHERE id = ?",
-    )
-    .bind(ended)
-    .execute(env.ctx.mysql.pool())
-    .await
-    .unwrap();
+    cancelled_order_dated(&env, 4, "A-2", [1800, 900, 1200]).await;
 
     let r = env.job(Kind::OrphanLocks).await;
     assert_eq!((r.fixed, r.deferred), (1, 1), "{r:?}");
