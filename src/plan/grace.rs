@@ -17,7 +17,7 @@ pub const CLOCK_SLACK_MS: i64 = 5_000;
 /// Without this, a hold that was released and taken again between two runs
 /// (A holds, A's order commits and is cancelled, B holds) would inherit A's
 /// old first-seen time and B's in-flight hold could be released.
-pub fn orphaned_throughout(first_seen_ms: i64, last_activity_ms: Option<i64>) -> bool {
+fn orphaned_throughout(first_seen_ms: i64, last_activity_ms: Option<i64>) -> bool {
     last_activity_ms.is_none_or(|t| t < first_seen_ms - CLOCK_SLACK_MS)
 }
 

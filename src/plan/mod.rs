@@ -256,9 +256,7 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
 
 mod grace;
 
-pub use grace::{
-    CLOCK_SLACK_MS, GracePlan, Suspect, apply_grace, orphaned_throughout, suspect_state,
-};
+pub use grace::{CLOCK_SLACK_MS, GracePlan, Suspect, apply_grace, suspect_state};
 
 /// True when a repair planned from the scan is still right given a fresh
 /// read of exactly its seat, asked in MySQL's own terms (rules 4 and 15,

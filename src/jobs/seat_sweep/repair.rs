@@ -419,20 +419,18 @@ impl Restarts {
     fn ops(self, now_ms: i64) -> Vec<(ShowtimeId, Vec<SuspectOp>)> {
         let mut out: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
         for (showtime, seat, state, rows) in self.seats {
-            if out.last().is_none_or(|(id, _)| *id != showtime) {
-                out.push((showtime, Vec::new()));
+            let encoded = plan::Suspect::seen_with(state, now_ms, &rows).encode();
+            let ops = [
+                SuspectOp::Clear {
+                    seat: seat.clone(),
+                    state: Some(state),
+                },
+                SuspectOp::Record { seat, encoded },
+            ];
+            match out.last_mut() {
+                Some((id, same)) if *id == showtime => same.extend(ops),
+                _ => out.push((showtime, ops.into())),
             }
-            let Some((_, ops)) = out.last_mut() else {
-                continue;
-            };
-            ops.push(SuspectOp::Clear {
-                seat: seat.clone(),
-                state: Some(state),
-            });
-            ops.push(SuspectOp::Record {
-                seat,
-                encoded: plan::Suspect::seen_with(state, now_ms, &rows).encode(),
-            });
         }
         out
     }
