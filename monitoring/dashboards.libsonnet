@@ -198,10 +198,11 @@ local u = import 'lib/util.libsonnet';
                    [gr.target(q('histogram_quantile(0.99, sum by (le, source) (rate(seatflow_reconcile_change_drift_age_seconds_bucket{%(s)s}[$__rate_interval])))'), '{{source}}')],
                    unit='s'), 8, 8],
     [gr.timeseries('Keyspace notifications per minute, and gaps',
-                   'Keyspace notifications received on seat hashes per minute, per process, and gaps per hour by reason (connection_lost, queue_full, events_stopped, topology_changed, start, binlog_lost, binlog_position_lost): moments a change may have been missed, each of which starts a pass.',
+                   'Keyspace notifications received on seat hashes per minute, per process (and of those, our own repair writes, for which no check is asked), and gaps per hour by reason (connection_lost, queue_full, events_stopped, topology_changed, start, binlog_lost, binlog_position_lost): moments a change may have been missed, each of which starts a pass.',
                    [
                      gr.target(q('sum by (instance) (rate(seatflow_reconcile_change_events_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} events/min'),
                      gr.target(q('sum by (reason) (increase(seatflow_reconcile_change_gaps_total{%(s)s}[1h]))'), 'gaps/h: {{reason}}', 'B'),
+                     gr.target(q('sum by (instance) (rate(seatflow_reconcile_change_events_own_total{%(s)s}[$__rate_interval])) * 60'), '{{instance}} own writes/min (not checked)', 'C'),
                    ],
                    unit='short'), 8, 8],
     [gr.timeseries('Check queue: depth and oldest due',

@@ -14,7 +14,9 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
 use crate::changes::Changes;
-use crate::changes::events::{self, Channels, EventsState, Message, PROBE_EVERY, Verdict};
+use crate::changes::events::{
+    self, Channels, EventsState, Message, OwnWrites, PROBE_EVERY, Verdict,
+};
 use crate::changes::queue::{CheckBudget, Due, Source};
 use crate::config::RedisEvents;
 use crate::jobs::{self, RunOptions};
@@ -139,6 +141,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
         };
         wait = Duration::from_secs(1);
         let mut stream = stream;
+        let mut own = OwnWrites::default();
         let mut probe_tick = tokio::time::interval(PROBE_EVERY);
         let mut judge_tick = tokio::time::interval(ROLE_EVERY);
         let mut topology_tick =
@@ -153,7 +156,13 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                         tracing::warn!("the Redis keyspace subscription was lost; a pass covers the gap");
                         break;
                     };
-                    match channels.read(&channel, &event) {
+                    let message = channels.read(&channel, &event);
+                    let ours = own.ours(message);
+                    match message {
+                        Message::Seat(_) | Message::SeatOther(_) if ours => {
+                            changes.metrics.events.inc();
+                            changes.metrics.own_events.inc();
+                        }
                         Message::Seat(s) | Message::SeatOther(s) => {
                             changes.metrics.events.inc();
                             if shard.covers(s) {
@@ -167,7 +176,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                             }
                             show_events(changes);
                         }
-                        Message::Ignored => {}
+                        Message::OwnWrites { .. } | Message::Ignored => {}
                     }
                 }
                 _ = probe_tick.tick() => {
@@ -249,7 +258,7 @@ async fn listen(runner: &Runner) -> crate::error::Result<Listening> {
     let channels = Channels::new(redis.db(), redis.keys.prefix(), probe_keys);
     let stream = redis
         .subscribe(
-            &channels.seat_pattern(),
+            &channels.patterns(),
             &channels.probe_channels(),
             topology.as_ref(),
         )

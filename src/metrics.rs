@@ -467,6 +467,8 @@ impl PassMetrics {
 pub struct ChangeMetrics {
     /// Keyspace notifications on seat hashes received (probe ones excluded).
     pub events: prometheus::IntCounter,
+    /// Of those, our own repair scripts' writes: no check is asked for them.
+    pub own_events: prometheus::IntCounter,
     /// Moments a source may have missed a change, by `reason`.
     pub gaps: IntCounterVec,
     /// Checks of a showtime run, by `source` (what asked for it).
@@ -513,6 +515,11 @@ impl ChangeMetrics {
             events: prometheus::IntCounter::new(
                 "seatflow_reconcile_change_events_total",
                 "Redis keyspace notifications received on seat hashes.",
+            )
+            .unwrap(),
+            own_events: prometheus::IntCounter::new(
+                "seatflow_reconcile_change_events_own_total",
+                "Of the keyspace notifications on seat hashes, those of the reconciler's own repair writes (inside its scripts' writing bracket): no check is asked for them.",
             )
             .unwrap(),
             gaps: IntCounterVec::new(
@@ -606,6 +613,7 @@ impl Metrics {
     pub fn export_changes(&self, m: &ChangeMetrics) {
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.events.clone()),
+            Box::new(m.own_events.clone()),
             Box::new(m.gaps.clone()),
             Box::new(m.checks.clone()),
             Box::new(m.fixes.clone()),

@@ -50,6 +50,8 @@ TEST_TARGETS = ["--test", "it", "--test", "failpoints"]
 SEAT_TESTS = ["races::", "safety::", "own_keys::", "strict_reading::", "bad_data::", "jobs::"]
 LEASE_TESTS = SEAT_TESTS + ["passes::", "cluster::"]
 PASS_TESTS = ["passes::", "daemon::", "cluster::", "own_keys::"]
+# The writing-key bracket around the seat scripts' writes, on a real server.
+OWN_WRITES_TEST = "changes::our_scripts_seat_writes_are_told_apart"
 
 
 @dataclass
@@ -67,8 +69,8 @@ def lua_target(path, tests):
 
 GROUPS = {
     "lua": [
-        lua_target("src/store/lua/repair_seats.lua", SEAT_TESTS),
-        lua_target("src/store/lua/rebuild_hash.lua", SEAT_TESTS),
+        lua_target("src/store/lua/repair_seats.lua", SEAT_TESTS + [OWN_WRITES_TEST]),
+        lua_target("src/store/lua/rebuild_hash.lua", SEAT_TESTS + [OWN_WRITES_TEST]),
         lua_target("src/store/lua/record_suspects.lua", SEAT_TESTS),
         lua_target("src/store/lua/lease_acquire.lua", LEASE_TESTS),
         lua_target("src/store/lua/lease_renew.lua", LEASE_TESTS),

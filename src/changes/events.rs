@@ -13,7 +13,18 @@
 //! In Redis Cluster mode each primary publishes only its own keys' events
 //! and has its own setting: there is one probe key per primary, in a slot
 //! it owns, and events are on only when every primary answered its probe.
+//!
+//! Our own repairs write seat hashes too, and each write is an event: a
+//! check of it would find nothing (the repair was planned from MySQL just
+//! before). Our scripts bracket their seat writes with a key of their own,
+//! `reconcile:writing:{S}`, created before the first and deleted after the
+//! last ([`OwnWrites`]); a script runs atomically, and one connection's
+//! notifications arrive in the order they were published, so the seat
+//! events between that key's `hset` and its `del` are exactly ours. A
+//! customer's write just before or after the script is outside the bracket
+//! and is checked as always.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::model::ShowtimeId;
@@ -43,6 +54,9 @@ pub enum Message {
     /// The `HSET` (true) or `DEL` (false) of our probe key number `key`
     /// (one per primary) arrived.
     Probe { key: usize, hash_event: bool },
+    /// One of our repair scripts began (`started`) or ended its writes to
+    /// the showtime's seat hash (the `hset` and `del` of its writing key).
+    OwnWrites { showtime: ShowtimeId, started: bool },
     /// Not ours to act on (a key under the pattern that names no showtime).
     Ignored,
 }
@@ -54,6 +68,8 @@ pub struct Channels {
     space: String,
     /// `{prefix}seat:`
     seat_prefix: String,
+    /// `{prefix}reconcile:writing:`
+    writing_prefix: String,
     /// The probe hashes' keys: one for a single server, one per primary
     /// in a cluster.
     probe_keys: Vec<String>,
@@ -64,6 +80,7 @@ impl Channels {
         Channels {
             space: format!("__keyspace@{db}__:"),
             seat_prefix: format!("{key_prefix}seat:"),
+            writing_prefix: format!("{key_prefix}reconcile:writing:"),
             probe_keys,
         }
     }
@@ -73,13 +90,17 @@ impl Channels {
         &self.probe_keys
     }
 
-    /// The pattern of the seat hashes' channels, the prefix escaped for
-    /// Redis' glob (`*`, `?`, `[`, `]` and `\` in a prefix match themselves).
-    pub fn seat_pattern(&self) -> String {
-        let mut p = glob_escape(&self.space);
-        p.push_str(&glob_escape(&self.seat_prefix));
-        p.push_str("{*}");
-        p
+    /// The patterns subscribed: the seat hashes' channels and our writing
+    /// keys' (one connection, so that a script's events stay in order),
+    /// the prefix escaped for Redis' glob (`*`, `?`, `[`, `]` and `\` in a
+    /// prefix match themselves).
+    pub fn patterns(&self) -> [String; 2] {
+        [&self.seat_prefix, &self.writing_prefix].map(|keys| {
+            let mut p = glob_escape(&self.space);
+            p.push_str(&glob_escape(keys));
+            p.push_str("{*}");
+            p
+        })
     }
 
     /// The probes' own channels (subscribed exactly).
@@ -108,20 +129,62 @@ impl Channels {
                 _ => Message::Ignored,
             };
         }
-        // `{prefix}seat:{S}`, exactly as `Keys::seat` writes it.
-        let Some(id) = key
-            .strip_prefix(&self.seat_prefix)
-            .and_then(|rest| rest.strip_prefix('{'))
-            .and_then(|rest| rest.strip_suffix('}'))
-            .and_then(|id| id.parse::<ShowtimeId>().ok())
-            .filter(|id| *id > 0)
-        else {
+        if let Some(showtime) = showtime_in(key, &self.writing_prefix) {
+            return match event {
+                "hset" => Message::OwnWrites {
+                    showtime,
+                    started: true,
+                },
+                "del" => Message::OwnWrites {
+                    showtime,
+                    started: false,
+                },
+                _ => Message::Ignored,
+            };
+        }
+        let Some(id) = showtime_in(key, &self.seat_prefix) else {
             return Message::Ignored;
         };
         if SEAT_EVENTS.contains(&event) {
             Message::Seat(id)
         } else {
             Message::SeatOther(id)
+        }
+    }
+}
+
+/// The showtime of `{prefix}...:{S}`, exactly as `Keys` writes it.
+fn showtime_in(key: &str, prefix: &str) -> Option<ShowtimeId> {
+    key.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('{'))
+        .and_then(|rest| rest.strip_suffix('}'))
+        .and_then(|id| id.parse::<ShowtimeId>().ok())
+        .filter(|id| *id > 0)
+}
+
+/// The showtimes whose seat hash one of our scripts is writing, as told by
+/// the messages of one subscription (a new subscription starts empty: a
+/// script is atomic, so none can be half seen at its start).
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    writing: HashSet<ShowtimeId>,
+}
+
+impl OwnWrites {
+    /// Takes in `message`; true when it is a seat event of our own write,
+    /// for which no check is asked.
+    pub fn ours(&mut self, message: Message) -> bool {
+        match message {
+            Message::OwnWrites { showtime, started } => {
+                if started {
+                    self.writing.insert(showtime);
+                } else {
+                    self.writing.remove(&showtime);
+                }
+                false
+            }
+            Message::Seat(s) | Message::SeatOther(s) => self.writing.contains(&s),
+            Message::Probe { .. } | Message::Ignored => false,
         }
     }
 }
@@ -350,7 +413,13 @@ mod tests {
     #[test]
     fn the_pattern_escapes_the_prefix_and_the_probe_is_told_apart() {
         let c = channels();
-        assert_eq!(c.seat_pattern(), "__keyspace@3__:sf\\[1\\]:seat:{*}");
+        assert_eq!(
+            c.patterns(),
+            [
+                "__keyspace@3__:sf\\[1\\]:seat:{*}",
+                "__keyspace@3__:sf\\[1\\]:reconcile:writing:{*}"
+            ]
+        );
         let probe = &c.probe_channels()[0];
         assert_eq!(
             c.read(probe, "hset"),
@@ -367,6 +436,50 @@ mod tests {
             }
         );
         assert_eq!(c.read(probe, "expire"), Message::Ignored);
+    }
+
+    /// The seat events between a script's writing-key `hset` and `del` are
+    /// ours; a customer's just before or after, another showtime's in
+    /// between (another primary's, merged), and any once the bracket has
+    /// closed are not.
+    #[test]
+    fn seat_events_inside_a_scripts_bracket_are_ours_and_no_others() {
+        let c = channels();
+        let seat = |s: i64, e: &str| c.read(&format!("__keyspace@3__:sf[1]:seat:{{{s}}}"), e);
+        let writing = |s: i64, e: &str| {
+            c.read(
+                &format!("__keyspace@3__:sf[1]:reconcile:writing:{{{s}}}"),
+                e,
+            )
+        };
+        assert_eq!(
+            writing(42, "hset"),
+            Message::OwnWrites {
+                showtime: 42,
+                started: true
+            }
+        );
+        assert_eq!(writing(42, "expire"), Message::Ignored);
+        let mut own = OwnWrites::default();
+        let heard: Vec<bool> = [
+            seat(42, "hset"),
+            writing(42, "hset"),
+            seat(42, "hset"),
+            seat(7, "hset"),
+            seat(42, "hset"),
+            seat(42, "hdel"),
+            writing(42, "del"),
+            seat(42, "hset"),
+            seat(42, "del"),
+        ]
+        .into_iter()
+        .map(|m| own.ours(m))
+        .collect();
+        assert_eq!(
+            heard,
+            [false, false, true, false, true, true, false, false, false]
+        );
+        assert!(!own.ours(c.read(&c.probe_channels()[0], "hset")));
     }
 
     #[test]

@@ -6,7 +6,11 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use seatflow_reconciler::changes::events::{Channels, Message, OwnWrites};
 use seatflow_reconciler::config::Settings;
+use seatflow_reconciler::model::{Kind, SeatRepair, SeatState};
+use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{InProcessDaemon, sample};
 use seatflow_test_support::servers::{self, PrivateServer};
@@ -204,15 +208,104 @@ async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
     let audit = env.audit().await;
     assert_eq!(audit.len(), 1, "{audit:?}");
     assert_eq!(env.found_by().await, [found("seat_released", "event")]);
-    // The release's own write is an event too: one more check, which
-    // finds nothing (the seat is free now).
-    assert!(
+    // The release's own write is an event too, told ours by its script's
+    // bracket: no second check (it would find nothing).
+    metric_reaches(&daemon, "seatflow_reconcile_change_events_own_total", 1.0).await;
+    daemon
+        .status_when("the queue is idle", |s| {
+            s["changes"]["queue_depth"] == 0 && s["changes"]["in_flight"] == 0
+        })
+        .await;
+    let m = metrics(&daemon).await;
+    assert_eq!(
         sample(
             &m,
             r#"seatflow_reconcile_change_checks_total{source="event"}"#
-        ) >= 1.0
+        ),
+        1.0,
+        "one check, for the customer's hold only"
     );
     daemon.stop().await;
+}
+
+/// On a real server: the seat events of our repair and rebuild scripts lie
+/// between their writing key's `hset` and `del`, and are told ours; a
+/// customer's write just before and just after each, and a customer's
+/// `DEL`, are not.
+#[tokio::test]
+async fn our_scripts_seat_writes_are_told_apart_from_the_customers_around_them() {
+    let redis = servers::redis_with_keyspace_events();
+    let env = estate(Some(&redis), 2, |_| {}).await;
+    let store = &env.ctx.redis;
+    let channels = Channels::new(store.db(), store.keys.prefix(), Vec::new());
+    let mut heard = store
+        .subscribe(&channels.patterns(), &[], None)
+        .await
+        .unwrap();
+    store.acquire_leases("me", &[1, 2], 60_000).await.unwrap();
+    let customer = |showtime: i64, seat: &str| {
+        redis::cmd("HSET")
+            .arg(store.keys.seat(showtime))
+            .arg(seat)
+            .arg("1")
+            .clone()
+    };
+    let release = |seat: &str| SeatRepair {
+        kind: Kind::OrphanLocks,
+        seat: seat.into(),
+        observed: Some(SeatState::Locked),
+        target: SeatState::Free,
+    };
+    let _: () = env.redis(&customer(1, "A-1")).await;
+    let _: () = env.redis(&customer(1, "A-2")).await;
+    let out = store
+        .repair_seats(
+            "me",
+            &[SeatBatch::new(1, vec![release("A-1"), release("A-2")])],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out[0].reply.as_ref().unwrap(),
+        &Fenced::Done(vec![true, true])
+    );
+    let _: () = env.redis(&customer(1, "A-3")).await;
+    let _: () = env.redis(redis::cmd("DEL").arg(store.keys.seat(2))).await;
+    let rebuilt = store
+        .rebuild_hash("me", "op-1", 2, &[("A-1".into(), SeatState::Free)])
+        .await
+        .unwrap();
+    assert_eq!(rebuilt.reply, Fenced::Done(true));
+    let _: () = env.redis(&customer(2, "A-4")).await;
+
+    let mut own = OwnWrites::default();
+    let mut told = Vec::new();
+    while told.len() < 12 {
+        let (channel, event) = tokio::time::timeout(Duration::from_secs(10), heard.next())
+            .await
+            .expect("a notification")
+            .expect("the subscription");
+        let message = channels.read(&channel, &event);
+        told.push((message, own.ours(message)));
+    }
+    let writing = |showtime, started| Message::OwnWrites { showtime, started };
+    assert_eq!(
+        told,
+        [
+            (Message::Seat(1), false),
+            (Message::Seat(1), false),
+            (writing(1, true), false),
+            (Message::Seat(1), true),
+            (Message::Seat(1), true),
+            (writing(1, false), false),
+            (Message::Seat(1), false),
+            (Message::Seat(2), false),
+            (writing(2, true), false),
+            (Message::Seat(2), true),
+            (writing(2, false), false),
+            (Message::Seat(2), false),
+        ]
+    );
 }
 
 /// With a grace period, the event's check only records the suspect; the

@@ -53,8 +53,9 @@ fn ints(reply: redis::RedisResult<Value>) -> Vec<i64> {
     redis::from_redis_value(reply.unwrap()).unwrap()
 }
 
-/// Keys of showtime `SHOWTIME` the seat scripts take, with our lease held.
-async fn leased(env: &TestEnv) -> (String, String, String, String) {
+/// Keys of showtime `SHOWTIME` the seat scripts take (seat, lease,
+/// suspects, done, writing), with our lease held.
+async fn leased(env: &TestEnv) -> (String, String, String, String, String) {
     let k = &env.ctx.redis.keys;
     let _: () = env
         .redis(
@@ -70,6 +71,7 @@ async fn leased(env: &TestEnv) -> (String, String, String, String) {
         k.lease(SHOWTIME),
         k.suspect(SHOWTIME),
         k.done(SHOWTIME),
+        k.writing(SHOWTIME),
     )
 }
 
@@ -82,11 +84,11 @@ async fn exists(env: &TestEnv, key: &str) -> bool {
 #[tokio::test]
 async fn repair_seats_judges_a_seat_named_twice_by_the_first_write() {
     let env = TestEnv::new().await;
-    let (seat, lease, suspect, done) = leased(&env).await;
+    let (seat, lease, suspect, done, writing) = leased(&env).await;
     let _: () = env
         .redis(redis::cmd("HSET").arg(&seat).arg("A-1").arg("1"))
         .await;
-    let keys = [seat.clone(), lease, suspect, done];
+    let keys = [seat.clone(), lease, suspect, done, writing];
     let reply = eval(
         &env,
         REPAIR_SEATS,
@@ -110,11 +112,11 @@ async fn repair_seats_judges_a_seat_named_twice_by_the_first_write() {
 #[tokio::test]
 async fn repair_seats_refuses_malformed_arguments_and_writes_nothing() {
     let env = TestEnv::new().await;
-    let (seat, lease, suspect, done) = leased(&env).await;
+    let (seat, lease, suspect, done, writing) = leased(&env).await;
     let _: () = env
         .redis(redis::cmd("HSET").arg(&seat).arg("A-1").arg("1"))
         .await;
-    let keys = [seat.clone(), lease, suspect, done.clone()];
+    let keys = [seat.clone(), lease, suspect, done.clone(), writing];
     let err = refused(eval(&env, REPAIR_SEATS, &keys, &[TOKEN, "op-1", "A-1", "1"]).await);
     assert!(err.contains("not seat triples"), "{err}");
     let err = refused(eval(&env, REPAIR_SEATS, &keys, &[TOKEN, "op-2", "A-1", "1", "3"]).await);
@@ -131,8 +133,8 @@ async fn repair_seats_refuses_malformed_arguments_and_writes_nothing() {
 #[tokio::test]
 async fn rebuild_hash_refuses_arguments_that_are_not_pairs() {
     let env = TestEnv::new().await;
-    let (seat, lease, _, done) = leased(&env).await;
-    let keys = [seat.clone(), lease, done.clone()];
+    let (seat, lease, _, done, writing) = leased(&env).await;
+    let keys = [seat.clone(), lease, done.clone(), writing];
     for args in [
         &[TOKEN, "op-1"][..],
         &[TOKEN, "op-2", "A-1", "0", "A-2"][..],
@@ -150,8 +152,8 @@ async fn rebuild_hash_refuses_arguments_that_are_not_pairs() {
 #[tokio::test]
 async fn a_retried_rebuild_gets_its_first_reply() {
     let env = TestEnv::new().await;
-    let (seat, lease, _, done) = leased(&env).await;
-    let keys = [seat.clone(), lease, done.clone()];
+    let (seat, lease, _, done, writing) = leased(&env).await;
+    let keys = [seat.clone(), lease, done.clone(), writing];
     let args = [TOKEN, "op-1", "A-1", "0", "A-2", "1"];
     assert_eq!(ints(eval(&env, REBUILD_HASH, &keys, &args).await), [1, 0]);
     assert_eq!(

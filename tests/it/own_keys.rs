@@ -110,9 +110,11 @@ async fn scripts_check_every_key_type_before_their_first_write() {
         target: SeatState::Free,
     };
 
-    // Suspect and done keys of the wrong type: replaced, repair applied.
+    // Suspect, done and writing keys of the wrong type: replaced, repair
+    // applied (the writing key exists only inside the script: deleted).
     env.fx.warm(1, &[("A-1", "1"), ("A-2", "1")]).await.unwrap();
     corrupt(&env, &redis.keys.suspect(1)).await;
+    corrupt(&env, &redis.keys.writing(1)).await;
     let _: () = env
         .redis(redis::cmd("RPUSH").arg(redis.keys.done(1)).arg("x"))
         .await;
@@ -140,6 +142,7 @@ async fn scripts_check_every_key_type_before_their_first_write() {
     );
     assert_eq!(key_type(&env, &redis.keys.done(1)).await, "hash");
     assert_eq!(key_type(&env, &redis.keys.suspect(1)).await, "none");
+    assert_eq!(key_type(&env, &redis.keys.writing(1)).await, "none");
     assert_eq!(
         env.fx.seat_value(1, "A-2").await.unwrap().as_deref(),
         Some("0")
@@ -161,14 +164,17 @@ async fn scripts_check_every_key_type_before_their_first_write() {
     assert!(rebuilt.replaced.is_empty(), "no key of ours was replaced");
     assert_eq!(key_type(&env, &redis.keys.seat(2)).await, "string");
 
-    // A rebuild with a done key of the wrong type: replaced, hash created.
+    // A rebuild with done and writing keys of the wrong type: replaced,
+    // hash created.
     corrupt(&env, &redis.keys.done(3)).await;
+    corrupt(&env, &redis.keys.writing(3)).await;
     let rebuilt = redis
         .rebuild_hash("me", "op-3", 3, &[("A-1".into(), SeatState::Free)])
         .await
         .unwrap();
     assert_eq!(rebuilt.reply, Fenced::Done(true));
     assert_eq!(rebuilt.replaced, vec![redis.keys.done(3)]);
+    assert_eq!(key_type(&env, &redis.keys.writing(3)).await, "none");
     assert_eq!(
         env.fx.seat_value(3, "A-1").await.unwrap().as_deref(),
         Some("0")

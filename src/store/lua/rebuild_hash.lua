@@ -1,5 +1,7 @@
 -- Fenced creation of a missing seat hash; never clobbers one that appeared.
--- KEYS[1] seat hash, KEYS[2] showtime lease, KEYS[3] done (operation id -> reply).
+-- KEYS[1] seat hash, KEYS[2] showtime lease, KEYS[3] done (operation id -> reply),
+-- KEYS[4] writing (exists only around the seat writes: its keyspace events
+-- bracket our own seat events, as in repair_seats.lua).
 -- ARGV[1] our token, ARGV[2] a unique operation id, then field/value pairs.
 -- Replies {code, replaced}: code -1 showtime lease not ours, -2 the seat key exists
 -- with the wrong type (left alone), 0 the hash exists (left alone),
@@ -27,6 +29,7 @@ if key_type(KEYS[2]) ~= 'string' or redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return {-1, 0}
 end
 local seat_type = key_type(KEYS[1])
+local writing_type = key_type(KEYS[4])
 local result = 0
 if seat_type == 'none' then
   result = 1
@@ -40,12 +43,17 @@ if replace_done then
   replaced = 2
 end
 if result == 1 then
+  if writing_type ~= 'none' then
+    redis.call('DEL', KEYS[4])
+  end
+  redis.call('HSET', KEYS[4], 'by', 'reconciler')
   -- HSET in slices of whole pairs: Lua's unpack has a stack limit.
   local step = 200
   for i = 3, #ARGV, step do
     local last = math.min(i + step - 1, #ARGV)
     redis.call('HSET', KEYS[1], unpack(ARGV, i, last))
   end
+  redis.call('DEL', KEYS[4])
 end
 redis.call('HSET', KEYS[3], ARGV[2], result)
 redis.call('PEXPIRE', KEYS[3], 600000)

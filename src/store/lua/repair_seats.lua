@@ -3,6 +3,9 @@
 -- KEYS[2] showtime lease {prefix}reconcile:lock:{S}
 -- KEYS[3] suspects       {prefix}reconcile:suspect:{S}
 -- KEYS[4] done           {prefix}reconcile:done:{S}  (operation id -> reply, for retries)
+-- KEYS[5] writing        {prefix}reconcile:writing:{S} (created before the seat
+--         writes and deleted after them: its hset and del keyspace events
+--         bracket our own seat events, which then ask for no check)
 -- ARGV[1] our showtime lease token, ARGV[2] a unique operation id, then triples:
 -- seat, observed ("" = field absent), target ("0", "1" or "2").
 -- Replies (nothing is written unless the first element is 1):
@@ -50,12 +53,14 @@ local seat_type = key_type(KEYS[1])
 if seat_type ~= 'hash' and seat_type ~= 'none' then
   return {-2, 1}
 end
+local writing_type = key_type(KEYS[5])
 local suspect_type = key_type(KEYS[3])
 local replace_suspects = suspect_type ~= 'hash' and suspect_type ~= 'none'
 -- Read-only phase: decide every seat.
 local hash_exists = seat_type == 'hash'
 local planned = {}
 local apply = {}
+local writes = false
 for i = 3, #ARGV, 3 do
   local seat, observed, target = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local current = planned[seat]
@@ -73,6 +78,7 @@ for i = 3, #ARGV, 3 do
   apply[#apply + 1] = same
   if same then
     planned[seat] = target
+    writes = true
   end
 end
 -- Write phase: nothing below can fail on a key's type or an argument.
@@ -87,6 +93,12 @@ if replace_done then
   redis.call('DEL', KEYS[4])
   replaced = replaced + 2
 end
+if writes then
+  if writing_type ~= 'none' then
+    redis.call('DEL', KEYS[5])
+  end
+  redis.call('HSET', KEYS[5], 'by', 'reconciler')
+end
 local out = {1, replaced}
 for n, same in ipairs(apply) do
   local i = 3 + (n - 1) * 3
@@ -99,6 +111,9 @@ for n, same in ipairs(apply) do
   else
     out[#out + 1] = 0
   end
+end
+if writes then
+  redis.call('DEL', KEYS[5])
 end
 redis.call('HSET', KEYS[4], ARGV[2], cjson.encode(out))
 redis.call('PEXPIRE', KEYS[4], 600000)

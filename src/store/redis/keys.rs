@@ -41,6 +41,15 @@ impl Keys {
         format!("{}reconcile:done:{{{s}}}", self.prefix)
     }
 
+    /// Exists only inside our repair scripts, around their writes to the
+    /// seat hash (created before the first, deleted after the last, in one
+    /// atomic script: nobody ever reads it). Its two keyspace events
+    /// bracket the seat events that are our own writes, so the event
+    /// subscriber asks no check for them (`changes::events::OwnWrites`).
+    pub fn writing(&self, s: ShowtimeId) -> String {
+        format!("{}reconcile:writing:{{{s}}}", self.prefix)
+    }
+
     pub fn cursor(&self, job: &str) -> String {
         format!("{}reconcile:cursor:{job}", self.prefix)
     }

@@ -98,26 +98,28 @@ impl RedisStore {
         }
     }
 
-    /// Dedicated connections subscribed to `pattern` and `channels`, their
+    /// Dedicated connections subscribed to `patterns` and `channels`, their
     /// messages merged: on the single server, or on each primary of
     /// `topology` in a cluster (a node publishes only its own keys'
     /// events). The stream ends when any connection drops: listening on
     /// part of the primaries would miss the others' events unnoticed.
     pub async fn subscribe(
         &self,
-        pattern: &str,
+        patterns: &[String],
         channels: &[String],
         topology: Option<&Topology>,
     ) -> Result<BoxStream<'static, Notification>> {
         match (&self.subscriber, topology) {
-            (Subscriber::Single(client), _) => Ok(listen(client, pattern, channels).await?.boxed()),
+            (Subscriber::Single(client), _) => {
+                Ok(listen(client, patterns, channels).await?.boxed())
+            }
             (Subscriber::Cluster(seed), Some(topology)) => {
                 let nodes = futures_util::future::try_join_all(topology.primaries.iter().map(
                     |p| async move {
                         let client = node_client(seed, p)?;
                         tokio::time::timeout(
                             NODE_SUBSCRIBE_TIMEOUT,
-                            listen(&client, pattern, channels),
+                            listen(&client, patterns, channels),
                         )
                         .await
                         .map_err(|_| {
@@ -187,11 +189,11 @@ impl RedisStore {
 /// A connection of `client`'s own, subscribed: its messages until it drops.
 async fn listen(
     client: &redis::Client,
-    pattern: &str,
+    patterns: &[String],
     channels: &[String],
 ) -> Result<impl futures_util::Stream<Item = Notification> + Send + use<>> {
     let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.psubscribe(pattern).await?;
+    pubsub.psubscribe(patterns).await?;
     if !channels.is_empty() {
         pubsub.subscribe(channels).await?;
     }

@@ -233,6 +233,7 @@ impl RedisStore {
                         self.keys.lease(id),
                         self.keys.suspect(id),
                         self.keys.done(id),
+                        self.keys.writing(id),
                     ],
                 );
                 c.arg(token).arg(&b.op_id);
@@ -288,6 +289,7 @@ impl RedisStore {
                 self.keys.seat(showtime),
                 self.keys.lease(showtime),
                 self.keys.done(showtime),
+                self.keys.writing(showtime),
             ],
         );
         c.arg(token).arg(op_id);
