@@ -9,10 +9,11 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use seatflow_reconciler::changes::events::{Channels, Message, OwnWrites};
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::model::{Kind, SeatRepair, SeatState};
-use seatflow_reconciler::store::redis::{Fenced, SeatBatch};
+use seatflow_reconciler::model::SeatState;
+use seatflow_reconciler::store::redis::Fenced;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{InProcessDaemon, sample};
+use seatflow_test_support::own_keys::release_locks;
 use seatflow_test_support::servers::{self, PrivateServer};
 
 const TOKEN: &str = "changes-test-token";
@@ -159,6 +160,16 @@ pub(crate) async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value
     }
 }
 
+/// `/metrics` once no check waits or runs.
+async fn when_the_queue_is_idle(daemon: &InProcessDaemon) -> String {
+    daemon
+        .status_when("the queue is idle", |s| {
+            s["changes"]["queue_depth"] == 0 && s["changes"]["in_flight"] == 0
+        })
+        .await;
+    metrics(daemon).await
+}
+
 /// Runs of the pass so far, whatever their outcome.
 pub(crate) fn pass_runs(exposition: &str) -> f64 {
     ["success", "partial", "failure"]
@@ -211,12 +222,7 @@ async fn an_orphan_lock_is_released_on_its_keyspace_event_without_a_pass() {
     // The release's own write is an event too, told ours by its script's
     // bracket: no second check (it would find nothing).
     metric_reaches(&daemon, "seatflow_reconcile_change_events_own_total", 1.0).await;
-    daemon
-        .status_when("the queue is idle", |s| {
-            s["changes"]["queue_depth"] == 0 && s["changes"]["in_flight"] == 0
-        })
-        .await;
-    let m = metrics(&daemon).await;
+    let m = when_the_queue_is_idle(&daemon).await;
     assert_eq!(
         sample(
             &m,
@@ -250,25 +256,10 @@ async fn our_scripts_seat_writes_are_told_apart_from_the_customers_around_them()
             .arg("1")
             .clone()
     };
-    let release = |seat: &str| SeatRepair {
-        kind: Kind::OrphanLocks,
-        seat: seat.into(),
-        observed: Some(SeatState::Locked),
-        target: SeatState::Free,
-    };
     let _: () = env.redis(&customer(1, "A-1")).await;
     let _: () = env.redis(&customer(1, "A-2")).await;
-    let out = store
-        .repair_seats(
-            "me",
-            &[SeatBatch::new(1, vec![release("A-1"), release("A-2")])],
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        out[0].reply.as_ref().unwrap(),
-        &Fenced::Done(vec![true, true])
-    );
+    let released = release_locks(&env, "me", 1, &["A-1", "A-2"]).await;
+    assert_eq!(released.reply.unwrap(), Fenced::Done(vec![true, true]));
     let _: () = env.redis(&customer(1, "A-3")).await;
     let _: () = env.redis(redis::cmd("DEL").arg(store.keys.seat(2))).await;
     let rebuilt = store
@@ -833,6 +824,39 @@ async fn commits_that_redis_never_heard_of_are_repaired_via_the_binlog_without_a
     daemon.stop().await;
 }
 
+/// A schedule imported (showtimes inserted `SCHEDULED`) and a showtime
+/// closed ask for no check: the contract repairs nothing of a showtime not
+/// for sale, and a check each would hold every other change up behind the
+/// check budget. Opening one for sale asks for one, which warms its hash.
+#[tokio::test]
+async fn showtimes_not_for_sale_after_a_commit_ask_for_no_check() {
+    let server = servers::mariadb_with_binlog();
+    let (env, daemon, _) = daemon_on_binlog(&server, Duration::from_secs(2)).await;
+    let pool = env.ctx.mysql.pool();
+    for id in 3..=22 {
+        env.fx.showtime(id, 1, 60, "SCHEDULED").await.unwrap();
+    }
+    for (status, id) in [("CLOSED", 2), ("CANCELLED", 3), ("ON_SALE", 22)] {
+        sqlx::query("UPDATE showtime SET status = ? WHERE id = ?")
+            .bind(status)
+            .bind(id)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    seat_becomes(&env, 22, "A-4", "0", "the opened showtime's hash is warmed").await;
+    let m = when_the_queue_is_idle(&daemon).await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_checks_total{source="binlog"}"#
+        ),
+        1.0,
+        "the opening's check only"
+    );
+    daemon.stop().await;
+}
+
 /// The contract's other MySQL-only windows: a refund committed whose `"0"`
 /// never reached Redis (a sold orphan, released after its grace), and a
 /// showtime opened for sale whose hash was never warmed (rebuilt). No
@@ -972,7 +996,7 @@ async fn passes_after(daemon: &InProcessDaemon, wait: Duration) -> f64 {
 }
 
 /// `sweep.schedule = "auto"` with both change sources configured fires
-/// every 15 minutes. While a source is down (here the server sends no
+/// every 20 minutes. While a source is down (here the server sends no
 /// keyspace events) a pass runs every `sweep.while_uncovered` (a minute;
 /// 2 s here) anyway; with both sources on, none but the schedule's.
 #[tokio::test]

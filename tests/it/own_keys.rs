@@ -13,10 +13,10 @@ use std::time::Duration;
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::{JobReport, Outcome};
 use seatflow_reconciler::metrics::Metrics;
-use seatflow_reconciler::model::{Kind, SeatRepair, SeatState};
+use seatflow_reconciler::model::{Kind, SeatState};
 use seatflow_reconciler::runner::Runner;
-use seatflow_reconciler::store::redis::{CursorMove, Fenced, LeaseTake, SeatBatch, SuspectOp};
-use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock};
+use seatflow_reconciler::store::redis::{CursorMove, Fenced, LeaseTake, SuspectOp};
+use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock, release_locks};
 use seatflow_test_support::{TestEnv, audit_row, seed_expired};
 
 /// A string where a hash of ours belongs (or any other wrong type).
@@ -103,12 +103,6 @@ async fn a_string_suspect_key_never_leaves_a_repair_unaudited() {
 async fn scripts_check_every_key_type_before_their_first_write() {
     let env = TestEnv::new().await;
     let redis = &env.ctx.redis;
-    let release = |seat: &str| SeatRepair {
-        kind: Kind::OrphanLocks,
-        seat: seat.into(),
-        observed: Some(SeatState::Locked),
-        target: SeatState::Free,
-    };
 
     // Suspect, done and writing keys of the wrong type: replaced, repair
     // applied (the writing key exists only inside the script: deleted).
@@ -125,21 +119,12 @@ async fn scripts_check_every_key_type_before_their_first_write() {
             .unwrap(),
         vec![LeaseTake::Taken; 3]
     );
-    let out = redis
-        .repair_seats(
-            "me",
-            &[SeatBatch::new(1, vec![release("A-1"), release("A-2")])],
-        )
-        .await
-        .unwrap();
+    let released = release_locks(&env, "me", 1, &["A-1", "A-2"]).await;
     assert_eq!(
-        out[0].reply.as_ref().unwrap(),
-        &Fenced::Done(vec![true, true])
-    );
-    assert_eq!(
-        out[0].replaced,
+        released.replaced,
         vec![redis.keys.suspect(1), redis.keys.done(1)]
     );
+    assert_eq!(released.reply.unwrap(), Fenced::Done(vec![true, true]));
     assert_eq!(key_type(&env, &redis.keys.done(1)).await, "hash");
     assert_eq!(key_type(&env, &redis.keys.suspect(1)).await, "none");
     assert_eq!(key_type(&env, &redis.keys.writing(1)).await, "none");
@@ -150,11 +135,8 @@ async fn scripts_check_every_key_type_before_their_first_write() {
 
     // Seatflow's seat key of the wrong type: a distinct reply, nothing written.
     corrupt(&env, &redis.keys.seat(2)).await;
-    let out = redis
-        .repair_seats("me", &[SeatBatch::new(2, vec![release("A-1")])])
-        .await
-        .unwrap();
-    assert_eq!(out[0].reply.as_ref().unwrap(), &Fenced::SeatKeyWrongType);
+    let released = release_locks(&env, "me", 2, &["A-1"]).await;
+    assert_eq!(released.reply.unwrap(), Fenced::SeatKeyWrongType);
     assert_eq!(key_type(&env, &redis.keys.done(2)).await, "none");
     let rebuilt = redis
         .rebuild_hash("me", "op-r", 2, &[("A-1".into(), SeatState::Free)])

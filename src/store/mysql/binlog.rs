@@ -190,6 +190,8 @@ pub struct Layout {
     pub key: usize,
     /// How many columns the table has.
     pub columns: usize,
+    /// 0-based position of `showtime.status` (None for the other tables).
+    pub status: Option<usize>,
 }
 
 /// Each table's [`Layout`] from `(table, column, ORDINAL_POSITION)` rows of
@@ -214,11 +216,19 @@ pub fn layouts(rows: &[(String, String, u64)]) -> Result<HashMap<Table, Layout>,
                     table.key_column()
                 )
             })?;
+        let status = (table == Table::Showtime)
+            .then(|| {
+                mine.iter()
+                    .find(|(_, c, _)| c.eq_ignore_ascii_case("status"))
+                    .and_then(|(_, _, pos)| usize::try_from(*pos).ok()?.checked_sub(1))
+            })
+            .flatten();
         out.insert(
             table,
             Layout {
                 key,
                 columns: mine.len(),
+                status,
             },
         );
     }
@@ -243,14 +253,21 @@ impl ColumnRef {
     }
 }
 
-/// A value of a row image, as far as a showtime id cares.
+/// A value of a row image, as far as a showtime id (or a showtime's
+/// status) cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cell {
     Int(i64),
     Null,
-    /// Anything else (text, dates, an unsigned value past `i64::MAX`).
+    /// A string's bytes, as stored.
+    Text(Vec<u8>),
+    /// Anything else (dates, an unsigned value past `i64::MAX`, ...).
     Other,
 }
+
+/// The `showtime.status` values, byte for byte, of a showtime that is not
+/// for sale (the contract's other three): nothing of it is repaired.
+const NOT_ON_SALE: [&[u8]; 3] = [b"SCHEDULED", b"CLOSED", b"CANCELLED"];
 
 /// One row image: the columns it carries (all of them with
 /// `binlog_row_image = FULL`) and their values.
@@ -260,28 +277,53 @@ pub type Image = [(ColumnRef, Cell)];
 /// before image (the row as it was: an update, a delete) and in the after
 /// image (as it is now: an insert, an update), each once. A key that is NULL
 /// or not an integer names no showtime.
+///
+/// A `showtime` row names its id only when it may be for sale after the
+/// change: the contract expects a state of `ON_SALE` showtimes alone, so a
+/// showtime deleted, or whose status is now `SCHEDULED`, `CLOSED` or
+/// `CANCELLED` byte for byte, has nothing to check (a schedule imported in
+/// one transaction would otherwise queue a check per showtime, and hold up
+/// every other change behind the check budget). Any other status, an odd
+/// spelling or a status not in the image included, is checked.
 pub fn showtimes_of(
     table: Table,
     layout: Layout,
     before: Option<&Image>,
     after: Option<&Image>,
 ) -> Vec<ShowtimeId> {
-    let key = |image: &Image| {
-        image.iter().find_map(|(column, cell)| {
-            let is_key = match column {
-                ColumnRef::Named(name) => name.eq_ignore_ascii_case(table.key_column()),
-                ColumnRef::Position(p) => *p == layout.key,
-            };
-            match (is_key, cell) {
-                (true, Cell::Int(id)) => Some(*id),
-                _ => None,
-            }
-        })
+    let key = |image: &Image| match cell(image, table.key_column(), Some(layout.key)) {
+        Some(Cell::Int(id)) => Some(*id),
+        _ => None,
     };
-    let mut ids: Vec<ShowtimeId> = before.into_iter().chain(after).filter_map(key).collect();
+    let not_for_sale = |image: &Image| {
+        matches!(cell(image, "status", layout.status),
+            Some(Cell::Text(status)) if NOT_ON_SALE.contains(&status.as_slice()))
+    };
+    let mut ids: Vec<ShowtimeId> = match table {
+        Table::Showtime => after
+            .filter(|a| !not_for_sale(a))
+            .and_then(key)
+            .into_iter()
+            .collect(),
+        Table::TicketOrder | Table::OrderSeat => {
+            before.into_iter().chain(after).filter_map(key).collect()
+        }
+    };
     ids.sort_unstable();
     ids.dedup();
     ids
+}
+
+/// The value of column `name` (by name when the image names its columns,
+/// else at `position`) in `image`, if the image carries it.
+fn cell<'a>(image: &'a Image, name: &str, position: Option<usize>) -> Option<&'a Cell> {
+    image.iter().find_map(|(column, cell)| {
+        let found = match column {
+            ColumnRef::Named(n) => n.eq_ignore_ascii_case(name),
+            ColumnRef::Position(p) => Some(*p) == position,
+        };
+        found.then_some(cell)
+    })
 }
 
 /// What a query event means to a transaction.
@@ -925,6 +967,7 @@ fn image(row: &BinlogRow) -> Vec<(ColumnRef, Cell)> {
                     i64::try_from(*n).map_or(Cell::Other, Cell::Int)
                 }
                 Some(BinlogValue::Value(Value::NULL)) | None => Cell::Null,
+                Some(BinlogValue::Value(Value::Bytes(b))) => Cell::Text(b.clone()),
                 Some(_) => Cell::Other,
             };
             (ColumnRef::parse(&column.name_str()), cell)
@@ -943,6 +986,7 @@ mod tests {
     const ORDER: Layout = Layout {
         key: 3,
         columns: 10,
+        status: None,
     };
 
     /// A `ticket_order` row as `binlog_row_image = FULL` logs it: every
@@ -984,7 +1028,11 @@ mod tests {
 
     #[test]
     fn inserts_and_deletes_name_the_one_image_they_have() {
-        let seat = Layout { key: 1, columns: 4 };
+        let seat = Layout {
+            key: 1,
+            columns: 4,
+            status: None,
+        };
         let row = vec![
             at(0, Cell::Int(9)),
             at(1, Cell::Int(-5)),
@@ -1001,20 +1049,88 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_showtime_row_names_its_own_id() {
-        let layout = Layout { key: 0, columns: 5 };
-        let row = vec![
-            at(0, Cell::Int(101)),
+    const SHOWTIME: Layout = Layout {
+        key: 0,
+        columns: 5,
+        status: Some(4),
+    };
+
+    /// A `showtime` row: id, movie, hall, starts_at, status.
+    fn showtime_row(id: i64, status: Cell) -> Vec<(ColumnRef, Cell)> {
+        vec![
+            at(0, Cell::Int(id)),
             at(1, Cell::Int(1)),
             at(2, Cell::Int(3)),
             at(3, Cell::Other),
-            at(4, Cell::Other),
-        ];
+            at(4, status),
+        ]
+    }
+
+    fn text(s: &str) -> Cell {
+        Cell::Text(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_showtime_row_names_its_own_id_while_it_may_be_for_sale() {
+        let on_sale = showtime_row(101, text("ON_SALE"));
         assert_eq!(
-            showtimes_of(Table::Showtime, layout, Some(&row), Some(&row)),
+            showtimes_of(Table::Showtime, SHOWTIME, None, Some(&on_sale)),
             vec![101]
         );
+        let scheduled = showtime_row(101, text("SCHEDULED"));
+        assert_eq!(
+            showtimes_of(Table::Showtime, SHOWTIME, Some(&scheduled), Some(&on_sale)),
+            vec![101],
+            "sales opened"
+        );
+        // An odd spelling, a status the image does not carry, or one that
+        // is not text: checked (the check reports or judges it).
+        for status in [text("on_sale"), text("SCHEDULED "), Cell::Other, Cell::Null] {
+            let row = showtime_row(101, status.clone());
+            assert_eq!(
+                showtimes_of(Table::Showtime, SHOWTIME, None, Some(&row)),
+                vec![101],
+                "{status:?}"
+            );
+        }
+        let key_only = vec![at(0, Cell::Int(101))];
+        assert_eq!(
+            showtimes_of(Table::Showtime, SHOWTIME, None, Some(&key_only)),
+            vec![101]
+        );
+        let named = vec![
+            (ColumnRef::Named("ID".into()), Cell::Int(5)),
+            (ColumnRef::Named("status".into()), text("ON_SALE")),
+        ];
+        assert_eq!(
+            showtimes_of(Table::Showtime, SHOWTIME, None, Some(&named)),
+            vec![5]
+        );
+    }
+
+    #[test]
+    fn a_showtime_not_for_sale_after_the_change_names_nothing() {
+        let on_sale = showtime_row(101, text("ON_SALE"));
+        for status in ["SCHEDULED", "CLOSED", "CANCELLED"] {
+            let row = showtime_row(101, text(status));
+            assert!(
+                showtimes_of(Table::Showtime, SHOWTIME, None, Some(&row)).is_empty(),
+                "inserted {status}"
+            );
+            assert!(
+                showtimes_of(Table::Showtime, SHOWTIME, Some(&on_sale), Some(&row)).is_empty(),
+                "{status} after ON_SALE"
+            );
+        }
+        assert!(
+            showtimes_of(Table::Showtime, SHOWTIME, Some(&on_sale), None).is_empty(),
+            "deleted"
+        );
+        let named = vec![
+            (ColumnRef::Named("id".into()), Cell::Int(5)),
+            (ColumnRef::Named("STATUS".into()), text("CLOSED")),
+        ];
+        assert!(showtimes_of(Table::Showtime, SHOWTIME, None, Some(&named)).is_empty());
     }
 
     #[test]
@@ -1083,9 +1199,15 @@ mod tests {
             &["id", "movie_id", "hall_id", "starts_at", "status"],
         ));
         let got = layouts(&rows).unwrap();
-        assert_eq!(got[&Table::TicketOrder], Layout { key: 3, columns: 5 });
-        assert_eq!(got[&Table::OrderSeat], Layout { key: 1, columns: 4 });
-        assert_eq!(got[&Table::Showtime], Layout { key: 0, columns: 5 });
+        let layout = |key, columns, status| Layout {
+            key,
+            columns,
+            status,
+        };
+        // The order's status is not the showtime's: only `showtime` has one.
+        assert_eq!(got[&Table::TicketOrder], layout(3, 5, None));
+        assert_eq!(got[&Table::OrderSeat], layout(1, 4, None));
+        assert_eq!(got[&Table::Showtime], layout(0, 5, Some(4)));
 
         let no_seats: Vec<_> = rows
             .iter()

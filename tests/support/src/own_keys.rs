@@ -4,6 +4,35 @@
 //! tests' own crate).
 
 use crate::TestEnv;
+use seatflow_reconciler::error::Result;
+use seatflow_reconciler::model::{Kind, SeatRepair, SeatState};
+use seatflow_reconciler::store::redis::{Fenced, Replied, SeatBatch};
+
+/// Releases orphan locks (`"1"` -> `"0"`) on `seats` of `showtime` through
+/// the repair script, under the showtime lease `token` (taken by the
+/// caller): the script's reply, and our keys it replaced.
+pub async fn release_locks(
+    env: &TestEnv,
+    token: &str,
+    showtime: i64,
+    seats: &[&str],
+) -> Replied<Result<Fenced<Vec<bool>>>> {
+    let repairs = seats
+        .iter()
+        .map(|seat| SeatRepair {
+            kind: Kind::OrphanLocks,
+            seat: (*seat).into(),
+            observed: Some(SeatState::Locked),
+            target: SeatState::Free,
+        })
+        .collect();
+    env.ctx
+        .redis
+        .repair_seats(token, &[SeatBatch::new(showtime, repairs)])
+        .await
+        .unwrap()
+        .remove(0)
+}
 
 /// Redis's `TYPE` of `key`.
 pub async fn key_type(env: &TestEnv, key: &str) -> String {
