@@ -496,7 +496,7 @@ async fn deadlines(runner: &Runner, changes: &Changes) {
 }
 
 /// Under `sweep.schedule = "auto"` with both change sources configured, the
-/// sweep fires every 15 minutes: the sources see changes within seconds,
+/// sweep fires every 20 minutes: the sources see changes within seconds,
 /// the sweep is the net. While either is down on the shard's active
 /// replica (the server sends no keyspace events, the binlog is not read),
 /// a pass runs every `every` (a minute) anyway, as with no sources.
