@@ -164,8 +164,9 @@ pub struct TrafficReport {
     /// Flows finished, by flow.
     pub flows: BTreeMap<String, u64>,
     pub flow_errors: u64,
-    /// Crash flows left out: their hash was lost while they held seats
-    /// (the rebuild from MySQL settled them), or their order was refused.
+    /// Drifts left out: their hash was lost while the crash flow held its
+    /// seats or afterwards, before a repair of the seat (the rebuild from
+    /// MySQL settled them), or the flow's order was refused.
     pub settled_by_a_loss: usize,
     /// Customers whose committed (or committing) order's seats were changed
     /// under them: must be zero.
@@ -326,7 +327,7 @@ impl Traffic {
         report.waits = Some(waits);
         report.flows = log.flows.clone();
         report.flow_errors = log.errors;
-        report.settled_by_a_loss = log
+        report.settled_by_a_loss += log
             .holds
             .iter()
             .filter(|h| CrashKind::of(h.flow).is_some_and(|k| left_out(h, k)))
@@ -428,8 +429,23 @@ fn drifts(holds: &[HoldRecord], made: &[Made], w: Waits) -> Vec<Drift> {
 
 /// Matches each drift with the first repair of its kind of the same seat
 /// (order, hash) at or after it began; the delay counts from when it became
-/// repairable.
+/// repairable. A seat's drift whose showtime's hash was lost after it began
+/// and before that repair was settled by the loss (the rebuild from MySQL
+/// set the seat as MySQL has it; no seat repair follows): counted apart,
+/// as a crash flow's own loss is (else a later, unrelated repair of the
+/// seat would be taken for its own).
 fn delays(drifts: &[Drift], fixes: &[FixRow]) -> TrafficReport {
+    let mut losses: HashMap<ShowtimeId, Vec<NaiveDateTime>> = HashMap::new();
+    for d in drifts.iter().filter(|d| d.kind == CrashKind::LostHash) {
+        losses.entry(d.showtime).or_default().push(d.since);
+    }
+    let lost_between = |d: &Drift, until: Option<NaiveDateTime>| {
+        d.seat.is_some()
+            && losses.get(&d.showtime).is_some_and(|at| {
+                at.iter()
+                    .any(|t| *t >= d.since && until.is_none_or(|u| *t < u))
+            })
+    };
     type Key<'a> = (&'a str, i64, Option<&'a str>, Option<i64>);
     let mut by_key: HashMap<Key, Vec<&FixRow>> = HashMap::new();
     for f in fixes {
@@ -448,14 +464,18 @@ fn delays(drifts: &[Drift], fixes: &[FixRow]) -> TrafficReport {
     let mut all: BTreeMap<CrashKind, Vec<f64>> = BTreeMap::new();
     let mut by_source: BTreeMap<(CrashKind, String), Vec<f64>> = BTreeMap::new();
     for d in drifts {
-        let k = report.by_kind.entry(d.kind).or_default();
-        k.drifts += 1;
         let key = (d.kind.repair(), d.showtime, d.seat.as_deref(), d.order);
         let repair = by_key.get(&key).and_then(|fs| {
             fs.iter()
                 .filter(|f| f.fixed_at >= d.since)
                 .min_by_key(|f| f.fixed_at)
         });
+        if lost_between(d, repair.map(|f| f.fixed_at)) {
+            report.settled_by_a_loss += 1;
+            continue;
+        }
+        let k = report.by_kind.entry(d.kind).or_default();
+        k.drifts += 1;
         let Some(f) = repair else {
             k.open += 1;
             continue;
@@ -568,13 +588,15 @@ mod tests {
             lost,
         ];
         let made = [
-            (CrashKind::LostHash, 7, at("2026-01-01T00:01:00Z")),
+            (CrashKind::LostHash, 9, at("2026-01-01T00:01:00Z")),
             (CrashKind::OpenedNotWarmed, 8, at("2026-01-01T00:01:10Z")),
         ];
         let d = drifts(&holds, &made, waits);
         assert_eq!(d.len(), 6, "{d:?}");
         let mut warmed = fix("hash_rebuilt", None, None, "2026-01-01T00:01:13Z", "binlog");
         warmed.showtime = 8;
+        let mut rebuilt = fix("hash_rebuilt", None, None, "2026-01-01T00:01:02Z", "event");
+        rebuilt.showtime = 9;
         let fixes = vec![
             // Before the crash: not its repair.
             fix(
@@ -612,7 +634,7 @@ mod tests {
                 "2026-01-01T00:01:31Z",
                 "deadline",
             ),
-            fix("hash_rebuilt", None, None, "2026-01-01T00:01:02Z", "event"),
+            rebuilt,
             warmed,
         ];
         let r = delays(&d, &fixes);
@@ -632,5 +654,51 @@ mod tests {
         // Without the fixes, all are open.
         let none = delays(&d, &[]);
         assert_eq!(none.by_kind.values().map(|k| k.open).sum::<usize>(), 6);
+    }
+
+    /// The hash lost while an orphan waits its grace: the rebuild settles
+    /// the seat, and a later release of it (another order's, expired) is not
+    /// this drift's repair. A loss before the drift, or after its repair,
+    /// changes nothing.
+    #[test]
+    fn a_seat_drift_whose_hash_is_lost_before_its_repair_is_settled_by_the_loss() {
+        let waits = Waits {
+            orphan_grace_s: 120.0,
+            expired_order_buffer_s: 60.0,
+        };
+        let holds = vec![
+            hold(Flow::CrashAfterHold, &["A-1"], None, "2026-01-01T00:00:00Z"),
+            hold(Flow::CrashAfterHold, &["A-2"], None, "2026-01-01T00:10:00Z"),
+        ];
+        let made = [
+            (CrashKind::LostHash, 7, at("2026-01-01T00:01:00Z")),
+            (CrashKind::LostHash, 7, at("2026-01-01T00:13:00Z")),
+        ];
+        let d = drifts(&holds, &made, waits);
+        let fixes = vec![
+            fix(
+                "seat_released",
+                Some("A-1"),
+                None,
+                "2026-01-01T00:20:00Z",
+                "deadline",
+            ),
+            fix(
+                "seat_released",
+                Some("A-2"),
+                None,
+                "2026-01-01T00:12:02Z",
+                "grace",
+            ),
+        ];
+        let r = delays(&d, &fixes);
+        assert_eq!(r.settled_by_a_loss, 1);
+        let orphan = &r.by_kind[&CrashKind::OrphanLock];
+        assert_eq!((orphan.drifts, orphan.open), (1, 0));
+        assert_eq!(orphan.all.max_s, Some(2.0));
+        // Not repaired, but its hash lost: settled too, not open.
+        let none = delays(&d, &[]);
+        assert_eq!(none.settled_by_a_loss, 2);
+        assert!(!none.by_kind.contains_key(&CrashKind::OrphanLock));
     }
 }
