@@ -159,13 +159,11 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                     let message = channels.read(&channel, &event);
                     let ours = own.ours(message);
                     match message {
-                        Message::Seat(_) | Message::SeatOther(_) if ours => {
-                            changes.metrics.events.inc();
-                            changes.metrics.own_events.inc();
-                        }
                         Message::Seat(s) | Message::SeatOther(s) => {
                             changes.metrics.events.inc();
-                            if shard.covers(s) {
+                            if ours {
+                                changes.metrics.own_events.inc();
+                            } else if shard.covers(s) {
                                 changes.ask(s, Instant::now() + settle, Source::Event);
                             }
                         }

@@ -205,23 +205,21 @@ pub fn layouts(rows: &[(String, String, u64)]) -> Result<HashMap<Table, Layout>,
         if mine.is_empty() {
             return Err(format!("table `{}` not found", table.name()));
         }
-        let key = mine
-            .iter()
-            .find(|(_, c, _)| c.eq_ignore_ascii_case(table.key_column()))
-            .and_then(|(_, _, pos)| usize::try_from(*pos).ok()?.checked_sub(1))
-            .ok_or_else(|| {
-                format!(
-                    "column `{}`.`{}` not found",
-                    table.name(),
-                    table.key_column()
-                )
-            })?;
+        // 0-based, from the 1-based ORDINAL_POSITION.
+        let position = |name: &str| {
+            mine.iter()
+                .find(|(_, c, _)| c.eq_ignore_ascii_case(name))
+                .and_then(|(_, _, pos)| usize::try_from(*pos).ok()?.checked_sub(1))
+        };
+        let key = position(table.key_column()).ok_or_else(|| {
+            format!(
+                "column `{}`.`{}` not found",
+                table.name(),
+                table.key_column()
+            )
+        })?;
         let status = (table == Table::Showtime)
-            .then(|| {
-                mine.iter()
-                    .find(|(_, c, _)| c.eq_ignore_ascii_case("status"))
-                    .and_then(|(_, _, pos)| usize::try_from(*pos).ok()?.checked_sub(1))
-            })
+            .then(|| position("status"))
             .flatten();
         out.insert(
             table,
@@ -916,8 +914,11 @@ impl BinlogSource {
         for row in rows.rows(map) {
             let (before, after) =
                 row.map_err(|e| Error::BinlogGap(format!("a `{}` row: {e}", table.name())))?;
-            let before = before.as_ref().map(image);
-            let after = after.as_ref().map(image);
+            // Only a showtime's status is read as text: other tables'
+            // strings are not copied.
+            let text = table == Table::Showtime;
+            let before = before.as_ref().map(|r| image(r, text));
+            let after = after.as_ref().map(|r| image(r, text));
             self.pending.extend(showtimes_of(
                 table,
                 layout,
@@ -955,8 +956,9 @@ impl BinlogSource {
     }
 }
 
-/// A decoded row image as [`showtimes_of`] reads it.
-fn image(row: &BinlogRow) -> Vec<(ColumnRef, Cell)> {
+/// A decoded row image as [`showtimes_of`] reads it; strings kept as
+/// [`Cell::Text`] only when `text`.
+fn image(row: &BinlogRow, text: bool) -> Vec<(ColumnRef, Cell)> {
     row.columns_ref()
         .iter()
         .enumerate()
@@ -967,7 +969,7 @@ fn image(row: &BinlogRow) -> Vec<(ColumnRef, Cell)> {
                     i64::try_from(*n).map_or(Cell::Other, Cell::Int)
                 }
                 Some(BinlogValue::Value(Value::NULL)) | None => Cell::Null,
-                Some(BinlogValue::Value(Value::Bytes(b))) => Cell::Text(b.clone()),
+                Some(BinlogValue::Value(Value::Bytes(b))) if text => Cell::Text(b.clone()),
                 Some(_) => Cell::Other,
             };
             (ColumnRef::parse(&column.name_str()), cell)
