@@ -94,7 +94,7 @@ GROUPS = {
         Target(
             "src/store/mysql/recheck.rs",
             SEAT_TESTS,
-            ("fn push_position", "fn seats_named", "fn seat_history"),
+            ("fn push_position", "fn history_query", "fn seats_named", "fn seat_history"),
         ),
         # What the re-check reads of each row, and which dates decode.
         Target(

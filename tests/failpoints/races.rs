@@ -118,6 +118,45 @@ async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
+/// Rule 4's re-check, of several showtimes in one statement (one chunk):
+/// orphan locks on two seats of two showtimes, and an order commits on a
+/// different seat of each before the write. Each showtime's ordered seat
+/// stays held and only its other seat is released: the re-check finds each
+/// showtime's rows by its own seats, whichever showtime of the chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_committed_after_the_scan_keep_their_seats_in_every_showtime_of_the_chunk() {
+    let races = Races::new();
+    let env = TestEnv::new().await;
+    let locks = [("A-1", "1"), ("A-2", "1")];
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for id in [5, 6] {
+        env.fx.showtime(id, 1, 60, "ON_SALE").await.unwrap();
+        env.fx.warm_all(id, &seats, &locks).await.unwrap();
+    }
+    let report = races
+        .run_with_move(
+            &env.ctx.settings,
+            SEAT_BEFORE_RECHECK,
+            &[Kind::OrphanLocks],
+            async || {
+                env.fx.order(5, "PENDING", &["A-2"], 900).await.unwrap();
+                env.fx.order(6, "PENDING", &["A-1"], 900).await.unwrap();
+            },
+        )
+        .await;
+
+    let values = [
+        seat(&env, 5, "A-1").await,
+        seat(&env, 5, "A-2").await,
+        seat(&env, 6, "A-1").await,
+        seat(&env, 6, "A-2").await,
+    ];
+    let want = ["0", "1", "1", "0"].map(|v| Some(v.to_string()));
+    assert_eq!(values, want, "{report:?}");
+    assert_eq!(report.jobs[0].fixed, 2, "{report:?}");
+    assert_every_valid_order_keeps_its_seats(&env).await;
+}
+
 /// Rules 4 and 15 at the re-check, for rows the contract cannot read: an
 /// order of this showtime whose seat row sits in another showtime, or a
 /// seat row whose order does not exist, written after the scan. MySQL does

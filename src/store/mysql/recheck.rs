@@ -44,6 +44,77 @@ fn push_position(
     q.push(" ELSE 0 END");
 }
 
+/// One statement of the re-check: the rows MySQL's comparison takes for
+/// the `asked` seats, in their showtime (`elsewhere` false), or the rows of
+/// their showtime's orders that sit in another showtime (true). Either
+/// returns `asked_showtime` and `pos` (the seat's place among its
+/// showtime's asked seats) with the row's columns.
+fn history_query(
+    asked: &[&(ShowtimeId, Vec<usize>)],
+    seats: &[(ShowtimeId, SeatNo, bool)],
+    elsewhere: bool,
+) -> QueryBuilder<MySql> {
+    let owner = if elsewhere {
+        "mine.showtime_id"
+    } else {
+        "os.showtime_id"
+    };
+    let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
+    q.push(", ")
+        .push(order_dates_ok("o"))
+        .push(" AS dates_ok, CASE WHEN ")
+        .push(order_dates_ok("o"))
+        .push(
+            " THEN GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), \
+             COALESCE(o.cancelled_at, o.created_at)) END AS touched, ",
+        )
+        .push(owner)
+        .push(" AS asked_showtime, ");
+    push_position(&mut q, owner, asked, seats);
+    if elsewhere {
+        // `mine` finds the showtime's orders in the index
+        // (showtime_id, status) alone, without reading one order row: a
+        // showtime has about a hundred orders, and only the rare row in
+        // another showtime is worth its order's row (`o`, by primary key).
+        q.push(
+            " AS pos FROM ticket_order mine \
+             JOIN order_seat os ON os.order_id = mine.id \
+             JOIN ticket_order o ON o.id = os.order_id \
+             WHERE os.showtime_id <> mine.showtime_id",
+        );
+        push_in(
+            &mut q,
+            "mine.showtime_id",
+            &asked.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        );
+        q.push(" AND ");
+        push_position(&mut q, owner, asked, seats);
+        q.push(" > 0");
+    } else {
+        // One range of `uq_occupancy` per showtime: `(showtime_id, seat_no)
+        // IN (pairs)` is the same comparison, but MariaDB turns a long list
+        // of pairs into a table it joins on `showtime_id` alone, reading
+        // every row of the showtime once per asked seat.
+        q.push(
+            " AS pos FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
+             WHERE (",
+        );
+        for (n, (s, idx)) in asked.iter().enumerate() {
+            q.push(if n == 0 { "" } else { " OR " })
+                .push("(os.showtime_id = ")
+                .push_bind(*s)
+                .push(" AND os.seat_no IN (");
+            let mut sep = q.separated(", ");
+            for &i in idx {
+                sep.push_bind(seats[i].1.as_str());
+            }
+            q.push("))");
+        }
+        q.push(")");
+    }
+    q
+}
+
 /// One row whose seat number is not a template seat byte for byte, with
 /// the enabled template seats of its showtime's hall.
 #[derive(Debug, Clone, Copy)]
@@ -123,77 +194,35 @@ impl MysqlStore {
                     None => by_showtime.push((seats[i].0, vec![i])),
                 }
             }
-            for other_showtimes in [false, true] {
-                let asked: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime
-                    .iter()
-                    .filter(|(_, v)| !other_showtimes || v.iter().any(|&i| seats[i].2))
-                    .collect();
-                if asked.is_empty() {
-                    continue;
-                }
-                let owner = if other_showtimes {
-                    "mine.showtime_id"
-                } else {
-                    "os.showtime_id"
-                };
-                let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
-                q.push(", ")
-                    .push(order_dates_ok("o"))
-                    .push(" AS dates_ok, CASE WHEN ")
-                    .push(order_dates_ok("o"))
-                    .push(
-                        " THEN GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), \
-                         COALESCE(o.cancelled_at, o.created_at)) END AS touched, ",
-                    )
-                    .push(owner)
-                    .push(" AS asked_showtime, ");
-                push_position(&mut q, owner, &asked, seats);
-                if other_showtimes {
-                    // `mine` finds the showtime's orders in the index
-                    // (showtime_id, status) alone, without reading one order
-                    // row: a showtime has about a hundred orders, and only
-                    // the rare row in another showtime is worth its order's
-                    // row (`o`, by primary key).
-                    q.push(
-                        " AS pos FROM ticket_order mine \
-                         JOIN order_seat os ON os.order_id = mine.id \
-                         JOIN ticket_order o ON o.id = os.order_id \
-                         WHERE os.showtime_id <> mine.showtime_id",
-                    );
-                    push_in(
-                        &mut q,
-                        "mine.showtime_id",
-                        &asked.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
-                    );
-                    q.push(" AND ");
-                    push_position(&mut q, owner, &asked, seats);
-                    q.push(" > 0");
-                } else {
-                    q.push(
-                        " AS pos FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
-                         WHERE (os.showtime_id, os.seat_no) IN (",
-                    );
-                    let mut sep = q.separated(", ");
-                    for (s, idx) in &asked {
-                        for &i in idx {
-                            sep.push("(")
-                                .push_bind_unseparated(*s)
-                                .push_unseparated(", ")
-                                .push_bind_unseparated(seats[i].1.as_str())
-                                .push_unseparated(")");
-                        }
+            let lowering: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime
+                .iter()
+                .filter(|(_, v)| v.iter().any(|&i| seats[i].2))
+                .collect();
+            let all: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime.iter().collect();
+            // Two statements, on two connections at once: both are read
+            // after the showtime leases were taken and before the write,
+            // and neither waits for the other.
+            let mut in_showtime = history_query(&all, seats, false);
+            let mut elsewhere =
+                (!lowering.is_empty()).then(|| history_query(&lowering, seats, true));
+            let (rows_in_showtime, rows_elsewhere) =
+                tokio::try_join!(in_showtime.build().fetch_all(&self.pool), async {
+                    match &mut elsewhere {
+                        Some(q) => q.build().fetch_all(&self.pool).await,
+                        None => Ok(Vec::new()),
                     }
-                    q.push(")");
-                }
-                for r in q.build().fetch_all(&self.pool).await? {
+                })?;
+            for (asked, rows) in [(&all, rows_in_showtime), (&lowering, rows_elsewhere)] {
+                for r in rows {
                     let asked_showtime: i64 = r.try_get("asked_showtime")?;
                     let pos: Option<i64> = r.try_get("pos")?;
-                    let Some(i) = asked
+                    let Some(&i) = asked
                         .iter()
                         .find(|(s, _)| *s == asked_showtime)
-                        .and_then(|(_, idx)| idx.get(pos.unwrap_or(0).max(1) as usize - 1))
+                        .and_then(|(_, idx): &&(ShowtimeId, Vec<usize>)| {
+                            idx.get(pos.unwrap_or(0).max(1) as usize - 1)
+                        })
                         .filter(|_| pos.unwrap_or(0) > 0)
-                        .copied()
                     else {
                         continue;
                     };
