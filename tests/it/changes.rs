@@ -379,14 +379,19 @@ async fn a_grace_that_restarts_at_the_recheck_is_checked_at_its_new_end() {
 
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
     let suspects = env.ctx.redis.keys.suspect(1);
+    // The check writes the record, then re-reads the seat's rows in MySQL
+    // and writes it again with their mark (`"1@<ms>@<mark>"`): wait for the
+    // mark, so that the order below comes after that read. An order written
+    // before it is in the mark, and the seat was then orphaned throughout
+    // since the read: released at the first grace's end, rightly.
     seatflow_test_support::servers::wait_until(
-        "the event's check records the suspect",
+        "the event's check records the suspect with its rows' mark",
         Duration::from_secs(30),
         || async {
-            let seen: bool = env
-                .redis(redis::cmd("HEXISTS").arg(&suspects).arg("A-2"))
+            let record: Option<String> = env
+                .redis(redis::cmd("HGET").arg(&suspects).arg("A-2"))
                 .await;
-            seen
+            record.is_some_and(|r| r.matches('@').count() == 2)
         },
     )
     .await;
@@ -406,7 +411,9 @@ async fn a_grace_that_restarts_at_the_recheck_is_checked_at_its_new_end() {
         "released at the end of the restarted grace",
     )
     .await;
-    let m = metrics(&daemon).await;
+    // A check counts itself once its run is over (after the seat's write
+    // and its audit): wait for the queue to be idle, not for the seat.
+    let m = when_the_queue_is_idle(&daemon).await;
     assert!(
         sample(
             &m,
