@@ -212,17 +212,19 @@ impl MysqlStore {
                         None => Ok(Vec::new()),
                     }
                 })?;
-            for (asked, rows) in [(&all, rows_in_showtime), (&lowering, rows_elsewhere)] {
+            for (asked, rows) in [
+                (&all[..], rows_in_showtime),
+                (&lowering[..], rows_elsewhere),
+            ] {
                 for r in rows {
                     let asked_showtime: i64 = r.try_get("asked_showtime")?;
                     let pos: Option<i64> = r.try_get("pos")?;
-                    let Some(&i) = asked
+                    let Some(i) = asked
                         .iter()
                         .find(|(s, _)| *s == asked_showtime)
-                        .and_then(|(_, idx): &&(ShowtimeId, Vec<usize>)| {
-                            idx.get(pos.unwrap_or(0).max(1) as usize - 1)
-                        })
+                        .and_then(|(_, idx)| idx.get(pos.unwrap_or(0).max(1) as usize - 1))
                         .filter(|_| pos.unwrap_or(0) > 0)
+                        .copied()
                     else {
                         continue;
                     };
