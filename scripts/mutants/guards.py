@@ -96,7 +96,9 @@ GROUPS = {
             SEAT_TESTS,
             ("fn push_position", "fn history_query", "fn seats_named", "fn seat_history"),
         ),
-        # What the re-check reads of each row, and which dates decode.
+        # What every read of seat rows selects, and the dates that decode
+        # where SQL filters by them (the rows' own dates are checked in Rust:
+        # `order_dates`, in the repair-path group of scripts/mutants.sh).
         Target(
             "src/store/mysql/sql.rs",
             SEAT_TESTS,

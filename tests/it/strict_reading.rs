@@ -290,20 +290,28 @@ async fn a_zero_date_is_a_row_to_report_never_a_panic() {
 /// test is NULL, which is not "decodes"), is a row nobody can read, so its
 /// seat is not raised to sold, and reported; one created on the first day
 /// MySQL supports (1000-01-01 00:00) is an ordinary order, and its seat is
-/// raised.
+/// raised; one created the moment before (0999-12-31 23:59:59, which
+/// MariaDB stores without a warning, and which is a real day to chrono) is
+/// not.
 #[tokio::test]
 async fn dates_that_decode_are_read_and_the_others_reported() {
     let env = TestEnv::new().await;
-    showtime(&env, &[("A-1", "1"), ("A-2", "1"), ("A-3", "1")]).await;
+    showtime(
+        &env,
+        &[("A-1", "1"), ("A-2", "1"), ("A-3", "1"), ("A-4", "1")],
+    )
+    .await;
     let past_month_end = env.fx.order(1, "PAID", &["A-1"], 900).await.unwrap();
     let oldest = env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
     let month_zero = env.fx.order(1, "PAID", &["A-3"], 900).await.unwrap();
+    let before_oldest = env.fx.order(1, "PAID", &["A-4"], 900).await.unwrap();
     permissive(
         &env,
         &[
             format!("UPDATE ticket_order SET paid_at = '2026-02-30 10:00:00' WHERE id = {past_month_end}"),
             format!("UPDATE ticket_order SET created_at = '1000-01-01 00:00:00' WHERE id = {oldest}"),
             format!("UPDATE ticket_order SET paid_at = '2026-00-10 10:00:00' WHERE id = {month_zero}"),
+            format!("UPDATE ticket_order SET created_at = '0999-12-31 23:59:59' WHERE id = {before_oldest}"),
         ],
     )
     .await;
@@ -328,7 +336,13 @@ async fn dates_that_decode_are_read_and_the_others_reported() {
         "{}",
         report.to_text()
     );
-    assert_eq!(invalid(&report), 2, "{}", report.to_text());
+    assert_eq!(
+        seat(&env, 1, "A-4").await.as_deref(),
+        Some("1"),
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(invalid(&report), 3, "{}", report.to_text());
 }
 
 /// A PENDING order's deadline on a day past its month's end is reported

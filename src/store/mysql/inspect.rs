@@ -86,14 +86,12 @@ impl MysqlStore {
     /// contract (ended rows are left out).
     pub async fn occupants(&self, showtime: ShowtimeId) -> Result<Vec<Occupant>> {
         let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
-        q.push(", ")
-            .push(order_dates_ok("o"))
-            .push(
-                " AS dates_ok, o.order_no, o.expires_at FROM order_seat os \
+        q.push(
+            ", o.order_no FROM order_seat os \
                  LEFT JOIN ticket_order o ON o.id = os.order_id WHERE os.showtime_id = ",
-            )
-            .push_bind(showtime)
-            .push(" ORDER BY os.seat_no, os.order_id");
+        )
+        .push_bind(showtime)
+        .push(" ORDER BY os.seat_no, os.order_id");
         let rows = q.build().fetch_all(&self.pool).await?;
         let mut out = Vec::new();
         for r in &rows {
@@ -104,7 +102,7 @@ impl MysqlStore {
             }
             out.push(Occupant {
                 order_no: lossy(r, "order_no"),
-                expires_at: r.try_get("expires_at").ok().flatten(),
+                expires_at: r.try_get("o_expires_at").ok().flatten(),
                 seat_no: facts.seat_no,
                 order_id: facts.order_id,
                 reading,

@@ -6,7 +6,6 @@ use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, SeatRow, UnknownRow};
 use crate::model::{OrderStatus, SeatNo, SeatRows, SeatTruth, ShowtimeId};
-use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};
 
 /// A seat as the re-check sees it, asked in MySQL's own terms.
@@ -60,16 +59,7 @@ fn history_query(
         "os.showtime_id"
     };
     let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
-    q.push(", ")
-        .push(order_dates_ok("o"))
-        .push(" AS dates_ok, CASE WHEN ")
-        .push(order_dates_ok("o"))
-        .push(
-            " THEN GREATEST(o.created_at, COALESCE(o.paid_at, o.created_at), \
-             COALESCE(o.cancelled_at, o.created_at)) END AS touched, ",
-        )
-        .push(owner)
-        .push(" AS asked_showtime, ");
+    q.push(", ").push(owner).push(" AS asked_showtime, ");
     push_position(&mut q, owner, asked, seats);
     if elsewhere {
         // `mine` finds the showtime's orders in the index
@@ -250,10 +240,10 @@ impl MysqlStore {
                     }
                     // An order's time that does not decode counts as "just
                     // now": the grace period can only start later (rule 4).
-                    let ms = match r.try_get::<Option<NaiveDateTime>, _>("touched") {
-                        Ok(Some(t)) => Some(t.and_utc().timestamp_millis()),
-                        Ok(None) if facts.order.is_none() => None,
-                        _ => Some(i64::MAX),
+                    let ms = match (&facts.order, order_dates(&r)) {
+                        (None, _) => None,
+                        (Some(_), Ok(t)) => Some(t.and_utc().timestamp_millis()),
+                        (Some(_), Err(_)) => Some(i64::MAX),
                     };
                     entry.rows.mark.add(&facts, ms);
                     if let Some(ms) = ms {

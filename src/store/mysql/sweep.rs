@@ -206,10 +206,8 @@ impl MysqlStore {
             });
         }
         let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
-        q.push(", ")
-            .push(order_dates_ok("o"))
-            .push(
-                " AS dates_ok FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
+        q.push(
+                " FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
                  WHERE NOT (os.active IS NULL AND (o.id IS NULL OR (BINARY o.status IN ('CANCELLED', 'REFUNDED') AND ",
             )
             .push(order_dates_ok("o"))
