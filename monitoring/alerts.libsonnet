@@ -245,6 +245,20 @@ local u = import 'lib/util.libsonnet';
             'The {{ $labels.kind }} backlog (%s) has been growing for an hour, by {{ $value | printf "%%.0f" }} items per hour over the last 30 minutes: runs are limited by batch_size or scan_limit, or showtimes are skipped as busy.' % where,
           ),
 
+          // Per deviation (its table, column and kind: the family's `kind`
+          // is the deviation's, not a job's). Max over replicas: every one
+          // reads the same schema; one that has not read it yet shows none.
+          alert(
+            'SeatflowReconcilerContractDeviation',
+            'warning',
+            |||
+              max by (%(g)s, table, column, kind) (seatflow_reconcile_contract_deviations{%(sel)s}) == 1
+            ||| % { g: g, sel: c.selector },
+            c.contractDeviationFor,
+            'The seatflow schema deviates from the contract and holds repairs back.',
+            'seatflow-reconciler (%s) reads {{ $labels.table }}.{{ $labels.column }} with a deviation from the contract ({{ $labels.kind }}) that holds repairs back: seats it may touch are not lowered (or not written at all, or expired orders not cancelled) until the schema is fixed. The fix is in the logs, `/status` (contract) and `check-config`.' % where,
+          ),
+
           alert(
             'SeatflowReconcilerStuckLease',
             'warning',

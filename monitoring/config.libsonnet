@@ -60,6 +60,9 @@
     invalidDataFor: '30m',
     backlogGrowingFor: '30m',
     stuckLeaseFor: '15m',
+    // A schema deviation that holds repairs back (rule 17): it stays until
+    // someone alters the table, so one pass's worth of confirmation is enough.
+    contractDeviationFor: '10m',
     // Drift age SLO: at least driftAgeObjectiveRatio of the repairs of one
     // kind fix drift younger than driftAgeObjectiveSeconds (first sighting →
     // repair), over driftAgeWindow. driftAgeObjectiveSeconds must be a bucket

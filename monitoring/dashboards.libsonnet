@@ -241,6 +241,13 @@ local u = import 'lib/util.libsonnet';
     [gr.timeseries('Stuck showtime leases (no expiry), by kind',
                    'Showtimes whose showtime lease ({prefix}reconcile:lock:{S}) is held by someone else and has no expiry, met by the last run. They are skipped on every run until an operator looks: see the runbook, SeatflowReconcilerStuckLease. The reconciler never deletes them.',
                    [gr.target(q('max by (kind) (seatflow_reconcile_stuck_leases{%(s)s})'), '{{kind}}')]), 8, 8],
+    [gr.timeseries('Schema deviations from the contract',
+                   'How seatflow\'s tables deviate from the contract (rule 17), by table, column (or key) and kind of deviation: 1 while it holds repairs back, 0 while it is proved harmless on the data; no series: the schema is as the contract has it. Each one\'s fix is in the logs, /status (contract) and check-config. See SeatflowReconcilerContractDeviation.',
+                   [gr.target(q('max by (table, column, kind) (seatflow_reconcile_contract_deviations{%(s)s})'), '{{table}}.{{column}} {{kind}}')],
+                   unit='none',
+                   mappings=gr.valueMap({ '0': ['harmless', 'green'], '1': ['holds', 'red'] }),
+                   decimals=0,
+                   min=0), 8, 8],
   ],
 
   local process = [

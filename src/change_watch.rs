@@ -406,6 +406,7 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
         runner.metrics.record_check(job);
         changes.record_check(job, source);
     }
+    runner.show_contract();
     changes
         .metrics
         .checks

@@ -37,14 +37,7 @@ pub struct Context {
 impl Context {
     /// Connects to both stores; an error here is "unreachable at start".
     pub async fn connect(settings: Settings) -> Result<Context> {
-        let m = &settings.mysql;
-        let mysql = MysqlStore::connect(
-            m.url.expose(),
-            &mysql_tls(&settings),
-            m.max_connections,
-            m.connect_timeout,
-        )
-        .await?;
+        let mysql = connect_mysql(&settings).await?;
         let redis = connect_redis(&settings).await?;
         let connected_at = mysql.now_utc().await?;
         Ok(Context {
@@ -97,6 +90,18 @@ impl Context {
     {
         with_retry(&self.settings.reconcile.retry(), what, op).await
     }
+}
+
+/// Connects to MySQL as `[mysql]` says (`check-config` needs no Redis).
+pub async fn connect_mysql(settings: &Settings) -> Result<MysqlStore> {
+    let m = &settings.mysql;
+    MysqlStore::connect(
+        m.url.expose(),
+        &mysql_tls(settings),
+        m.max_connections,
+        m.connect_timeout,
+    )
+    .await
 }
 
 /// Connects to Redis as `[redis]` says (one server, or a cluster's seeds).

@@ -145,7 +145,10 @@ pub async fn run_on(
         .collect();
     let metrics = Metrics::for_jobs(&enabled);
     metrics.set_dry_run(ctx.settings.reconcile.dry_run);
+    // Rule 17: the schema judged at start (and again before every pass).
+    crate::jobs::contract::at_start(&ctx).await;
     let runner = Runner::new(ctx.clone(), metrics.clone());
+    runner.show_contract();
 
     // The schedules first: a schedule the scheduler refuses stops the
     // start-up before anything else runs.

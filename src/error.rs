@@ -41,6 +41,16 @@ pub enum Error {
     /// missed since its last position, a gap.
     #[error("mysql binlog gap: {0}")]
     BinlogGap(String),
+    /// A repair whose audit row would not fit `reconcile_fix` (a seat name
+    /// wider than its `seat_no`): not made, never truncated (rules 10, 17).
+    #[error(
+        "seat {seat:?} of showtime {showtime} is longer than reconcile_fix.seat_no ({width} characters): not repaired; run `seatflow-reconciler migrate` to widen the audit"
+    )]
+    AuditTooNarrow {
+        showtime: i64,
+        seat: String,
+        width: u64,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -96,6 +106,7 @@ impl Error {
             Error::Redis(_) | Error::Protocol(_) => Stage::Redis,
             Error::LeaseLost(_) => Stage::Lock,
             Error::TlsFile { stage, .. } => *stage,
+            Error::AuditTooNarrow { .. } => Stage::Audit,
         }
     }
 
@@ -117,7 +128,8 @@ impl Error {
             | Error::Protocol(_)
             | Error::MysqlInvariant(_)
             | Error::BinlogSetup(_)
-            | Error::TlsFile { .. } => false,
+            | Error::TlsFile { .. }
+            | Error::AuditTooNarrow { .. } => false,
         }
     }
 
@@ -134,7 +146,8 @@ impl Error {
             | Error::Protocol(_)
             | Error::MysqlInvariant(_)
             | Error::BinlogSetup(_)
-            | Error::BinlogGap(_) => None,
+            | Error::BinlogGap(_)
+            | Error::AuditTooNarrow { .. } => None,
         }
     }
 

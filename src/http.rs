@@ -139,8 +139,21 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
         "shard": {"index": s.sharding.index, "total": s.sharding.total},
         "pass": {"schedule": s.sweep.schedule, "shards": passes, "pace": pace},
         "changes": r.changes().map(|c| c.status()),
+        "contract": contract_status(&r),
         "jobs": jobs,
     }))
+}
+
+/// `/status`'s `contract` (rule 17): how the schema deviates from the
+/// contract as the last run read it, holding deviations first, each with
+/// what it holds (or why it is harmless) and its fix.
+fn contract_status(r: &Runner) -> serde_json::Value {
+    let state = r.ctx.mysql.contract();
+    let deviations = crate::jobs::contract::DeviationReport::all(&state);
+    json!({
+        "holding": deviations.iter().filter(|d| d.holds).count(),
+        "deviations": deviations,
+    })
 }
 
 /// Constant-time comparison (`subtle`), so the token cannot be guessed

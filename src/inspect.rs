@@ -79,13 +79,17 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         .await?
         .is_some();
 
-    let template = Arc::new(Template::new(
-        layout
-            .iter()
-            .filter(|s| s.enabled)
-            .map(|s| s.seat_no.clone())
-            .collect(),
-    ));
+    // The template as the sweep reads it (grouped where MySQL takes two
+    // seats for one), and what the schema's deviations hold (rule 17).
+    let contract = ctx.mysql.check_contract().await?;
+    let template = Arc::new(
+        ctx.mysql
+            .templates(&[showtime.hall_id])
+            .await?
+            .0
+            .remove(&showtime.hall_id)
+            .unwrap_or_default(),
+    );
     // The sweep's strict reading: rows outside the contract, named by the
     // template seat MySQL's comparison takes them for.
     let mut unknown: Vec<UnknownRow> = Vec::new();
@@ -108,9 +112,14 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
     }
     let mut rows = OccupancyBuilder::default();
     for o in &occupants {
-        unknown.extend(o.reading.unknown_row(o.order_id, &o.seat_no));
-        if let Some(holding) = o.reading.holding(o.order_id) {
-            rows.push_row(id, &o.seat_no, holding, o.order_id);
+        unknown.extend(o.unknown.clone());
+        let order_id = o.order_id.unwrap_or_default();
+        let Some(holding) = o.reading.holding(order_id) else {
+            continue;
+        };
+        match (&o.seat_no, o.order_id) {
+            (Some(seat), Some(_)) => rows.push_row(id, seat, holding, order_id),
+            _ => rows.push_any_seat(id),
         }
     }
     let page = [ShowtimeRow {
@@ -145,6 +154,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
             HashRead::WrongType => HashObservation::WrongType,
             HashRead::Fields(f) => HashObservation::Present(f),
         },
+        hold: contract.holds.seat(id).0,
     });
     let repairs: HashMap<&str, Kind> = plan
         .repairs
@@ -166,9 +176,9 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         .into_iter()
         .map(|s| {
             let truth = occupancy.of(id).get(&s.seat_no);
-            let occupant = occupants
-                .iter()
-                .find(|o| o.seat_no == s.seat_no && matches!(o.reading, SeatRow::Occupies(_)));
+            let occupant = occupants.iter().find(|o| {
+                o.seat_no.as_ref() == Some(&s.seat_no) && matches!(o.reading, SeatRow::Occupies(_))
+            });
             let drift = if !s.enabled || !on_sale {
                 None
             } else if plan.rebuild.is_some() {
@@ -184,7 +194,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
                     truth.expected().as_redis()
                 },
                 order: occupant.map(|o| OrderView {
-                    id: o.order_id,
+                    id: o.order_id.unwrap_or_default(),
                     order_no: o.order_no.clone(),
                     status: match o.reading {
                         SeatRow::Occupies(OrderStatus::Paid) => "PAID",
@@ -497,15 +507,15 @@ pub async fn differences(ctx: &Context) -> Result<Vec<Difference>> {
     let mut out = Vec::new();
     let mut after = None;
     loop {
-        let page = ctx
+        let read = ctx
             .mysql
             .on_sale_page(after, None, 500, ctx.scope(&[]))
             .await?;
-        let Some(last) = page.last() else { break };
-        after = Some(crate::store::mysql::Keyset {
-            at: last.starts_at,
-            id: last.id,
-        });
+        if read.read == 0 {
+            break;
+        }
+        after = read.last;
+        let page = read.rows;
         let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
         let halls: Vec<i64> = page.iter().map(|s| s.hall_id).collect();
         let templates: HashMap<i64, Arc<Template>> = ctx
@@ -514,7 +524,7 @@ pub async fn differences(ctx: &Context) -> Result<Vec<Difference>> {
             .await?
             .0
             .into_iter()
-            .map(|(h, seats)| (h, Arc::new(Template::new(seats))))
+            .map(|(h, t)| (h, Arc::new(t)))
             .collect();
         let read = ctx.mysql.occupancy(&ids).await?;
         let occupancy = strict::name_seats(ctx, &page, &templates, read)

@@ -199,7 +199,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             match seatflow_reconciler::config::effective_toml(config.as_deref(), std::env::vars()) {
                 Ok(text) => {
                     println!("# configuration is valid; in effect (secrets redacted):\n{text}");
-                    ExitCode::SUCCESS
+                    check_schema(&settings).await
                 }
                 Err(e) => {
                     telemetry::fatal(&e.to_string());
@@ -234,8 +234,19 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Err(code) => return code,
             };
             match ctx.mysql.migrate(reference_schema).await {
-                Ok(()) => {
+                Ok(widened) => {
+                    if let Some(chars) = widened {
+                        tracing::info!(
+                            chars,
+                            "reconcile_fix.seat_no widened to the contract's widest seat_no"
+                        );
+                    }
                     tracing::info!("migrations applied");
+                    // Rule 17: what the reconciler will find, said now.
+                    match ctx.mysql.check_contract().await {
+                        Ok(state) => print_deviations(&state),
+                        Err(e) => tracing::warn!(error = %e, "could not read the schema"),
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -273,12 +284,70 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Output::Text => print!("{}", report.to_text()),
             }
             if let Some(url) = pushgateway
-                && let Err(e) = push::push_runs(&url, &report.jobs).await
+                && let Err(e) =
+                    push::push_runs(&url, &report.jobs, &report.contract_deviations).await
             {
                 telemetry::fatal(&format!("pushing metrics to the Pushgateway: {e}"));
                 return ExitCode::from(EXIT_FAILED);
             }
             ExitCode::from(report.exit_code() as u8)
+        }
+    }
+}
+
+/// `check-config`'s second half: the schema MySQL has, judged against the
+/// contract (rule 17). Every deviation is printed with its fix; one that
+/// holds repairs back is exit 2. A MySQL that does not answer is said and
+/// is no error here (the configuration itself is valid); a refused login
+/// or a TLS problem is exit 2 naming the key, as for every command.
+async fn check_schema(settings: &Settings) -> ExitCode {
+    let url = settings.mysql.url.to_string();
+    let store = match seatflow_reconciler::context::connect_mysql(settings).await {
+        Ok(store) => store,
+        Err(e) if e.tls_problem().is_some() || e.login_refused().is_some() => {
+            return store_failed(&e, credential_key(settings, Stage::Mysql), &url, "");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the schema was not checked: cannot reach MySQL at {url}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let state = match store.check_contract().await {
+        Ok(state) => state,
+        Err(e) => {
+            telemetry::fatal(&format!("could not read the schema at {url}: {e}"));
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    print_deviations(&state);
+    let holding: Vec<String> = state
+        .holding()
+        .map(|j| {
+            let d = &j.deviation;
+            format!("{}.{} ({})", d.table, d.column, d.kind.label())
+        })
+        .collect();
+    if holding.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    telemetry::fatal(&format!(
+        "the schema deviates from the contract and holds repairs back: {} (fixes above; docs/seatflow-contract.md, \"When the schema deviates\")",
+        holding.join(", ")
+    ));
+    ExitCode::from(EXIT_CONFIG)
+}
+
+/// The schema's deviations from the contract, as `# ` lines on stdout.
+fn print_deviations(state: &seatflow_reconciler::model::holds::ContractState) {
+    let all = seatflow_reconciler::jobs::contract::DeviationReport::all(state);
+    if all.is_empty() {
+        println!("# schema: as the contract has it");
+        return;
+    }
+    println!("# schema: deviates from the contract");
+    for d in all {
+        for line in d.describe().lines() {
+            println!("#   {line}");
         }
     }
 }

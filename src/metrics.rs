@@ -49,6 +49,7 @@ pub struct Metrics {
     pub dependency_up: IntGaugeVec,
     pub drift_age: HistogramVec,
     pub dry_run: IntGauge,
+    pub contract_deviations: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -185,6 +186,17 @@ impl Metrics {
             "1 when the reconciler runs in dry-run mode (detects and reports, writes nothing), else 0.",
         )
         .unwrap();
+        // `kind` here is the deviation's kind (nullable, type, collation, …),
+        // as the issue that named the family gave it; the jobs' `kind` is
+        // on no series of this family.
+        let contract_deviations = IntGaugeVec::new(
+            Opts::new(
+                "seatflow_reconcile_contract_deviations",
+                "Ways the schema deviates from the contract, by table, column (or key) and kind of deviation: 1 while it holds repairs back, 0 while it is proved harmless on the data (rule 17; no series: as the contract has it).",
+            ),
+            &["table", "column", "kind"],
+        )
+        .unwrap();
         let m = Metrics {
             registry,
             fixes,
@@ -202,6 +214,7 @@ impl Metrics {
             dependency_up,
             drift_age,
             dry_run,
+            contract_deviations,
         };
         m.register_all();
         m.zero(jobs);
@@ -225,6 +238,7 @@ impl Metrics {
             Box::new(self.dependency_up.clone()),
             Box::new(self.drift_age.clone()),
             Box::new(self.dry_run.clone()),
+            Box::new(self.contract_deviations.clone()),
         ];
         for c in collectors {
             self.registry.register(c).expect("metric names are unique");
@@ -297,12 +311,27 @@ impl Metrics {
         self.dry_run.set(on as i64);
     }
 
-    /// Whether a family is the process's own (`build_info`, `dry_run`,
-    /// `process_*`) rather than a job's: pushed once per run, not per job.
+    /// Shows the schema's deviations as a run last read them (rule 17):
+    /// one series each, 1 while it holds repairs back; a deviation that is
+    /// gone loses its series.
+    pub fn show_contract(&self, deviations: &[crate::jobs::contract::DeviationReport]) {
+        self.contract_deviations.reset();
+        for d in deviations {
+            self.contract_deviations
+                .with_label_values(&[d.table, d.column, d.kind])
+                .set(i64::from(d.holds));
+        }
+    }
+
+    /// Whether a family is the process's own (`build_info`, `dry_run`, the
+    /// schema's deviations, `process_*`) rather than a job's: pushed once
+    /// per run, not per job.
     pub fn is_process_family(name: &str) -> bool {
         matches!(
             name,
-            "seatflow_reconciler_build_info" | "seatflow_reconciler_dry_run"
+            "seatflow_reconciler_build_info"
+                | "seatflow_reconciler_dry_run"
+                | "seatflow_reconcile_contract_deviations"
         ) || name.starts_with("process_")
     }
 

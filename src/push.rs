@@ -263,7 +263,11 @@ fn why(e: reqwest::Error) -> String {
 }
 
 /// Pushes every job of a run to its group.
-pub async fn push_runs(base: &str, reports: &[JobReport]) -> anyhow::Result<()> {
+pub async fn push_runs(
+    base: &str,
+    reports: &[JobReport],
+    deviations: &[crate::jobs::contract::DeviationReport],
+) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .build()?;
@@ -285,6 +289,7 @@ pub async fn push_runs(base: &str, reports: &[JobReport]) -> anyhow::Result<()> 
     };
     let process = Metrics::new();
     process.set_dry_run(reports.iter().any(|r| r.dry_run));
+    process.show_contract(deviations);
     let mut pushes = vec![(
         process_push_url(base),
         Metrics::encode_families(&process_families(&process)),

@@ -596,12 +596,21 @@ impl Runner {
             .set(now.timestamp_millis() as f64 / 1000.0);
     }
 
+    /// The schema's deviations as last read (rule 17), in their gauge; a
+    /// run that could not read the schema leaves the last verdict shown.
+    pub fn show_contract(&self) {
+        let state = self.ctx.mysql.contract();
+        self.metrics
+            .show_contract(&crate::jobs::contract::DeviationReport::all(&state));
+    }
+
     /// Metrics and `/status` of each job in a run's report.
     #[allow(
         clippy::expect_used,
         reason = "the status map holds every kind from the start"
     )]
     fn record(&self, report: RunReport, started_at: DateTime<Utc>) {
+        self.show_contract();
         let mut status = lock(&self.status);
         for job in report.jobs {
             self.metrics.record(&job);

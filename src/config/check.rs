@@ -79,6 +79,17 @@ impl Settings {
                 .unwrap_or("seatflow-reconciler")
                 .to_string();
         }
+        // The audit's `instance` columns hold 128 characters; a longer name
+        // would fail every audit row (never truncated: rule 17).
+        let chars = self.reconcile.instance.chars().count();
+        if chars > MAX_INSTANCE_CHARS {
+            return Err(ConfigError::new(
+                "reconcile.instance",
+                format!(
+                    "is {chars} characters long (the host name when unset); the audit keeps at most {MAX_INSTANCE_CHARS}"
+                ),
+            ));
+        }
         if self.changes.mysql_server_id == 0 {
             self.changes.mysql_server_id = server_id_of(&self.reconcile.instance);
         }
@@ -128,6 +139,9 @@ impl Settings {
 }
 
 /// The binlog reader's server id when `changes.mysql_server_id` is 0: a
+/// `reconcile_run.instance` and `reconcile_fix.instance` are VARCHAR(128).
+const MAX_INSTANCE_CHARS: usize = 128;
+
 /// hash (FNV-1a) of the instance name, so that two reconcilers differ and
 /// one keeps its id across restarts (its new dump ends its old one). Within
 /// 1,000,000 ..= 4,294,967,295: never 0, above the small ids servers are

@@ -604,6 +604,28 @@ mod tests {
         assert_eq!(s.reconcile.instance, "seatflow-reconciler-2");
     }
 
+    /// The audit keeps an instance name whole or not at all (rule 17): a
+    /// name longer than its column is a configuration error naming the key,
+    /// whether given or the host's.
+    #[test]
+    fn an_instance_name_must_fit_the_audit() {
+        let long = "r".repeat(129);
+        let given = Settings::from_sources(
+            None,
+            env(&[("SEATFLOW__RECONCILE__INSTANCE", long.as_str())]),
+            None,
+        );
+        let e = given.expect_err("refused").to_string();
+        assert!(e.contains("reconcile.instance"), "{e}");
+        let host = Settings::from_sources(None, env(&[]), Some(long.as_str()));
+        assert!(host.is_err());
+        let fits = "é".repeat(128);
+        assert!(
+            Settings::from_sources(None, env(&[]), Some(fits.as_str())).is_ok(),
+            "characters, not bytes"
+        );
+    }
+
     #[test]
     fn the_auto_sweep_is_a_minute_and_twenty_with_both_change_sources() {
         let plain = load_toml("", &[]).unwrap();

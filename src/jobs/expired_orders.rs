@@ -86,20 +86,18 @@ async fn sweep(
         if want == 0 {
             break;
         }
-        let page = ctx
+        let read = ctx
             .retry("read expired orders", || {
                 ctx.mysql
                     .expired_page(deadline, after, want, ctx.scope(&opts.showtimes))
             })
             .await?;
-        if let Some(last) = page.last() {
-            after = Some(Keyset {
-                at: last.expires_at,
-                id: last.id,
-            });
-        }
-        let short = page.len() < want;
-        report.scanned += page.len() as u64;
+        after = read.last;
+        let short = read.read < want;
+        report.scanned += read.read as u64;
+        // Rule 16: an order whose row does not decode is one row.
+        unknown.report(report, &read.unknown);
+        let page = read.orders;
         // Rule 12: a status only the collation calls PENDING is left alone.
         let (page, misspelled): (Vec<_>, Vec<_>) = page.into_iter().partition(|o| o.exact);
         for o in &misspelled {
@@ -118,6 +116,18 @@ async fn sweep(
                     o.id, o.showtime_id, o.expires_at
                 )
             });
+        }
+        // Rule 17: a schema the cancel cannot be sure of holds every cancel.
+        if let Some(why) = &ctx.mysql.contract().holds.cancels {
+            if report.held_back == 0 {
+                report.example(|| format!("cancels held back by the schema: {why}"));
+            }
+            report.held_back += page.len() as u64;
+            progress.tick(report.scanned, None, report.fixed);
+            if short {
+                break;
+            }
+            continue;
         }
         let take = page.len().min(budget);
         budget -= take;
@@ -232,13 +242,16 @@ async fn cancel_locked(
         instance: &ctx.settings.reconcile.instance,
     };
     race_window!(crate::race_window::EXPIRED_BEFORE_CANCEL);
-    let cancelled = ctx
+    let (cancelled, refused) = ctx
         .retry("cancel expired orders", || {
             ctx.mysql
                 .cancel_expired(&order_ids, deadline, since, &identity)
         })
         .await?;
-    let skipped = order_ids.len() - cancelled.len();
+    unknown.report(report, &refused);
+    let skipped = order_ids
+        .len()
+        .saturating_sub(cancelled.len() + refused.len());
     if skipped > 0 {
         tracing::info!(
             skipped,
@@ -294,6 +307,7 @@ async fn cancel_locked(
         .await?;
     unknown.report(report, &rows);
     let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
+    let shape = ctx.mysql.contract().shape.clone();
     for ((showtime, seat, order), history) in releases.into_iter().zip(fresh) {
         if !history
             .truth
@@ -305,6 +319,12 @@ async fn cancel_locked(
                 order_id = order,
                 "seat of a cancelled order is held by another row in MySQL; not released"
             );
+            continue;
+        }
+        if let Err(e) = super::seat_sweep::fits_audit(&shape, showtime, &seat) {
+            // Rules 10 and 17: no write without its whole audit row.
+            tracing::warn!(order_id = order, error = %e, "seat of a cancelled order not released");
+            report.error(&e);
             continue;
         }
         let entry = batches.entry(showtime).or_default();

@@ -1,6 +1,7 @@
 //! The five jobs and the runner that reports their outcomes.
 
 pub mod audit;
+pub mod contract;
 pub mod expired_orders;
 pub mod pass_run;
 pub mod progress;
@@ -304,7 +305,23 @@ pub(crate) async fn run_once_as(
     } else {
         close_earlier_runs(ctx).await
     };
-    let mut jobs = run_jobs(ctx, kinds, opts, &run_id).await;
+    // Rule 17: the schema as MySQL has it, judged before the jobs read.
+    let (mut jobs, deviations) = match contract::checked(ctx, opts.check.is_some()).await {
+        Ok(state) => (
+            run_jobs(ctx, kinds, opts, &run_id).await,
+            contract::DeviationReport::all(&state),
+        ),
+        Err(e) => {
+            tracing::error!(error = %e, "could not read the schema; no job ran");
+            let failed = kinds.iter().map(|kind| {
+                let mut report = JobReport::new(*kind);
+                report.fail(&e);
+                report.finish();
+                report
+            });
+            (failed.collect(), Vec::new())
+        }
+    };
     jobs.extend(failed);
     // Our own key of the wrong type (rule 13): invalid data of the run,
     // counted once, on its first job.
@@ -325,6 +342,7 @@ pub(crate) async fn run_once_as(
     );
     report.redis_round_trips = ctx.redis.round_trips() - trips_before;
     report.check = opts.check;
+    report.contract_deviations = deviations;
     log_run(ctx, &report);
     if !opts.dry_run && audit_ok {
         let summary = serde_json::to_string(&report).unwrap_or_default();

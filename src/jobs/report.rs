@@ -104,6 +104,9 @@ pub struct JobReport {
     pub backlog: u64,
     /// Bad data seen and left alone.
     pub invalid_data: u64,
+    /// Repairs the schema's deviations held back (rule 17).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held_back: u64,
     /// Showtimes whose work kept failing after retries: skipped for this run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<i64>,
@@ -146,6 +149,10 @@ pub struct JobReport {
     pub dry_run: bool,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn serialize_kind<S: serde::Serializer>(k: &Kind, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(k.label())
 }
@@ -172,6 +179,7 @@ impl JobReport {
             errors: 0,
             backlog: 0,
             invalid_data: 0,
+            held_back: 0,
             quarantined: Vec::new(),
             errors_by_stage: BTreeMap::new(),
             examples: Vec::new(),
@@ -285,6 +293,10 @@ pub struct RunReport {
     /// A change-driven check: what asked for it (`RunOptions::check`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check: Option<&'static str>,
+    /// How the schema deviates from the contract, as the run read it
+    /// (rule 17): the holding ones first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contract_deviations: Vec<super::contract::DeviationReport>,
 }
 
 /// Why a job of the run did not run.
@@ -358,6 +370,7 @@ impl RunReport {
             jobs,
             skipped: Vec::new(),
             check: None,
+            contract_deviations: Vec::new(),
         }
     }
 
@@ -439,6 +452,14 @@ impl RunReport {
                     let _ = writeln!(s, "  {e}");
                 }
             }
+            if j.held_back > 0 {
+                let _ = writeln!(
+                    s,
+                    "\n{} — {} repairs held back by the schema's deviations (below)",
+                    j.kind.cli_name(),
+                    j.held_back
+                );
+            }
             if !j.quarantined.is_empty() {
                 let _ = writeln!(
                     s,
@@ -471,6 +492,15 @@ impl RunReport {
             let _ = writeln!(s);
             for skipped in &self.skipped {
                 let _ = writeln!(s, "{}", skipped.describe());
+            }
+        }
+        if !self.contract_deviations.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nthe schema deviates from the contract (docs/seatflow-contract.md, \"When the schema deviates\"):"
+            );
+            for d in &self.contract_deviations {
+                let _ = writeln!(s, "  {}", d.describe());
             }
         }
         s

@@ -135,6 +135,9 @@ pub async fn name_seats(
         .retry("name seats", || ctx.mysql.seats_named(&asks))
         .await?;
     let mut out = OccupancyBuilder::default();
+    for &showtime in occupancy.any_seat() {
+        out.push_any_seat(showtime);
+    }
     for (showtime, seat, holding, order_id) in occupancy.iter() {
         if in_template(showtime, seat) {
             out.push_row(showtime, seat, holding, order_id);

@@ -57,11 +57,13 @@ pub struct OrderFacts {
 }
 
 /// One `order_seat` row with its order (None: no `ticket_order` row).
+/// Its key columns may not decode either where the schema allows NULL
+/// (rule 17): such a row is unknown, or, with no `order_id`, orderless.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeatRowFacts {
-    pub showtime_id: ShowtimeId,
-    pub order_id: i64,
-    pub seat_no: String,
+    pub showtime_id: Column<ShowtimeId>,
+    pub order_id: Column<i64>,
+    pub seat_no: Column<String>,
     /// `active` as a number (`Ok(None)`: NULL).
     pub active: Column<Option<i64>>,
     pub order: Option<OrderFacts>,
@@ -82,9 +84,13 @@ pub enum SeatRow {
 
 impl SeatRow {
     /// The report of this row when it is outside the contract.
-    pub fn unknown_row(&self, order_id: i64, seat_no: &str) -> Option<UnknownRow> {
+    pub fn unknown_row(&self, facts: &SeatRowFacts) -> Option<UnknownRow> {
         match self {
-            SeatRow::Unknown(why) => Some(unknown_seat_row(order_id, seat_no, why.clone())),
+            SeatRow::Unknown(why) => Some(UnknownRow::new(
+                "order_seat",
+                seat_row_key(facts),
+                why.clone(),
+            )),
             _ => None,
         }
     }
@@ -97,6 +103,20 @@ impl SeatRow {
             SeatRow::Unknown(_) => Some(Holding::Unknown { order_id }),
         }
     }
+}
+
+/// `order 7 seat a-01` (`order NULL`, `seat NULL` where they do not decode):
+/// the row's key in reports.
+pub fn seat_row_key(facts: &SeatRowFacts) -> String {
+    let shown = |c: &Column<String>| c.clone().unwrap_or_else(|_| "NULL".into());
+    format!(
+        "order {} seat {}",
+        facts
+            .order_id
+            .as_ref()
+            .map_or_else(|_| "NULL".to_string(), |id| id.to_string()),
+        shown(&facts.seat_no)
+    )
 }
 
 /// The contract's order statuses, spelled exactly.
@@ -127,6 +147,13 @@ pub const SHOWTIME_STATUSES: [&str; 4] = ["SCHEDULED", "ON_SALE", "CLOSED", "CAN
 /// Reads one `order_seat` row strictly (rule 15's "in its own terms" is the
 /// caller's: the row was found by MySQL's comparison of the seat).
 pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
+    let row_showtime = match &row.showtime_id {
+        Ok(id) => *id,
+        Err(e) => return SeatRow::Unknown(format!("showtime_id does not decode ({e})")),
+    };
+    if let Err(e) = &row.seat_no {
+        return SeatRow::Unknown(format!("seat_no does not decode ({e})"));
+    }
     let active = match &row.active {
         Err(e) => return SeatRow::Unknown(format!("active does not decode ({e})")),
         Ok(None) => None,
@@ -135,7 +162,10 @@ pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
             return SeatRow::Unknown(format!("active = {other}, neither 1 nor NULL"));
         }
     };
-    let Some(order) = &row.order else {
+    // A row whose order_id does not decode has no order to read (the join
+    // found none): held while active, ended while NULL, as any orderless row.
+    let order = row.order.as_ref().filter(|_| row.order_id.is_ok());
+    let Some(order) = order else {
         return match active {
             // A released row whose order is gone (archived): holds nothing.
             None => SeatRow::Ended,
@@ -173,10 +203,9 @@ pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
     }
     match &order.showtime_id {
         Err(e) => return SeatRow::Unknown(format!("order showtime_id does not decode ({e})")),
-        Ok(id) if *id != row.showtime_id => {
+        Ok(id) if *id != row_showtime => {
             return SeatRow::Unknown(format!(
-                "order_seat.showtime_id {} differs from its order's {id}",
-                row.showtime_id
+                "order_seat.showtime_id {row_showtime} differs from its order's {id}"
             ));
         }
         Ok(_) => {}
@@ -219,9 +248,9 @@ mod tests {
 
     fn row(active: Column<Option<i64>>, order: Option<OrderFacts>) -> SeatRowFacts {
         SeatRowFacts {
-            showtime_id: 5,
-            order_id: 7,
-            seat_no: "A-1".into(),
+            showtime_id: Ok(5),
+            order_id: Ok(7),
+            seat_no: Ok("A-1".into()),
             active,
             order,
         }
@@ -301,6 +330,27 @@ mod tests {
             o.dates = Err("expires_at".into());
         }
         assert!(is_unknown(&read_seat_row(&row(Ok(Some(1)), zero_date))));
+        // Key columns a NULL-able schema lets through (rule 17).
+        let mut no_showtime = row(Ok(Some(1)), order("PAID"));
+        no_showtime.showtime_id = Err("NULL".into());
+        assert!(is_unknown(&read_seat_row(&no_showtime)));
+        let mut no_seat = row(Ok(Some(1)), order("PAID"));
+        no_seat.seat_no = Err("NULL".into());
+        assert!(is_unknown(&read_seat_row(&no_seat)));
+        let mut no_order_id = row(Ok(Some(1)), order("PAID"));
+        no_order_id.order_id = Err("NULL".into());
+        assert!(is_unknown(&read_seat_row(&no_order_id)));
+        assert_eq!(
+            seat_row_key(&no_order_id),
+            "order NULL seat A-1",
+            "reported by its key"
+        );
+        no_order_id.active = Ok(None);
+        assert_eq!(
+            read_seat_row(&no_order_id),
+            SeatRow::Ended,
+            "orderless, released"
+        );
         let mut bad_status = order("PAID");
         if let Some(o) = &mut bad_status {
             o.status = Err("NULL".into());

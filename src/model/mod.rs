@@ -7,8 +7,10 @@ use std::fmt;
 use std::str::FromStr;
 
 pub mod contract;
+pub mod holds;
 mod occupancy;
 mod rows_mark;
+pub mod schema;
 
 pub use occupancy::{
     Holding, Occupancy, OccupancyBuilder, OrderStatus, SeatTruth, ShowtimeOccupancy,
@@ -84,15 +86,53 @@ impl SeatState {
 pub struct Template {
     seats: Vec<SeatNo>,
     position: HashMap<Box<[u8]>, usize>,
+    /// Positions of seats that MySQL's comparison of `order_seat.seat_no`
+    /// takes for another seat of the template (rule 17), sorted.
+    uncertain: Vec<usize>,
 }
 
 impl Template {
+    /// The hall's seats in order; a name given twice is one seat.
     pub fn new(seats: Vec<SeatNo>) -> Template {
         let mut position = HashMap::with_capacity(seats.len());
-        for (i, seat) in seats.iter().enumerate() {
-            position.entry(seat.as_bytes().into()).or_insert(i);
+        let mut unique = Vec::with_capacity(seats.len());
+        for seat in seats {
+            if let std::collections::hash_map::Entry::Vacant(e) =
+                position.entry(seat.as_bytes().into())
+            {
+                e.insert(unique.len());
+                unique.push(seat);
+            }
         }
-        Template { seats, position }
+        Template {
+            seats: unique,
+            position,
+            uncertain: Vec::new(),
+        }
+    }
+
+    /// The template with its groups of seats that are one seat to MySQL
+    /// (`A-01` and `a-01` under a case-insensitive collation): each member
+    /// is uncertain: raised where a valid occupancy names it, never lowered,
+    /// never written free into a rebuilt hash. Names of no seat are ignored.
+    pub fn with_groups(mut self, groups: &[Vec<SeatNo>]) -> Template {
+        for group in groups {
+            let members: Vec<usize> = group
+                .iter()
+                .filter_map(|s| self.find(s.as_bytes()))
+                .collect();
+            if members.len() > 1 {
+                self.uncertain.extend(members);
+            }
+        }
+        self.uncertain.sort_unstable();
+        self.uncertain.dedup();
+        self
+    }
+
+    /// True when the seat at `position` is one seat to MySQL with another.
+    pub fn uncertain(&self, position: usize) -> bool {
+        self.uncertain.binary_search(&position).is_ok()
     }
 
     pub fn seats(&self) -> &[SeatNo] {

@@ -12,6 +12,9 @@ use super::{SeatState, ShowtimeId};
 pub struct Occupancy {
     seats: String,
     rows: Vec<HeldSeat>,
+    /// Showtimes with a row that may hold any of their seats (no
+    /// `seat_no`, or no `order_id` to look its seat up by), sorted.
+    any_seat: Vec<ShowtimeId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -65,8 +68,16 @@ impl OccupancyBuilder {
         });
     }
 
+    /// A row that may hold any seat of `showtime` (its seat cannot be
+    /// named): no seat of the showtime is lowered (rule 15).
+    pub fn push_any_seat(&mut self, showtime: ShowtimeId) {
+        self.0.any_seat.push(showtime);
+    }
+
     pub fn finish(mut self) -> Occupancy {
         self.0.rows.sort_by_key(|r| r.showtime);
+        self.0.any_seat.sort_unstable();
+        self.0.any_seat.dedup();
         self.0
     }
 }
@@ -79,16 +90,23 @@ impl Occupancy {
         ShowtimeOccupancy {
             seats: &self.seats,
             rows: &self.rows[from..to],
+            any_seat: self.any_seat.binary_search(&showtime).is_ok(),
         }
     }
 
-    /// Number of rows across all showtimes.
+    /// Number of rows across all showtimes (rows that may hold any seat
+    /// apart).
     pub fn len(&self) -> usize {
         self.rows.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.rows.is_empty() && self.any_seat.is_empty()
+    }
+
+    /// The showtimes with a row that may hold any of their seats.
+    pub fn any_seat(&self) -> &[ShowtimeId] {
+        &self.any_seat
     }
 
     /// Every row: showtime, seat, holding, order id.
@@ -109,6 +127,7 @@ impl Occupancy {
 pub struct ShowtimeOccupancy<'a> {
     seats: &'a str,
     rows: &'a [HeldSeat],
+    any_seat: bool,
 }
 
 impl<'a> ShowtimeOccupancy<'a> {
@@ -122,11 +141,18 @@ impl<'a> ShowtimeOccupancy<'a> {
     /// What MySQL says of `seat` (a linear scan: for single seats, not for
     /// sweeping).
     pub fn get(&self, seat: &str) -> SeatTruth {
-        SeatTruth::of(self.iter().filter(|(s, _)| *s == seat).map(|(_, h)| h))
+        let mut truth = SeatTruth::of(self.iter().filter(|(s, _)| *s == seat).map(|(_, h)| h));
+        truth.unknown |= self.any_seat;
+        truth
+    }
+
+    /// A row may hold any seat of the showtime: none is lowered.
+    pub fn holds_any_seat(&self) -> bool {
+        self.any_seat
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.rows.is_empty() && !self.any_seat
     }
 }
 

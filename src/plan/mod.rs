@@ -4,6 +4,7 @@
 //! Every job's decisions come from here, so they are property-tested without
 //! any server (see the tests at the bottom and `tests/it/planner_props.rs`).
 
+use crate::model::holds::SeatHold;
 use crate::model::{
     Holding, Kind, SeatFields, SeatNo, SeatRepair, SeatState, SeatTruth, ShowtimeOccupancy,
     Template,
@@ -29,6 +30,8 @@ pub struct ShowtimeInput<'a> {
     /// contract does not explain under the template seat they name.
     pub occupancy: ShowtimeOccupancy<'a>,
     pub hash: HashObservation<'a>,
+    /// What the schema's deviations let be written here (rule 17).
+    pub hold: SeatHold,
 }
 
 /// Bad data: reported (`errors_total{stage="invalid_data"}`), never repaired
@@ -107,6 +110,9 @@ pub struct ShowtimePlan {
     pub rebuild: Option<Vec<(SeatNo, SeatState)>>,
     pub repairs: Vec<SeatRepair>,
     pub anomalies: Vec<Anomaly>,
+    /// The jobs of the repairs (a rebuild is one) the hold kept from this
+    /// plan, one entry each.
+    pub held_back: Vec<Kind>,
 }
 
 impl ShowtimePlan {
@@ -143,7 +149,7 @@ pub fn expected_hash(
     template: &Template,
     occupancy: ShowtimeOccupancy<'_>,
 ) -> Vec<(SeatNo, SeatState)> {
-    let (truths, _) = seat_truths(template, occupancy);
+    let (truths, _) = seat_truths(template, occupancy, SeatHold::None);
     rebuilt_fields(template, &truths)
 }
 
@@ -161,12 +167,22 @@ fn rebuilt_fields(template: &Template, truths: &[SeatTruth]) -> Vec<(SeatNo, Sea
 /// occupancies of seats that are not enabled template seats (sorted, each
 /// once). Rows outside the contract name template seats already (the
 /// reader resolved them with MySQL's own comparison); one that names none
-/// blocks nothing here.
+/// blocks nothing here. A seat is also unknown (raised, never lowered, rule
+/// 15) when a row may hold any seat of the showtime, when the hold keeps
+/// the showtime from being lowered, and when MySQL takes it for another
+/// template seat (`Template::uncertain`, rule 17).
 fn seat_truths<'o>(
     template: &Template,
     occupancy: ShowtimeOccupancy<'o>,
+    hold: SeatHold,
 ) -> (Vec<SeatTruth>, Vec<&'o str>) {
-    let mut truths = vec![SeatTruth::default(); template.len()];
+    let everything_unknown = occupancy.holds_any_seat() || hold != SeatHold::None;
+    let mut truths: Vec<SeatTruth> = (0..template.len())
+        .map(|i| SeatTruth {
+            valid: None,
+            unknown: everything_unknown || template.uncertain(i),
+        })
+        .collect();
     let mut outside = Vec::new();
     for (seat, holding) in occupancy.iter() {
         match (template.find(seat.as_bytes()), holding) {
@@ -185,13 +201,37 @@ fn seat_truths<'o>(
 /// Runs for every showtime of every sweep, so it works on positions in the
 /// template (dense arrays, no per-showtime maps) and on the reply's bytes.
 pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
+    if input.hold == SeatHold::None {
+        return plan_within(input);
+    }
+    // What the hold keeps back: the plan without it, less the plan with it.
+    let free = plan_within(ShowtimeInput {
+        hold: SeatHold::None,
+        ..input
+    });
+    let mut held = plan_within(input);
+    held.held_back = free
+        .repairs
+        .iter()
+        .filter(|r| !held.repairs.contains(r))
+        .map(|r| r.kind)
+        .collect();
+    if free.rebuild.is_some() && held.rebuild.is_none() {
+        held.held_back.push(Kind::MissingHashes);
+    }
+    held
+}
+
+/// [`plan_showtime`] under `input.hold`: with `SeatHold::All` nothing is
+/// planned (the anomalies are still reported).
+fn plan_within(input: ShowtimeInput<'_>) -> ShowtimePlan {
     let mut plan = ShowtimePlan::default();
     let template = input.template;
     if template.is_empty() {
         plan.anomalies.push(Anomaly::EmptyTemplate);
         return plan;
     }
-    let (truths, outside) = seat_truths(template, input.occupancy);
+    let (truths, outside) = seat_truths(template, input.occupancy, input.hold);
     plan.anomalies.extend(
         outside
             .into_iter()
@@ -203,10 +243,12 @@ pub fn plan_showtime(input: ShowtimeInput<'_>) -> ShowtimePlan {
             plan.anomalies.push(Anomaly::WrongType);
             return plan;
         }
+        HashObservation::Missing if input.hold == SeatHold::All => return plan,
         HashObservation::Missing => {
             plan.rebuild = Some(rebuilt_fields(template, &truths));
             return plan;
         }
+        HashObservation::Present(_) if input.hold == SeatHold::All => return plan,
         HashObservation::Present(fields) => fields,
     };
 
@@ -344,6 +386,7 @@ mod tests {
             template: &template,
             occupancy: occ.of(1),
             hash: HashObservation::Present(&h),
+            hold: SeatHold::None,
         });
         let targets: Vec<_> = plan
             .repairs
@@ -400,6 +443,7 @@ mod tests {
             template: &template,
             occupancy: occ.of(1),
             hash: HashObservation::Present(&h),
+            hold: SeatHold::None,
         });
         let planned: Vec<_> = plan
             .repairs
@@ -420,6 +464,7 @@ mod tests {
             template: &template,
             occupancy: occ.of(1),
             hash: HashObservation::Present(&h),
+            hold: SeatHold::None,
         });
         let planned: Vec<_> = plan
             .repairs
@@ -444,6 +489,7 @@ mod tests {
             template: &template,
             occupancy: occ.of(1),
             hash: HashObservation::Missing,
+            hold: SeatHold::None,
         });
         assert_eq!(
             plan.rebuild.unwrap(),
@@ -464,6 +510,7 @@ mod tests {
             template: &template,
             occupancy: occ.of(1),
             hash: HashObservation::Present(&h),
+            hold: SeatHold::None,
         });
         // A-3's absent field is drift (filled with "0"), not bad data.
         assert_eq!(plan.repairs.len(), 1);
@@ -482,6 +529,7 @@ mod tests {
             template: &Template::default(),
             occupancy: occ.of(1),
             hash: HashObservation::Missing,
+            hold: SeatHold::None,
         });
         assert_eq!(empty.anomalies, vec![Anomaly::EmptyTemplate]);
         assert!(empty.rebuild.is_none());
@@ -500,6 +548,7 @@ mod tests {
             template: &template,
             occupancy: Occupancy::default().of(1),
             hash: HashObservation::Present(&h),
+            hold: SeatHold::None,
         });
         assert!(plan.repairs.is_empty());
         assert_eq!(

@@ -7,13 +7,6 @@ use seatflow_reconciler::race_window::{AUDIT_BACKLOG_ACK_LOST, AUDIT_BACKLOG_REA
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::races::Races;
 
-async fn sql(env: &TestEnv, statement: &'static str) {
-    sqlx::raw_sql(statement)
-        .execute(env.ctx.mysql.pool())
-        .await
-        .unwrap();
-}
-
 async fn fix_rows(env: &TestEnv, run_id: &str) -> Vec<(String, i64)> {
     sqlx::query_as(
         "SELECT fix_id, COUNT(*) FROM reconcile_fix WHERE run_id = ? GROUP BY fix_id ORDER BY fix_id",
@@ -38,9 +31,11 @@ async fn three_rows_in_the_backlog(env: &TestEnv) -> String {
         .warm_all(1, &seats, &[("A-1", "1"), ("A-2", "1"), ("A-3", "1")])
         .await
         .unwrap();
-    sql(env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
+    env.sql("RENAME TABLE reconcile_fix TO reconcile_fix_away")
+        .await;
     let first = env.once(&[Kind::OrphanLocks]).await;
-    sql(env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
+    env.sql("RENAME TABLE reconcile_fix_away TO reconcile_fix")
+        .await;
     assert_eq!(first.jobs[0].fixed, 3, "{}", first.to_text());
     assert_eq!(backlog_len(env).await, 3, "the rows wait in Redis");
     first.run_id

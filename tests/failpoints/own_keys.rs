@@ -14,13 +14,6 @@ use seatflow_test_support::TestEnv;
 use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock};
 use seatflow_test_support::races::Races;
 
-async fn sql(env: &TestEnv, statement: &'static str) {
-    sqlx::raw_sql(statement)
-        .execute(env.ctx.mysql.pool())
-        .await
-        .unwrap();
-}
-
 /// A backlog key of the wrong type while MySQL refuses the audit: the rows
 /// of repairs already applied used to be lost (RPUSH failed) and every later
 /// run warned. Now the key is moved aside, members intact, the rows go to a
@@ -30,7 +23,8 @@ async fn audit_rows_survive_a_backlog_key_of_the_wrong_type() {
     let env = TestEnv::new().await;
     orphan_lock(&env).await;
     let backlog = env.ctx.redis.keys.audit_backlog();
-    sql(&env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
+    env.sql("RENAME TABLE reconcile_fix TO reconcile_fix_away")
+        .await;
     // The set appears after the run drained the backlog, before the repair.
     let races = Races::new();
     let first = races
@@ -45,7 +39,8 @@ async fn audit_rows_survive_a_backlog_key_of_the_wrong_type() {
             },
         )
         .await;
-    sql(&env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
+    env.sql("RENAME TABLE reconcile_fix_away TO reconcile_fix")
+        .await;
     assert_eq!(first.jobs[0].fixed, 1, "{}", first.to_text());
     assert_eq!(key_type(&env, &backlog).await, "list", "a fresh backlog");
     let kept: i64 = env.redis(redis::cmd("LLEN").arg(&backlog)).await;

@@ -5,13 +5,6 @@
 use seatflow_reconciler::model::Kind;
 use seatflow_test_support::TestEnv;
 
-async fn sql(env: &TestEnv, statement: &'static str) {
-    sqlx::raw_sql(statement)
-        .execute(env.ctx.mysql.pool())
-        .await
-        .unwrap();
-}
-
 async fn fix_rows(env: &TestEnv, run_id: &str) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_fix WHERE run_id = ?")
         .bind(run_id)
@@ -30,10 +23,12 @@ async fn audit_rows_mysql_refused_are_written_by_the_next_run() {
         .await
         .unwrap();
 
-    sql(&env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
+    env.sql("RENAME TABLE reconcile_fix TO reconcile_fix_away")
+        .await;
     let first = env.once(&[Kind::OrphanLocks]).await;
     assert_eq!(first.jobs[0].fixed, 3, "{}", first.to_text());
-    sql(&env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
+    env.sql("RENAME TABLE reconcile_fix_away TO reconcile_fix")
+        .await;
     assert_eq!(fix_rows(&env, &first.run_id).await, 0);
     let kept: i64 = env
         .redis(redis::cmd("LLEN").arg(env.ctx.redis.keys.audit_backlog()))
@@ -61,9 +56,11 @@ async fn a_cancel_commits_with_its_audit_row_or_not_at_all() {
     let order = env.fx.order(1, "PENDING", &["A-1"], -3600).await.unwrap();
     env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
 
-    sql(&env, "RENAME TABLE reconcile_fix TO reconcile_fix_away").await;
+    env.sql("RENAME TABLE reconcile_fix TO reconcile_fix_away")
+        .await;
     let refused = env.once(&[Kind::ExpiredOrders]).await;
-    sql(&env, "RENAME TABLE reconcile_fix_away TO reconcile_fix").await;
+    env.sql("RENAME TABLE reconcile_fix_away TO reconcile_fix")
+        .await;
     assert_eq!(refused.jobs[0].fixed, 0, "{}", refused.to_text());
     assert_eq!(env.fx.order_status(order).await.unwrap(), "PENDING");
 
@@ -84,8 +81,7 @@ async fn a_cancel_commits_with_its_audit_row_or_not_at_all() {
 #[tokio::test]
 async fn runs_that_never_finished_are_closed_as_abandoned() {
     let env = TestEnv::new().await;
-    sql(
-        &env,
+    env.sql(
         "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) VALUES \
          ('mine-earlier', 'test', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 10 MINUTE), \
          ('theirs-stale', 'other', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 2 HOUR), \
@@ -118,22 +114,19 @@ async fn runs_that_never_finished_are_closed_as_abandoned() {
 async fn audit_rows_past_their_retention_are_pruned_in_batches() {
     let env = TestEnv::with(|s| s.audit.prune_batch = 1000).await;
     // 2,500 rows of 40 days ago (three batches), 3 of yesterday.
-    sql(
-        &env,
+    env.sql(
         "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, fixed_at, instance) \
          SELECT MD5(seq), 'old-run', 'paid_seats', 'seat_set', \
                 UTC_TIMESTAMP(3) - INTERVAL 40 DAY, 'test' FROM seq_1_to_2500",
     )
     .await;
-    sql(
-        &env,
+    env.sql(
         "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, fixed_at, instance) \
          SELECT MD5(CONCAT('new', seq)), 'new-run', 'paid_seats', 'seat_set', \
                 UTC_TIMESTAMP(3) - INTERVAL 1 DAY, 'test' FROM seq_1_to_3",
     )
     .await;
-    sql(
-        &env,
+    env.sql(
         "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at, outcome) VALUES \
          ('old-run', 'test', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 40 DAY, 'success'), \
          ('new-run', 'test', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 1 DAY, 'success')",

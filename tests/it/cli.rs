@@ -61,6 +61,41 @@ fn bad_configuration_exits_2_and_names_the_key() {
     );
 }
 
+/// Rule 17: `check-config` reads the schema too. As the contract has it:
+/// exit 0, and it says so. A deviation proved harmless on the data: listed
+/// with its fix, exit 0. One that holds repairs back: exit 2 naming it.
+/// `migrate` says the same after applying its tables.
+#[tokio::test]
+async fn check_config_and_migrate_judge_the_schema() {
+    let env = TestEnv::new().await;
+    let (code, out, err) = run(against(&env).args(["check-config"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("# schema: as the contract has it"), "{out}");
+
+    env.sql("ALTER TABLE order_seat MODIFY showtime_id BIGINT NULL")
+        .await;
+    let (code, out, err) = run(against(&env).args(["check-config"]));
+    assert_eq!(code, 0, "no NULL yet: harmless: {err}");
+    let fix = "ALTER TABLE order_seat MODIFY showtime_id BIGINT NOT NULL";
+    assert!(out.contains("harmless") && out.contains(fix), "{out}");
+
+    env.fx.hall(1, 1, 2).await.unwrap();
+    env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+    let order = env.fx.order(1, "PAID", &["A-1"], 900).await.unwrap();
+    env.sql(&format!(
+        "UPDATE order_seat SET showtime_id = NULL WHERE order_id = {order}"
+    ))
+    .await;
+    let (code, out, err) = run(against(&env).args(["check-config"]));
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(err.contains("order_seat.showtime_id (nullable)"), "{err}");
+    assert!(out.contains(fix) && out.contains("holds"), "{out}");
+
+    let (code, out, err) = run(against(&env).args(["migrate"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("order_seat.showtime_id (nullable)"), "{out}");
+}
+
 #[test]
 fn check_config_never_prints_secrets() {
     let (code, out, _) = run(bin()

@@ -124,6 +124,7 @@ async fn every_showtime_id_belongs_to_exactly_one_shard() {
                 .on_sale_page(None, None, 100, scope)
                 .await
                 .unwrap()
+                .rows
             {
                 assert!(shard.covers(row.id), "SQL and Rust disagree on {}", row.id);
                 owners.entry(row.id).or_default().push(index);

@@ -44,6 +44,7 @@
 
 mod audit;
 mod bad_data;
+mod bad_values;
 mod binlog;
 mod binlog_position;
 mod changes;
@@ -64,5 +65,6 @@ mod passes;
 mod planner_props;
 mod resilience;
 mod safety;
+mod schema_deviations;
 mod strict_reading;
 mod tls;

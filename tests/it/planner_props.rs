@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use seatflow_reconciler::model::holds::SeatHold;
 use seatflow_reconciler::model::{
     Holding, Kind, Occupancy, OrderStatus, SeatFields, SeatRepair, SeatState, SeatTruth, Template,
 };
@@ -126,6 +127,7 @@ fn plan_with(c: &Case, fields: Option<&SeatFields>) -> ShowtimePlan {
             Some(f) => HashObservation::Present(f),
             None => HashObservation::Missing,
         },
+        hold: SeatHold::None,
     })
 }
 

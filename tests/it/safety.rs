@@ -254,13 +254,13 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
         .expired_page(deadline, None, 10, env.ctx.scope(&[]))
         .await
         .unwrap();
-    assert_eq!(found.len(), 2);
+    assert_eq!(found.orders.len(), 2);
 
     assert!(
         env.fx.pay(order).await.unwrap(),
         "the customer pays after our scan"
     );
-    let cancelled = env
+    let (cancelled, _) = env
         .ctx
         .mysql
         .cancel_expired(&[order, other], deadline, deadline, &RUN)
@@ -280,7 +280,7 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
 
     // A retry after a lost commit reply reports the cancel it already made.
     let since = deadline;
-    let again = env
+    let (again, _) = env
         .ctx
         .mysql
         .cancel_expired(&[order, other], deadline, since, &RUN)

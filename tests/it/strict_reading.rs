@@ -15,31 +15,11 @@ async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
     env.fx.seat_value(showtime, seat).await.unwrap()
 }
 
-async fn sql(env: &TestEnv, statement: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(statement.to_string()))
-        .execute(env.ctx.mysql.pool())
-        .await
-        .unwrap();
-}
-
-/// Statements on one connection with a permissive `sql_mode`, as a server
-/// configured without strict dates stores them (zero dates accepted).
+/// Statements with a permissive `sql_mode`, as a server configured without
+/// strict dates stores them (zero dates accepted): `TestEnv::permissive`.
 async fn permissive(env: &TestEnv, statements: &[String]) {
-    let mut c = env.ctx.mysql.pool().acquire().await.unwrap();
-    sqlx::query("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
-        .execute(&mut *c)
-        .await
-        .unwrap();
-    for s in statements {
-        sqlx::query(sqlx::AssertSqlSafe(s.clone()))
-            .execute(&mut *c)
-            .await
-            .unwrap();
-    }
-    sqlx::query("SET SESSION sql_mode = DEFAULT")
-        .execute(&mut *c)
-        .await
-        .unwrap();
+    let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+    env.permissive(&statements).await.unwrap();
 }
 
 fn invalid(report: &RunReport) -> u64 {
@@ -408,10 +388,9 @@ async fn an_absent_field_is_filled_with_its_expected_value() {
     env.fx.warm(1, &[("A-4", "0")]).await.unwrap();
     env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
     let odd = env.fx.order(1, "PAID", &["A-3"], 900).await.unwrap();
-    sql(
-        &env,
-        &format!("UPDATE ticket_order SET status = 'paid' WHERE id = {odd}"),
-    )
+    env.sql(&format!(
+        "UPDATE ticket_order SET status = 'paid' WHERE id = {odd}"
+    ))
     .await;
 
     let r = env.job(Kind::PaidSeats).await;
@@ -459,11 +438,8 @@ async fn a_seat_key_of_the_wrong_type_is_counted_once_per_run() {
 async fn a_template_seat_enabled_neither_0_nor_1_is_left_alone_and_reported() {
     let env = TestEnv::new().await;
     showtime(&env, &[("A-1", "1"), ("A-2", "1")]).await;
-    sql(
-        &env,
-        "UPDATE hall_seat SET enabled = 2 WHERE hall_id = 1 AND seat_no = 'A-1'",
-    )
-    .await;
+    env.sql("UPDATE hall_seat SET enabled = 2 WHERE hall_id = 1 AND seat_no = 'A-1'")
+        .await;
     let report = env.once(&Kind::ALL).await;
     ended_well(&report);
     assert_eq!(
@@ -485,10 +461,9 @@ async fn a_missing_hash_with_no_writable_seat_is_left_absent_not_failed() {
     env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     let odd = env.fx.order(1, "PAID", &["A-1", "A-2"], 900).await.unwrap();
-    sql(
-        &env,
-        &format!("UPDATE ticket_order SET status = 'paid' WHERE id = {odd}"),
-    )
+    env.sql(&format!(
+        "UPDATE ticket_order SET status = 'paid' WHERE id = {odd}"
+    ))
     .await;
     for _ in 0..2 {
         let report = env.once(&[Kind::MissingHashes]).await;

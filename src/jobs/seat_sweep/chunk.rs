@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::Error;
-use crate::model::{Kind, SeatRepair, ShowtimeId, Template};
+use crate::model::{Kind, SeatRepair, ShowtimeId};
 use crate::plan::{self, HashObservation, ShowtimeInput};
 use crate::store::mysql::ShowtimeRow;
 use crate::store::redis::{HashRead, ShowtimeRead, SuspectOp};
@@ -36,11 +36,8 @@ impl<'a> Sweep<'a, '_> {
             .retry("read templates", || ctx.mysql.templates(&missing))
             .await?;
         self.unknown(&unknown);
-        self.templates.extend(
-            loaded
-                .into_iter()
-                .map(|(h, seats)| (h, Arc::new(Template::new(seats)))),
-        );
+        self.templates
+            .extend(loaded.into_iter().map(|(h, t)| (h, Arc::new(t))));
         Ok(())
     }
 
@@ -83,6 +80,8 @@ impl<'a> Sweep<'a, '_> {
         // (`recheck_deferred`); a pass, which defers many, does not.
         let recheck_deferred = self.opts.check.is_some();
         let mut deferred: Vec<(ShowtimeId, Vec<Planned>)> = Vec::new();
+        // What the schema's deviations hold (rule 17).
+        let holds = ctx.mysql.contract();
         for (showtime, read) in page.iter().zip(&reads) {
             let template = self
                 .templates
@@ -93,6 +92,7 @@ impl<'a> Sweep<'a, '_> {
                 template: &template,
                 occupancy: occupancy.of(showtime.id),
                 hash: observation(read),
+                hold: holds.holds.seat(showtime.id).0,
             });
             let key = ctx.redis.keys.seat(showtime.id);
             if read.suspects_wrong_type {
@@ -130,6 +130,8 @@ impl<'a> Sweep<'a, '_> {
                 if job.kind == reporter {
                     (0..counted).for_each(|_| job.report.invalid());
                 }
+                job.report.held_back +=
+                    plan.held_back.iter().filter(|k| **k == job.kind).count() as u64;
                 if job.kind == Kind::MissingHashes {
                     if plan.rebuild.is_some() {
                         job.report.drift += 1;

@@ -43,6 +43,7 @@ mod repair;
 use notices::{BadDataLog, OwnKeys};
 pub(crate) use notices::{log_stuck_lease, wrong_type_problem};
 use read::{Fetched, fetch};
+pub(crate) use repair::fits_audit;
 
 /// Most hall templates kept between chunks; cleared when exceeded.
 const TEMPLATE_CACHE_HALLS: usize = 1024;
@@ -275,6 +276,17 @@ impl<'a> Sweep<'a, '_> {
 
     async fn sweep(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
         let ctx = self.ctx;
+        // Rule 17: a schema whose reading of every showtime is in doubt
+        // (a type the reads do not take, a missing table) holds every
+        // seat write; the sweep would read for nothing.
+        if let Some(why) = &ctx.mysql.contract().holds.seat_writes {
+            for j in &mut self.jobs {
+                j.report.fatal = Some(format!(
+                    "held back by the schema: {why} (see the contract deviations)"
+                ));
+            }
+            return Ok(());
+        }
         // A shared sweep stops at the smallest scan limit of its jobs.
         let scan_limit = self
             .jobs
@@ -450,28 +462,26 @@ impl<'a> Sweep<'a, '_> {
             }
             self.tell_pacer_the_need(scan);
             let want = chunk.min(scan.limit - scan.scanned);
-            let fetched = match prefetched.take() {
+            let mut fetched = match prefetched.take() {
                 Some(f) => f,
                 None => match fetch(ctx, self.opts, what, after, before, want).await? {
                     Some(f) => f,
                     None => return Ok(Some((after, false))),
                 },
             };
-            let (page, want) = (&fetched.page, fetched.want);
+            let (page, want, read) = (&fetched.page, fetched.want, fetched.read);
             let page_start = after;
-            if let Some(last) = page.last() {
-                after = Some(Keyset {
-                    at: last.starts_at,
-                    id: last.id,
-                });
-            }
-            scan.scanned += page.len();
-            let end_of_estate = page.len() < want;
+            after = fetched.last.or(after);
+            scan.scanned += read;
+            let end_of_estate = read < want;
             let page_ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
             let had_budget: Vec<bool> = self.jobs.iter().map(|j| j.budget > 0).collect();
             for j in &mut self.jobs {
-                j.report.scanned += page.len() as u64;
+                j.report.scanned += read as u64;
             }
+            // Rule 16: a showtime whose row does not decode is one row.
+            let unknown = std::mem::take(&mut fetched.unknown);
+            self.unknown(&unknown);
             let next_want = if end_of_estate {
                 0
             } else {

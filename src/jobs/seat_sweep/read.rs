@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::context::Context;
 use crate::error::Error;
 use crate::model::ShowtimeId;
+use crate::model::contract::UnknownRow;
 use crate::pace::{Pacer, Store};
 use crate::store::mysql::{Keyset, OccupancyRead, ShowtimeRow};
 use crate::store::redis::{HashRead, ShowtimeRead};
@@ -25,7 +26,14 @@ pub(super) struct WhatToRead {
 /// A page of showtimes and what the stores hold for them; `want` is how many
 /// were asked for (fewer means the estate ends here).
 pub(super) struct Fetched {
+    /// The page's showtimes the contract explains.
     pub(super) page: Vec<ShowtimeRow>,
+    /// Those it does not: reported, not swept.
+    pub(super) unknown: Vec<UnknownRow>,
+    /// Where the page ends (the next starts after it).
+    pub(super) last: Option<Keyset>,
+    /// Rows the page held, known or not: fewer than `want`, the estate ends.
+    pub(super) read: usize,
     pub(super) want: usize,
     /// Redis time, the hash reads and the occupancy; an error quarantines the chunk.
     pub(super) reads: Result<(i64, Vec<ShowtimeRead>, OccupancyRead), Error>,
@@ -47,15 +55,19 @@ pub(super) async fn fetch(
     if want == 0 {
         return Ok(None);
     }
-    let page = ctx
+    let read = ctx
         .retry("read showtimes", || {
             ctx.mysql
                 .on_sale_page(after, before, want, ctx.scope(&opts.showtimes))
         })
         .await?;
+    let (page, unknown, last, read) = (read.rows, read.unknown, read.last, read.read);
     if page.is_empty() {
         return Ok(Some(Fetched {
             page,
+            unknown,
+            last,
+            read,
             want,
             read_at: Instant::now(),
             reads: Ok((0, Vec::new(), OccupancyRead::default())),
@@ -101,6 +113,9 @@ pub(super) async fn fetch(
     };
     Ok(Some(Fetched {
         page,
+        unknown,
+        last,
+        read,
         want,
         reads,
         read_at,

@@ -169,6 +169,7 @@ impl<'a> Sweep<'a, '_> {
         // this scan: drift age, first sighting → repair), and the order the
         // re-check found holding it (for the audit).
         let mut first_seen: HashMap<(ShowtimeId, SeatNo), (i64, Option<i64>)> = HashMap::new();
+        let shape = ctx.mysql.contract().shape.clone();
         for (id, planned) in work {
             let mut keep = Vec::new();
             for p in planned {
@@ -177,6 +178,10 @@ impl<'a> Sweep<'a, '_> {
                 let history = fresh.next().unwrap_or_default();
                 if !plan::still_valid(&p.repair, &history.truth) {
                     tracing::info!(kind, showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
+                } else if let Err(e) = fits_audit(&shape, id, seat) {
+                    // Rules 10 and 17: no write without its whole audit row.
+                    tracing::warn!(kind, showtime_id = id, error = %e, "repair not made");
+                    self.job(p.repair.kind).report.error(&e);
                 } else if let Some(s) = p.suspect
                     && !s.orphaned_throughout(&history.rows)
                 {
@@ -290,6 +295,7 @@ impl<'a> Sweep<'a, '_> {
                     .on_sale_page(None, None, ids.len(), ctx.scope(&ids))
             })
             .await?
+            .rows
             .into_iter()
             .map(|s| (s.id, s.hall_id))
             .collect();
@@ -390,6 +396,23 @@ impl<'a> Sweep<'a, '_> {
             }
         }
         Ok(())
+    }
+}
+
+/// A repair of `seat` may be made only if its audit row fits
+/// `reconcile_fix.seat_no` whole (rules 10 and 17: never truncated).
+pub(crate) fn fits_audit(
+    shape: &crate::model::holds::ReadShape,
+    showtime: ShowtimeId,
+    seat: &str,
+) -> Result<(), Error> {
+    match shape.audit_seat_chars {
+        Some(width) if !shape.fits_audit(seat) => Err(Error::AuditTooNarrow {
+            showtime,
+            seat: seat.to_string(),
+            width,
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -83,8 +83,8 @@ impl MysqlStore {
     ) -> Result<()> {
         // The database's clock, like finished_at, so durations are consistent.
         sqlx::query(
-            "INSERT IGNORE INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
-             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3))",
+            "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
+             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3)) ON DUPLICATE KEY UPDATE run_id = run_id",
         )
         .bind(run_id)
         .bind(instance)
@@ -177,7 +177,7 @@ impl MysqlStore {
             return Ok(());
         }
         let mut q = QueryBuilder::<MySql>::new(
-            "INSERT IGNORE INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, order_id, \
+            "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, order_id, \
              before_value, after_value, fixed_at, instance) ",
         );
         q.push_values(fixes, |mut b, f| {
@@ -193,6 +193,9 @@ impl MysqlStore {
                 .push_bind(f.at)
                 .push_bind(instance);
         });
+        // Not INSERT IGNORE: that would truncate a value too long for its
+        // column with a warning, strict mode or not (rule 17).
+        q.push(" ON DUPLICATE KEY UPDATE fix_id = fix_id");
         q.build().execute(&self.pool).await?;
         Ok(())
     }

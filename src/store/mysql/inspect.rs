@@ -4,7 +4,7 @@
 use super::sql::*;
 use super::*;
 use crate::error::Result;
-use crate::model::contract::{self, SeatRow};
+use crate::model::contract::{self, SeatRow, UnknownRow};
 use crate::model::{SeatNo, ShowtimeId};
 use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};
@@ -30,11 +30,15 @@ pub struct LayoutSeat {
 /// An `order_seat` row of a showtime that may hold its seat, for `inspect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Occupant {
-    pub seat_no: SeatNo,
-    pub order_id: i64,
+    /// None: NULL (the row may hold any seat of the showtime).
+    pub seat_no: Option<SeatNo>,
+    /// None: NULL.
+    pub order_id: Option<i64>,
     pub order_no: String,
     /// `Occupies` or `Unknown` (ended rows are not listed).
     pub reading: SeatRow,
+    /// The row as reported when it is outside the contract.
+    pub unknown: Option<UnknownRow>,
     pub expires_at: Option<NaiveDateTime>,
 }
 
@@ -51,7 +55,7 @@ impl MysqlStore {
         row.map(|r| {
             Ok(ShowtimeInfo {
                 id: r.try_get("id")?,
-                hall_id: r.try_get("hall_id")?,
+                hall_id: int(&r, "hall_id").unwrap_or_default(),
                 starts_at: r.try_get("starts_at").ok().flatten(),
                 starts_at_raw: lossy(&r, "starts_raw"),
                 status: lossy(&r, "status"),
@@ -72,6 +76,7 @@ impl MysqlStore {
         .await?;
         Ok(rows
             .iter()
+            .filter(|r| !is_null(r, "seat_no"))
             .map(|r| LayoutSeat {
                 seat_no: lossy(r, "seat_no"),
                 row_label: r.try_get("row_label").ok().flatten(),
@@ -95,7 +100,7 @@ impl MysqlStore {
         let rows = q.build().fetch_all(&self.pool).await?;
         let mut out = Vec::new();
         for r in &rows {
-            let facts = seat_row_facts(r)?;
+            let facts = seat_row_facts(r);
             let reading = contract::read_seat_row(&facts);
             if reading == SeatRow::Ended {
                 continue;
@@ -103,8 +108,9 @@ impl MysqlStore {
             out.push(Occupant {
                 order_no: lossy(r, "order_no"),
                 expires_at: r.try_get("o_expires_at").ok().flatten(),
-                seat_no: facts.seat_no,
-                order_id: facts.order_id,
+                unknown: reading.unknown_row(&facts),
+                seat_no: facts.seat_no.ok(),
+                order_id: facts.order_id.ok(),
                 reading,
             });
         }

@@ -17,6 +17,7 @@ mod inspect;
 mod migrations;
 mod orders;
 mod recheck;
+pub mod schema;
 mod sql;
 mod sweep;
 
@@ -26,12 +27,26 @@ pub use orders::{CancelledOrder, ExpiredOrder};
 pub use recheck::{SeatHistory, SeatNameAsk};
 pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
 
+/// Every connection's `sql_mode`, whatever the server's (rule 17): strict,
+/// so a value that does not fit its column is an error of that write and
+/// never a silent truncation; and none of the modes that change how our
+/// statements read (`ANSI_QUOTES`, `PAD_CHAR_TO_FULL_LENGTH`,
+/// `NO_BACKSLASH_ESCAPES`, …). sqlx's own two are kept.
+pub const SESSION_SQL_MODE: &str =
+    "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,PIPES_AS_CONCAT'";
+
+/// The widest `reconcile_fix.seat_no` `migrate` makes: its index
+/// (`showtime_id, seat_no, fixed_at`) must stay within InnoDB's 3,072 bytes.
+pub const AUDIT_SEAT_CHARS_MAX: u64 = 512;
+
 /// The cancel reason the reconciler writes, so seatflow can tell its cancels apart.
 pub const CANCEL_REASON: &str = "RECONCILE_EXPIRED";
 
 #[derive(Clone)]
 pub struct MysqlStore {
     pool: MySqlPool,
+    /// The last verdict on the schema (rule 17), shared by every clone.
+    contract: schema::ContractCell,
 }
 
 /// (showtime, seat) → status of the valid order occupying it.
@@ -82,13 +97,22 @@ impl MysqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query(SESSION_SQL_MODE).execute(conn).await?;
+                    Ok(())
+                })
+            })
             .connect_with(options)
             .await?;
-        Ok(MysqlStore { pool })
+        Ok(MysqlStore::from_pool(pool))
     }
 
     pub fn from_pool(pool: MySqlPool) -> MysqlStore {
-        MysqlStore { pool }
+        MysqlStore {
+            pool,
+            contract: schema::ContractCell::default(),
+        }
     }
 
     pub fn pool(&self) -> &MySqlPool {
@@ -100,8 +124,11 @@ impl MysqlStore {
         Ok(())
     }
 
-    /// The reconciler's own tables; with `reference`, seatflow's too.
-    pub async fn migrate(&self, reference: bool) -> Result<()> {
+    /// The reconciler's own tables; with `reference`, seatflow's too. The
+    /// audit's `seat_no` is widened to the contract's widest `seat_no`
+    /// (up to [`AUDIT_SEAT_CHARS_MAX`]), so that no repair's audit row is
+    /// too long for it (rule 17): returns the new width when it widened.
+    pub async fn migrate(&self, reference: bool) -> Result<Option<u64>> {
         if reference {
             sqlx::raw_sql(include_str!(
                 "../../../migrations/reference/seatflow_schema.sql"
@@ -110,7 +137,25 @@ impl MysqlStore {
             .await?;
         }
         migrations::reconciler().await?.run(&self.pool).await?;
-        Ok(())
+        let facts = self.schema_facts().await?;
+        let width = |table: &str| facts.column(table, "seat_no").and_then(|c| c.max_chars);
+        let widest = ["hall_seat", "order_seat"]
+            .into_iter()
+            .filter_map(width)
+            .max()
+            .unwrap_or(0)
+            .min(AUDIT_SEAT_CHARS_MAX);
+        match width(crate::model::schema::AUDIT_TABLE) {
+            Some(audit) if audit < widest => {
+                let sql =
+                    format!("ALTER TABLE reconcile_fix MODIFY seat_no VARCHAR({widest}) NULL");
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&self.pool)
+                    .await?;
+                Ok(Some(widest))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The database's clock, in UTC: the one clock `expires_at` is compared to.

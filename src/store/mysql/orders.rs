@@ -20,6 +20,20 @@ pub struct ExpiredOrder {
     pub exact: bool,
 }
 
+/// A keyset page of due orders, read row by row (rule 16).
+#[derive(Debug, Clone, Default)]
+pub struct ExpiredPage {
+    /// The orders the contract explains.
+    pub orders: Vec<ExpiredOrder>,
+    /// Those it does not (a `showtime_id` that does not decode): reported,
+    /// never cancelled.
+    pub unknown: Vec<UnknownRow>,
+    /// Where the page ends: the next page starts after it.
+    pub last: Option<Keyset>,
+    /// How many rows the page held, known or not.
+    pub read: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CancelledOrder {
     pub id: i64,
@@ -41,28 +55,54 @@ impl MysqlStore {
         after: Option<Keyset>,
         limit: usize,
         scope: Scope<'_>,
-    ) -> Result<Vec<ExpiredOrder>> {
+    ) -> Result<ExpiredPage> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, showtime_id, expires_at, BINARY status = 'PENDING' AS exact \
-             FROM ticket_order WHERE status = 'PENDING' AND ",
+             FROM ticket_order WHERE status = 'PENDING' AND id IS NOT NULL AND ",
         );
         q.push(date_ok("expires_at")).push(" AND expires_at < ");
         q.push_bind(deadline);
+        if self.contract().shape.order_id_unsigned {
+            q.push(" AND id <= 9223372036854775807");
+        }
         push_scope(&mut q, "showtime_id", scope);
         push_after(&mut q, "expires_at", "id", after);
         q.push(" ORDER BY expires_at, id LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ExpiredOrder {
-                    id: r.try_get("id")?,
-                    showtime_id: r.try_get("showtime_id")?,
-                    expires_at: r.try_get("expires_at")?,
-                    exact: r.try_get::<i64, _>("exact")? == 1,
-                })
-            })
-            .collect()
+        let mut page = ExpiredPage {
+            read: rows.len(),
+            last: after,
+            ..ExpiredPage::default()
+        };
+        for r in &rows {
+            // The SQL keeps ids within BIGINT and deadlines that decode.
+            let (Ok(id), Ok(Some(expires_at))) =
+                (int(r, 0), column::<Option<NaiveDateTime>, _>(r, 2))
+            else {
+                continue;
+            };
+            page.last = Some(Keyset { at: expires_at, id });
+            match int(r, 1) {
+                Ok(showtime_id) => page.orders.push(ExpiredOrder {
+                    id,
+                    showtime_id,
+                    expires_at,
+                    exact: int(r, 3) == Ok(1),
+                }),
+                Err(e) => page.unknown.push(UnknownRow::new(
+                    "ticket_order",
+                    id.to_string(),
+                    format!("showtime_id does not decode ({e}); not cancelled"),
+                )),
+            }
+        }
+        if page.read > 0 && page.last == after {
+            return Err(crate::error::Error::MysqlInvariant(
+                "no order of a page has an id and expires_at that decode".into(),
+            ));
+        }
+        Ok(page)
     }
 
     /// Deadlines of PENDING orders of the scope in `[from, to)`, soonest
@@ -89,9 +129,14 @@ impl MysqlStore {
         q.push(" ORDER BY expires_at LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("showtime_id")?, r.try_get("expires_at")?)))
-            .collect()
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let showtime = int(r, "showtime_id").ok()?;
+                let at = column::<Option<NaiveDateTime>, _>(r, "expires_at").ok()??;
+                Some((showtime, at))
+            })
+            .collect())
     }
 
     /// Orders the collation takes for PENDING whose `expires_at` does not
@@ -113,27 +158,34 @@ impl MysqlStore {
             "SELECT id, CAST(expires_at AS CHAR) AS raw FROM ticket_order \
              WHERE status = 'PENDING' AND (expires_at IS NULL OR expires_at < ",
         );
-        q.push_bind(deadline).push(") AND NOT ");
-        q.push(date_ok("expires_at"));
+        q.push_bind(deadline).push(") AND (id IS NULL OR NOT ");
+        q.push(date_ok("expires_at")).push(")");
         push_scope(&mut q, "showtime_id", scope);
         q.push(" ORDER BY id LIMIT ").push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
-        rows.iter()
+        Ok(rows
+            .iter()
             .map(|r| {
-                let id: i64 = r.try_get("id")?;
-                Ok(UnknownRow::new(
-                    "ticket_order",
-                    id.to_string(),
-                    format!(
-                        "expires_at {} does not decode; not cancelled",
-                        r.try_get::<Option<String>, _>("raw")
-                            .ok()
-                            .flatten()
-                            .unwrap_or_else(|| "NULL".into())
+                let raw = || {
+                    r.try_get::<Option<String>, _>("raw")
+                        .ok()
+                        .flatten()
+                        .unwrap_or_else(|| "NULL".into())
+                };
+                match int(r, "id") {
+                    Ok(id) => UnknownRow::new(
+                        "ticket_order",
+                        id.to_string(),
+                        format!("expires_at {} does not decode; not cancelled", raw()),
                     ),
-                ))
+                    Err(e) => UnknownRow::new(
+                        "ticket_order",
+                        format!("id {e} expiring {}", raw()),
+                        "no id to cancel it by; not cancelled",
+                    ),
+                }
             })
-            .collect()
+            .collect())
     }
 
     /// Cancels those of `ids` that are still PENDING and expired before
@@ -148,15 +200,19 @@ impl MysqlStore {
     /// after `since` (a commit whose reply was lost, audit row included) are
     /// returned as cancelled too. The caller holds the showtime leases, so
     /// those cancels are its own.
+    ///
+    /// Without a unique key on `ticket_order.id` (rule 17), an id found on
+    /// two rows in the transaction is not cancelled (its rows' `active`
+    /// would be set for both): it is returned as a row outside the contract.
     pub async fn cancel_expired(
         &self,
         ids: &[i64],
         deadline: NaiveDateTime,
         since: NaiveDateTime,
         audit: &RunIdentity<'_>,
-    ) -> Result<Vec<CancelledOrder>> {
+    ) -> Result<(Vec<CancelledOrder>, Vec<UnknownRow>)> {
         if ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         let mut earlier = self.cancelled_by_us_since(ids, since).await?;
         let mut tx = self.pool.begin().await?;
@@ -166,16 +222,44 @@ impl MysqlStore {
         q.push_bind(deadline);
         push_in(&mut q, "id", ids);
         q.push(" ORDER BY id FOR UPDATE");
-        let won: Vec<(i64, i64)> = q
+        // A row whose showtime does not decode (any more) is not cancelled.
+        let mut won: Vec<(i64, i64)> = q
             .build()
             .fetch_all(&mut *tx)
             .await?
             .iter()
-            .map(|r| Ok((r.try_get("id")?, r.try_get("showtime_id")?)))
-            .collect::<Result<_>>()?;
+            .filter_map(|r| Some((int(r, "id").ok()?, int(r, "showtime_id").ok()?)))
+            .collect();
+        let mut refused = Vec::new();
+        if !self.contract().shape.order_ids_unique && !won.is_empty() {
+            let mut q = QueryBuilder::<MySql>::new("SELECT id FROM ticket_order WHERE TRUE");
+            push_in(
+                &mut q,
+                "id",
+                &won.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            );
+            q.push(" GROUP BY id HAVING COUNT(*) > 1");
+            let twice: Vec<i64> = q
+                .build()
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .filter_map(|r| int(r, "id").ok())
+                .collect();
+            won.retain(|(id, _)| !twice.contains(id));
+            refused.extend(twice.iter().map(|id| {
+                UnknownRow::new(
+                    "ticket_order",
+                    id.to_string(),
+                    "the id is on more than one row (no unique key on ticket_order.id); not cancelled",
+                )
+            }));
+        }
+        won.sort_unstable();
+        won.dedup();
         if won.is_empty() {
             tx.rollback().await?;
-            return Ok(earlier);
+            return Ok((earlier, refused));
         }
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
         race_window!(crate::race_window::EXPIRED_CANCEL_ROWS_LOCKED);
@@ -189,10 +273,16 @@ impl MysqlStore {
         q.push(" ORDER BY order_id, seat_no");
         let mut seats: HashMap<i64, Vec<(ShowtimeId, SeatNo)>> = HashMap::new();
         for r in q.build().fetch_all(&mut *tx).await? {
-            seats
-                .entry(r.try_get("order_id")?)
-                .or_default()
-                .push((r.try_get("showtime_id")?, lossy(&r, "seat_no")));
+            // A row with no showtime or seat to release it in is ended by
+            // the cancel all the same; its seat, if any, is orphan-locks'.
+            let (Ok(order), Ok(showtime), Ok(seat)) = (
+                int(&r, "order_id"),
+                int(&r, "showtime_id"),
+                text(&r, "seat_no"),
+            ) else {
+                continue;
+            };
+            seats.entry(order).or_default().push((showtime, seat));
         }
 
         let mut q = QueryBuilder::<MySql>::new(
@@ -216,7 +306,7 @@ impl MysqlStore {
         push_in(&mut q, "order_id", &won_ids);
         q.build().execute(&mut *tx).await?;
         let mut q = QueryBuilder::<MySql>::new(
-            "INSERT IGNORE INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, \
+            "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, \
              order_id, before_value, after_value, fixed_at, instance) ",
         );
         q.push_values(&won, |mut b, (id, showtime_id)| {
@@ -232,6 +322,7 @@ impl MysqlStore {
                 .push("UTC_TIMESTAMP(3)")
                 .push_bind(audit.instance);
         });
+        q.push(" ON DUPLICATE KEY UPDATE fix_id = fix_id");
         q.build().execute(&mut *tx).await?;
         tx.commit().await?;
         #[cfg(feature = "failpoints")]
@@ -249,7 +340,7 @@ impl MysqlStore {
             showtime_id,
             seats: seats.remove(&id).unwrap_or_default(),
         }));
-        Ok(earlier)
+        Ok((earlier, refused))
     }
 
     /// Orders among `ids` cancelled by the reconciler at or after `since`,
@@ -271,14 +362,19 @@ impl MysqlStore {
         q.push(" ORDER BY o.id, os.seat_no");
         let mut out: Vec<CancelledOrder> = Vec::new();
         for r in q.build().fetch_all(&self.pool).await? {
-            let id: i64 = r.try_get("id")?;
-            let seat = (r.try_get("seat_showtime")?, lossy(&r, "seat_no"));
+            let (Ok(id), Ok(showtime_id)) = (int(&r, "id"), int(&r, "showtime_id")) else {
+                continue;
+            };
+            let seat = match (int(&r, "seat_showtime"), text(&r, "seat_no")) {
+                (Ok(showtime), Ok(seat)) => Some((showtime, seat)),
+                _ => None,
+            };
             match out.last_mut() {
-                Some(o) if o.id == id => o.seats.push(seat),
+                Some(o) if o.id == id => o.seats.extend(seat),
                 _ => out.push(CancelledOrder {
                     id,
-                    showtime_id: r.try_get("showtime_id")?,
-                    seats: vec![seat],
+                    showtime_id,
+                    seats: seat.into_iter().collect(),
                 }),
             }
         }

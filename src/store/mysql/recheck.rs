@@ -4,9 +4,10 @@
 use super::sql::*;
 use super::*;
 use crate::error::Result;
-use crate::model::contract::{self, SeatRow, UnknownRow};
+use crate::model::contract::{self, SeatRow, SeatRowFacts, UnknownRow};
+use crate::model::holds::SeatHold;
 use crate::model::{OrderStatus, SeatNo, SeatRows, SeatTruth, ShowtimeId};
-use sqlx::{MySql, QueryBuilder, Row};
+use sqlx::{MySql, QueryBuilder};
 
 /// A seat as the re-check sees it, asked in MySQL's own terms.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +53,7 @@ fn history_query(
     asked: &[&(ShowtimeId, Vec<usize>)],
     seats: &[(ShowtimeId, SeatNo, bool)],
     elsewhere: bool,
+    null_seats: bool,
 ) -> QueryBuilder<MySql> {
     let owner = if elsewhere {
         "mine.showtime_id"
@@ -98,10 +100,41 @@ fn history_query(
             for &i in idx {
                 sep.push_bind(seats[i].1.as_str());
             }
-            q.push("))");
+            // A row with no seat_no (a NULL-able column) may hold any seat
+            // of its showtime: the same index range.
+            q.push(if null_seats {
+                ") OR os.seat_no IS NULL)"
+            } else {
+                "))"
+            });
         }
         q.push(")");
     }
+    q
+}
+
+/// The rows with no showtime (a NULL-able `order_seat.showtime_id`) whose
+/// seat number MySQL's comparison takes for an asked seat: an index range
+/// of `uq_occupancy`. Each holds the seat it names in its order's showtime
+/// (`asked_showtime`, `pos` as in [`history_query`]), or, when the order's
+/// showtime does not decode, any asked seat.
+fn null_showtime_query(
+    asked: &[&(ShowtimeId, Vec<usize>)],
+    seats: &[(ShowtimeId, SeatNo, bool)],
+    part: &[usize],
+) -> QueryBuilder<MySql> {
+    let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
+    q.push(", o.showtime_id AS asked_showtime, ");
+    push_position(&mut q, "o.showtime_id", asked, seats);
+    q.push(
+        " AS pos FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
+         WHERE os.showtime_id IS NULL AND os.seat_no IN (",
+    );
+    let mut sep = q.separated(", ");
+    for &i in part {
+        sep.push_bind(seats[i].1.as_str());
+    }
+    q.push(")");
     q
 }
 
@@ -149,11 +182,14 @@ impl MysqlStore {
                     .push_bind(ask.seat_no);
             }
             for r in q.build().fetch_all(&self.pool).await? {
-                let i: i64 = r.try_get("i")?;
-                let pos: i64 = r.try_get("pos")?;
-                let ask = &asks[i as usize];
-                if pos > 0 {
-                    out[i as usize] = ask.candidates.get(pos as usize - 1).cloned();
+                let (Ok(i), Ok(pos)) = (int(&r, "i"), int(&r, "pos")) else {
+                    continue;
+                };
+                let (Ok(i), Ok(pos)) = (usize::try_from(i), usize::try_from(pos)) else {
+                    continue;
+                };
+                if let (Some(ask), Some(at)) = (asks.get(i), pos.checked_sub(1)) {
+                    out[i] = ask.candidates.get(at).cloned();
                 }
             }
             from = to;
@@ -165,14 +201,42 @@ impl MysqlStore {
     /// re-check right before a write, rules 4 and 15): every row whose seat
     /// number the column's collation takes for the seat, in the seat's
     /// showtime, and, where `lowering`, the rows of the showtime's orders
-    /// that sit in another showtime. Returns one entry per seat, in order,
-    /// and the rows outside the contract among them.
+    /// that sit in another showtime. Where the schema deviates (rule 17):
+    /// rows with no seat number or no showtime that may hold the seat, a
+    /// seat that is one seat to MySQL with another template seat, and the
+    /// showtimes the deviations hold, make the seat unknown (never
+    /// lowered). Returns one entry per seat, in order, and the rows outside
+    /// the contract among them.
     pub async fn seat_history(
         &self,
         seats: &[(ShowtimeId, SeatNo, bool)],
     ) -> Result<(Vec<SeatHistory>, Vec<UnknownRow>)> {
+        let contract = self.contract();
+        let shape = &contract.shape;
         let mut out = vec![SeatHistory::default(); seats.len()];
         let mut unknown = Vec::new();
+        // Template seats MySQL takes for one (rule 17): a row on one of them
+        // is on all, and none of them is lowered.
+        let groups = match &shape.seat_groups {
+            Some((charset, collation)) => {
+                let mut showtimes: Vec<ShowtimeId> = seats.iter().map(|s| s.0).collect();
+                showtimes.sort_unstable();
+                showtimes.dedup();
+                self.seat_groups(
+                    charset,
+                    collation,
+                    super::schema::GroupsOf::Showtimes(&showtimes),
+                )
+                .await?
+                .0
+            }
+            None => Vec::new(),
+        };
+        let group_of = |i: usize| {
+            groups
+                .iter()
+                .position(|(s, members)| *s == seats[i].0 && members.contains(&seats[i].1))
+        };
         // (showtime → its asked seats' indexes), per statement of at most
         // `PER_STATEMENT` seats.
         const PER_STATEMENT: usize = 2_000;
@@ -189,70 +253,133 @@ impl MysqlStore {
                 .filter(|(_, v)| v.iter().any(|&i| seats[i].2))
                 .collect();
             let all: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime.iter().collect();
-            // Two statements, on two connections at once: both are read
-            // after the showtime leases were taken and before the write,
-            // and neither waits for the other.
-            let mut in_showtime = history_query(&all, seats, false);
-            let mut elsewhere =
-                (!lowering.is_empty()).then(|| history_query(&lowering, seats, true));
-            let (rows_in_showtime, rows_elsewhere) =
-                tokio::try_join!(in_showtime.build().fetch_all(&self.pool), async {
-                    match &mut elsewhere {
-                        Some(q) => q.build().fetch_all(&self.pool).await,
-                        None => Ok(Vec::new()),
-                    }
-                })?;
-            for (asked, rows) in [
-                (&all[..], rows_in_showtime),
-                (&lowering[..], rows_elsewhere),
+            // The statements run on their own connections at once: all are
+            // read after the showtime leases were taken and before the
+            // write, and none waits for another.
+            let mut in_showtime = history_query(&all, seats, false, shape.null_seat_rows);
+            let mut elsewhere = (!lowering.is_empty())
+                .then(|| history_query(&lowering, seats, true, shape.null_seat_rows));
+            let mut no_showtime = shape
+                .null_showtime_rows
+                .then(|| null_showtime_query(&all, seats, part));
+            let (rows_in_showtime, rows_elsewhere, rows_no_showtime) = tokio::try_join!(
+                in_showtime.build().fetch_all(&self.pool),
+                fetch_if(&self.pool, elsewhere.as_mut()),
+                fetch_if(&self.pool, no_showtime.as_mut()),
+            )?;
+            for (asked, rows, anywhere) in [
+                (&all[..], rows_in_showtime, false),
+                (&lowering[..], rows_elsewhere, false),
+                (&all[..], rows_no_showtime, true),
             ] {
                 for r in rows {
-                    let asked_showtime: i64 = r.try_get("asked_showtime")?;
-                    let pos: Option<i64> = r.try_get("pos")?;
-                    let Some(i) = asked
-                        .iter()
-                        .find(|(s, _)| *s == asked_showtime)
-                        .and_then(|(_, idx)| idx.get(pos.unwrap_or(0).max(1) as usize - 1))
-                        .filter(|_| pos.unwrap_or(0) > 0)
-                        .copied()
+                    let facts = seat_row_facts(&r);
+                    let owner = int(&r, "asked_showtime");
+                    let Some((_, idx)) = owner
+                        .as_ref()
+                        .ok()
+                        .and_then(|o| asked.iter().find(|(s, _)| s == o))
                     else {
+                        // A row with no showtime whose order names none
+                        // either: any asked seat it may name.
+                        if anywhere && owner.is_err() {
+                            for &i in part {
+                                hold_row(&mut out[i], &mut unknown, &facts, &r, None);
+                            }
+                        }
                         continue;
                     };
-                    let facts = seat_row_facts(&r)?;
-                    let mut reading = contract::read_seat_row(&facts);
-                    if matches!(reading, SeatRow::Occupies(_)) && facts.seat_no != seats[i].1 {
-                        // A valid occupancy is spelled as the template spells
-                        // the seat; MySQL's comparison only found this one.
-                        reading = SeatRow::Unknown(format!(
-                            "seat_no {:?} is the template's {:?} only under the collation",
-                            facts.seat_no, seats[i].1
-                        ));
+                    if facts.seat_no.is_err() {
+                        // No seat number: any asked seat of the showtime.
+                        for &i in idx {
+                            hold_row(&mut out[i], &mut unknown, &facts, &r, None);
+                        }
+                        continue;
                     }
-                    let entry = &mut out[i];
-                    unknown.extend(reading.unknown_row(facts.order_id, &facts.seat_no));
-                    if let Some(holding) = reading.holding(facts.order_id) {
-                        entry.truth.add(holding);
-                    }
-                    if let SeatRow::Occupies(status) = reading
-                        && (entry.order_id.is_none() || status == OrderStatus::Paid)
-                    {
-                        entry.order_id = Some(facts.order_id);
-                    }
-                    // An order's time that does not decode counts as "just
-                    // now": the grace period can only start later (rule 4).
-                    let ms = match (&facts.order, order_dates(&r)) {
-                        (None, _) => None,
-                        (Some(_), Ok(t)) => Some(t.and_utc().timestamp_millis()),
-                        (Some(_), Err(_)) => Some(i64::MAX),
+                    let pos = int(&r, "pos").unwrap_or(0);
+                    let Some(&i) = usize::try_from(pos - 1).ok().and_then(|p| idx.get(p)) else {
+                        continue;
                     };
-                    entry.rows.mark.add(&facts, ms);
-                    if let Some(ms) = ms {
-                        let last = &mut entry.rows.last_activity_ms;
-                        *last = Some(last.map_or(ms, |m: i64| m.max(ms)));
+                    // MySQL's FIELD names the first asked seat it takes the
+                    // row for; the others of its group are the same seat.
+                    let group = group_of(i);
+                    for &j in idx {
+                        if j == i || (group.is_some() && group_of(j) == group) {
+                            hold_row(&mut out[j], &mut unknown, &facts, &r, Some(&seats[j].1));
+                        }
                     }
                 }
             }
         }
+        for (i, ((showtime, _, _), entry)) in seats.iter().zip(&mut out).enumerate() {
+            if group_of(i).is_some() || contract.holds.seat(*showtime).0 != SeatHold::None {
+                entry.truth.unknown = true;
+            }
+        }
         Ok((out, unknown))
+    }
+}
+
+/// The rows of `q`, or none without a statement.
+async fn fetch_if(
+    pool: &sqlx::MySqlPool,
+    q: Option<&mut QueryBuilder<MySql>>,
+) -> sqlx::Result<Vec<sqlx::mysql::MySqlRow>> {
+    match q {
+        Some(q) => q.build().fetch_all(pool).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// One row on an asked seat: its holding, its order (for the audit), and
+/// its mark. `asked`: the seat's name when the row was found by it (a valid
+/// occupancy must spell it so); None when it holds the seat only because
+/// nobody can say which seat it holds (no seat number, no showtime): then
+/// it is unknown whatever it says.
+fn hold_row(
+    entry: &mut SeatHistory,
+    unknown: &mut Vec<UnknownRow>,
+    facts: &SeatRowFacts,
+    r: &sqlx::mysql::MySqlRow,
+    asked: Option<&SeatNo>,
+) {
+    let mut reading = contract::read_seat_row(facts);
+    match asked {
+        Some(seat)
+            if matches!(reading, SeatRow::Occupies(_)) && facts.seat_no.as_ref() != Ok(seat) =>
+        {
+            // A valid occupancy is spelled as the template spells the seat;
+            // MySQL's comparison only found this one.
+            reading = SeatRow::Unknown(format!(
+                "seat_no {:?} is the template's {seat:?} only under the collation",
+                facts.seat_no.as_deref().unwrap_or_default()
+            ));
+        }
+        None if matches!(reading, SeatRow::Occupies(_)) => {
+            reading = SeatRow::Unknown("its seat cannot be told from the others".into());
+        }
+        _ => {}
+    }
+    unknown.extend(reading.unknown_row(facts));
+    let order_id = facts.order_id.as_ref().copied().unwrap_or_default();
+    if let Some(holding) = reading.holding(order_id) {
+        entry.truth.add(holding);
+    }
+    if let SeatRow::Occupies(status) = reading
+        && (entry.order_id.is_none() || status == OrderStatus::Paid)
+    {
+        entry.order_id = Some(order_id);
+    }
+    // An order's time that does not decode counts as "just now": the grace
+    // period can only start later (rule 4).
+    let ms = match (&facts.order, order_dates(r)) {
+        (None, _) => None,
+        (Some(_), Ok(t)) => Some(t.and_utc().timestamp_millis()),
+        (Some(_), Err(_)) => Some(i64::MAX),
+    };
+    entry.rows.mark.add(facts, ms);
+    if let Some(ms) = ms {
+        let last = &mut entry.rows.last_activity_ms;
+        *last = Some(last.map_or(ms, |m: i64| m.max(ms)));
     }
 }

@@ -2,7 +2,6 @@
 //! (`contract`), dates that decode, keyset, shard and IN-list clauses.
 
 use super::*;
-use crate::error::Result;
 use crate::model::contract::{Column, OrderFacts, SeatRowFacts};
 use crate::model::{Scope, Shard};
 use chrono::{Datelike, NaiveDateTime};
@@ -36,23 +35,25 @@ mod at {
     pub const O_CANCELLED_AT: usize = 10;
 }
 
-/// One `order_seat` row as read, every column decoded without panicking:
-/// a column that does not decode is an `Err` the contract reads as unknown.
-pub(super) fn seat_row_facts(r: &MySqlRow) -> Result<SeatRowFacts> {
-    let order_id: i64 = r.try_get(at::ORDER_ID)?;
-    let has_order = matches!(r.try_get::<Option<i64>, _>(at::O_ID), Ok(Some(_)));
-    Ok(SeatRowFacts {
-        showtime_id: r.try_get(at::SHOWTIME_ID)?,
-        order_id,
-        seat_no: lossy(r, at::SEAT_NO),
+/// One `order_seat` row as read, every column decoded without panicking
+/// and without failing the read (rule 16): a column that does not decode
+/// (a NULL the contract forbids, a value beyond BIGINT) is an `Err` the
+/// contract reads as unknown.
+pub(super) fn seat_row_facts(r: &MySqlRow) -> SeatRowFacts {
+    // Whether the LEFT JOIN found an order, whatever its id decodes to.
+    let has_order = !is_null(r, at::O_ID);
+    SeatRowFacts {
+        showtime_id: int(r, at::SHOWTIME_ID),
+        order_id: int(r, at::ORDER_ID),
+        seat_no: text(r, at::SEAT_NO),
         active: column(r, at::ACTIVE),
         order: has_order.then(|| OrderFacts {
             status: column::<&[u8], _>(r, at::O_STATUS)
                 .map(|b| String::from_utf8_lossy(b).into_owned()),
-            showtime_id: column(r, at::O_SHOWTIME),
+            showtime_id: int(r, at::O_SHOWTIME),
             dates: order_dates(r).map(|_| ()),
         }),
-    })
+    }
 }
 
 /// The latest of the order's created, paid and cancelled times, when every
@@ -90,22 +91,54 @@ where
     T: sqlx::Decode<'r, MySql> + sqlx::Type<MySql>,
     I: sqlx::ColumnIndex<MySqlRow>,
 {
-    r.try_get(at).map_err(|e| match e {
+    r.try_get(at).map_err(why)
+}
+
+/// Why a column did not decode, in a few words.
+fn why(e: sqlx::Error) -> String {
+    match e {
         sqlx::Error::ColumnDecode { source, .. } => source.to_string(),
         other => other.to_string(),
-    })
+    }
+}
+
+/// True when the column is SQL NULL (or missing: nothing to read either).
+pub(super) fn is_null<I: sqlx::ColumnIndex<MySqlRow>>(r: &MySqlRow, at: I) -> bool {
+    use sqlx::ValueRef as _;
+    r.try_get_raw(at).map_or(true, |v| v.is_null())
+}
+
+/// An integer column of any integer type, signed or not, of any width, as
+/// BIGINT: `Err` for NULL, for a value beyond BIGINT (an unsigned column)
+/// and for a column of another type. Never fails the read (rule 16).
+pub(super) fn int<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, at: I) -> Column<i64> {
+    match r.try_get::<Option<i64>, _>(at) {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Err("NULL".into()),
+        Err(signed) => match r.try_get::<Option<u64>, _>(at) {
+            Ok(Some(v)) => i64::try_from(v).map_err(|_| format!("{v} is beyond BIGINT")),
+            Ok(None) => Err("NULL".into()),
+            Err(_) => Err(why(signed)),
+        },
+    }
+}
+
+/// A text column as UTF-8 (bytes that are not become U+FFFD); `Err` for NULL.
+pub(super) fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, at: I) -> Column<String> {
+    match r.try_get::<Option<&[u8]>, _>(at) {
+        Ok(Some(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Ok(None) => Err("NULL".into()),
+        Err(_) => match r.try_get::<Option<String>, _>(at) {
+            Ok(Some(s)) => Ok(s),
+            Ok(None) => Err("NULL".into()),
+            Err(e) => Err(why(e)),
+        },
+    }
 }
 
 /// A text column as UTF-8 (bytes that are not become U+FFFD), "" when NULL.
 pub(super) fn lossy<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, at: I) -> String {
-    match r.try_get::<Option<&[u8]>, _>(at) {
-        Ok(Some(b)) => String::from_utf8_lossy(b).into_owned(),
-        _ => r
-            .try_get::<Option<String>, _>(at)
-            .ok()
-            .flatten()
-            .unwrap_or_default(),
-    }
+    text(r, at).unwrap_or_default()
 }
 
 /// SQL, true when `col` holds a date that decodes: no zero date, no zero or

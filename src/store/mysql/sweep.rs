@@ -5,7 +5,7 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, UnknownRow};
-use crate::model::{OccupancyBuilder, Scope, SeatNo, ShowtimeId};
+use crate::model::{OccupancyBuilder, Scope, SeatNo, ShowtimeId, Template};
 use chrono::NaiveDateTime;
 use futures_util::TryStreamExt;
 use sqlx::{MySql, QueryBuilder, Row};
@@ -41,6 +41,28 @@ impl Keyset {
     }
 }
 
+/// A keyset page of ON_SALE showtimes, read row by row (rule 16).
+#[derive(Debug, Clone, Default)]
+pub struct ShowtimePage {
+    /// The showtimes the contract explains.
+    pub rows: Vec<ShowtimeRow>,
+    /// Those it does not (a `hall_id` that does not decode): reported,
+    /// never swept.
+    pub unknown: Vec<UnknownRow>,
+    /// Where the page ends: the next page starts after it.
+    pub last: Option<Keyset>,
+    /// How many rows the page held, known or not.
+    pub read: usize,
+}
+
+/// ` AND id <= BIGINT's end` when the column is unsigned: ids beyond it
+/// cannot be a page's keyset (reported by the schema's data check).
+fn push_id_range(q: &mut QueryBuilder<MySql>, col: &str, unsigned: bool) {
+    if unsigned {
+        q.push(format_args!(" AND {col} <= 9223372036854775807"));
+    }
+}
+
 /// A chunk's occupancy as read: every row that may hold a seat, and the
 /// rows outside the contract among them (reported by the caller).
 #[derive(Debug, Clone, Default)]
@@ -60,11 +82,13 @@ impl MysqlStore {
         before: Option<NaiveDateTime>,
         limit: usize,
         scope: Scope<'_>,
-    ) -> Result<Vec<ShowtimeRow>> {
+    ) -> Result<ShowtimePage> {
         let mut q = QueryBuilder::<MySql>::new(
-            "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
+            "SELECT id, hall_id, starts_at FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' \
+             AND id IS NOT NULL AND ",
         );
         q.push(date_ok("starts_at"));
+        push_id_range(&mut q, "id", self.contract().shape.showtime_id_unsigned);
         push_scope(&mut q, "id", scope);
         push_after(&mut q, "starts_at", "id", after);
         if let Some(before) = before {
@@ -73,15 +97,39 @@ impl MysqlStore {
         q.push(" ORDER BY starts_at, id LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ShowtimeRow {
-                    id: r.try_get("id")?,
-                    hall_id: r.try_get("hall_id")?,
-                    starts_at: r.try_get("starts_at")?,
-                })
-            })
-            .collect()
+        let mut page = ShowtimePage {
+            read: rows.len(),
+            last: after,
+            ..ShowtimePage::default()
+        };
+        for r in &rows {
+            // The SQL keeps ids within BIGINT and dates that decode: a key
+            // that does not decode here is a type the schema check holds.
+            let (Ok(id), Ok(Some(starts_at))) =
+                (int(r, 0), column::<Option<NaiveDateTime>, _>(r, 2))
+            else {
+                continue;
+            };
+            page.last = Some(Keyset { at: starts_at, id });
+            match int(r, 1) {
+                Ok(hall_id) => page.rows.push(ShowtimeRow {
+                    id,
+                    hall_id,
+                    starts_at,
+                }),
+                Err(e) => page.unknown.push(UnknownRow::new(
+                    "showtime",
+                    id.to_string(),
+                    format!("hall_id does not decode ({e})"),
+                )),
+            }
+        }
+        if page.read > 0 && page.last == after {
+            return Err(crate::error::Error::MysqlInvariant(
+                "no showtime of a page has an id and starts_at that decode".into(),
+            ));
+        }
+        Ok(page)
     }
 
     /// Showtimes of the scope that the contract does not
@@ -108,14 +156,23 @@ impl MysqlStore {
                     .push(date_ok("starts_at"))
                     .push(")");
             } else {
-                q.push("status NOT IN ('SCHEDULED', 'ON_SALE', 'CLOSED', 'CANCELLED')");
+                q.push(
+                    "(status IS NULL OR status NOT IN ('SCHEDULED', 'ON_SALE', 'CLOSED', 'CANCELLED') \
+                     OR (id IS NULL AND status = 'ON_SALE'))",
+                );
             }
             push_scope(&mut q, "id", scope);
             q.push(" ORDER BY id LIMIT ").push_bind(limit as u64);
             for r in q.build().fetch_all(&self.pool).await? {
-                let id: i64 = r.try_get("id")?;
-                let status = lossy(&r, "status");
-                let why = if !contract::SHOWTIME_STATUSES.contains(&status.as_str()) {
+                let id = int(&r, "id").map_or_else(|e| format!("id {e}"), |id| id.to_string());
+                let status = text(&r, "status");
+                let why = if is_null(&r, "id") {
+                    "id is NULL: no seat hash can be its".to_string()
+                } else if let Err(e) = &status {
+                    format!("status does not decode ({e})")
+                } else if let Ok(status) = &status
+                    && !contract::SHOWTIME_STATUSES.contains(&status.as_str())
+                {
                     format!("status {status:?} is not spelled as the contract spells it")
                 } else {
                     format!(
@@ -126,7 +183,7 @@ impl MysqlStore {
                             .unwrap_or_else(|| "NULL".into())
                     )
                 };
-                out.push(UnknownRow::new("showtime", id.to_string(), why));
+                out.push(UnknownRow::new("showtime", id, why));
             }
         }
         Ok(out)
@@ -138,6 +195,7 @@ impl MysqlStore {
             "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
         q.push(date_ok("starts_at"));
+        push_id_range(&mut q, "id", self.contract().shape.showtime_id_unsigned);
         push_scope(&mut q, "id", scope);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
         Ok(n as u64)
@@ -149,24 +207,27 @@ impl MysqlStore {
             "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
         q.push(date_ok("starts_at"));
+        push_id_range(&mut q, "id", self.contract().shape.showtime_id_unsigned);
         push_scope(&mut q, "id", scope);
         push_after(&mut q, "starts_at", "id", Some(after));
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
         Ok(n as u64)
     }
 
-    /// Enabled template seats of each hall, in seat-map order, and the
-    /// template rows whose `enabled` is neither 0 nor 1 (no enabled seat:
-    /// their fields and rows are left alone, and they are reported).
+    /// The template of each hall: its enabled seats in seat-map order,
+    /// grouped where `order_seat`'s comparison takes two of them for one
+    /// (rule 17); and the template rows the contract does not explain
+    /// (`enabled` neither 0 nor 1, no `seat_no`): no enabled seat, their
+    /// fields and rows are left alone, and they are reported.
     pub async fn templates(
         &self,
         hall_ids: &[i64],
-    ) -> Result<(HashMap<i64, Vec<SeatNo>>, Vec<UnknownRow>)> {
-        let mut out: HashMap<i64, Vec<SeatNo>> =
+    ) -> Result<(HashMap<i64, Template>, Vec<UnknownRow>)> {
+        let mut seats: HashMap<i64, Vec<SeatNo>> =
             hall_ids.iter().map(|&h| (h, Vec::new())).collect();
         let mut unknown = Vec::new();
         if hall_ids.is_empty() {
-            return Ok((out, unknown));
+            return Ok((HashMap::new(), unknown));
         }
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT hall_id, seat_no, CAST(enabled AS SIGNED) AS enabled FROM hall_seat \
@@ -176,10 +237,18 @@ impl MysqlStore {
         q.push(" ORDER BY hall_id, row_label, col_no, seat_no");
         let rows = q.build().fetch_all(&self.pool).await?;
         for r in rows {
-            let hall: i64 = r.try_get("hall_id")?;
-            let seat = lossy(&r, "seat_no");
-            match contract::read_enabled(&column(&r, "enabled")) {
-                Ok(true) => out.entry(hall).or_default().push(seat),
+            let Ok(hall) = int(&r, "hall_id") else {
+                continue;
+            };
+            let (seat, enabled) = match text(&r, "seat_no") {
+                Ok(seat) => {
+                    let enabled = contract::read_enabled(&column(&r, "enabled"));
+                    (seat, enabled)
+                }
+                Err(e) => ("NULL".into(), Err(format!("seat_no does not decode ({e})"))),
+            };
+            match enabled {
+                Ok(true) => seats.entry(hall).or_default().push(seat),
                 Ok(false) => {}
                 Err(why) => unknown.push(UnknownRow::new(
                     "hall_seat",
@@ -188,7 +257,26 @@ impl MysqlStore {
                 )),
             }
         }
-        Ok((out, unknown))
+        let groups = match &self.contract().shape.seat_groups {
+            Some((charset, collation)) => {
+                self.seat_groups(charset, collation, super::schema::GroupsOf::Halls(hall_ids))
+                    .await?
+                    .0
+            }
+            None => Vec::new(),
+        };
+        let templates = seats
+            .into_iter()
+            .map(|(hall, seats)| {
+                let of_hall: Vec<Vec<SeatNo>> = groups
+                    .iter()
+                    .filter(|(h, _)| *h == hall)
+                    .map(|(_, g)| g.clone())
+                    .collect();
+                (hall, Template::new(seats).with_groups(&of_hall))
+            })
+            .collect();
+        Ok((templates, unknown))
     }
 
     /// The rows of whole showtimes that may hold a seat, read strictly
@@ -215,11 +303,19 @@ impl MysqlStore {
         push_in(&mut q, "os.showtime_id", showtimes);
         let mut rows = q.build().fetch(&self.pool);
         while let Some(r) = rows.try_next().await? {
-            let facts = seat_row_facts(&r)?;
+            let facts = seat_row_facts(&r);
             let reading = contract::read_seat_row(&facts);
-            unknown.extend(reading.unknown_row(facts.order_id, &facts.seat_no));
-            if let Some(holding) = reading.holding(facts.order_id) {
-                out.push_row(facts.showtime_id, &facts.seat_no, holding, facts.order_id);
+            unknown.extend(reading.unknown_row(&facts));
+            let order_id = facts.order_id.as_ref().copied().unwrap_or_default();
+            let (Some(holding), Ok(showtime)) = (reading.holding(order_id), facts.showtime_id)
+            else {
+                continue;
+            };
+            match (&facts.seat_no, &facts.order_id) {
+                // Its seat cannot be named (no seat_no), or looked up by its
+                // key (no order_id): it may hold any seat of the showtime.
+                (Err(_), _) | (_, Err(_)) => out.push_any_seat(showtime),
+                (Ok(seat), Ok(_)) => out.push_row(showtime, seat, holding, order_id),
             }
         }
         Ok(OccupancyRead {

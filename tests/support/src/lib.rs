@@ -172,6 +172,34 @@ impl TestEnv {
         rows
     }
 
+    /// Runs statements of the test's own (seatflow's side: schema changes,
+    /// data nobody cleaned; several separated by `;`) in the test's database.
+    pub async fn sql(&self, statements: &str) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statements.to_string()))
+            .execute(self.ctx.mysql.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{statements}: {e}"));
+    }
+
+    /// Runs statements on a connection of their own with the permissive
+    /// `sql_mode` a server configured without strict dates has (zero dates,
+    /// days past a month's end, values cut to fit): how data nobody
+    /// cleaned got in. Not the product's pool, whose sessions keep its own
+    /// strict mode. Errors are returned (a unique key may refuse a value).
+    pub async fn permissive(&self, statements: &[&str]) -> Result<(), sqlx::Error> {
+        use sqlx::Connection as _;
+        let mut c = sqlx::MySqlConnection::connect(&self.db_url).await?;
+        sqlx::query("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+            .execute(&mut c)
+            .await?;
+        for s in statements {
+            sqlx::query(sqlx::AssertSqlSafe(s.to_string()))
+                .execute(&mut c)
+                .await?;
+        }
+        c.close().await
+    }
+
     pub async fn redis<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         let mut c = self.ctx.redis.connection();
         cmd.query_async(&mut c).await.unwrap()
