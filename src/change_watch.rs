@@ -178,6 +178,10 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                     }
                 }
                 _ = probe_tick.tick() => {
+                    if ctx.settings.reconcile.dry_run {
+                        judge_without_writing(ctx, changes).await;
+                        continue;
+                    }
                     let keys = channels.probe_keys();
                     changes.probe().sent(Instant::now(), keys.len());
                     if let Err(e) = ctx.redis.write_probe(keys).await {
@@ -220,6 +224,36 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
             }
         }
     }
+}
+
+/// Rule 5: a dry run writes no probe. It goes by the server's
+/// `notify-keyspace-events` where it can read it, and says in `/status`
+/// that it cannot tell where it cannot (a cluster, or `CONFIG` refused).
+async fn judge_without_writing(ctx: &crate::context::Context, changes: &Changes) {
+    let (state, note) = match ctx.redis.keyspace_events_config().await {
+        Ok(Some(flags)) => (
+            if events::flags_send_what_checks_need(&flags) {
+                EventsState::On
+            } else {
+                EventsState::Off
+            },
+            format!("dry run: no probe is written; the server's notify-keyspace-events is {flags:?}"),
+        ),
+        Ok(None) => (
+            EventsState::Unknown,
+            "dry run: no probe is written, and a Redis Cluster's primaries each have their own configuration: cannot tell".to_string(),
+        ),
+        Err(e) => (
+            EventsState::Unknown,
+            format!("dry run: no probe is written, and the server's configuration cannot be read ({e}): cannot tell"),
+        ),
+    };
+    if changes.redis_events() != state {
+        tracing::info!(redis_events = state.label(), how = %note, "Redis keyspace notifications");
+    }
+    changes.probe().set(state);
+    changes.note_events(Some(note));
+    show_events(changes);
 }
 
 /// How often the subscriber reads a Redis Cluster's topology again.

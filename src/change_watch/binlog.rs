@@ -262,8 +262,12 @@ impl PositionKeeper {
         }
     }
 
+    /// A dry run saves nothing (rule 5): it reads on from where its own
+    /// stream is, and a restart starts from the saved position, or the
+    /// server's current one, as a real run would.
     async fn save(&mut self, runner: &Runner, now: &Checkpoint) {
-        if self.yielded || self.saved.as_ref() == Some(now) {
+        if self.yielded || self.saved.as_ref() == Some(now) || runner.ctx.settings.reconcile.dry_run
+        {
             return;
         }
         let redis = &runner.ctx.redis;

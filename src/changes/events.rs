@@ -243,6 +243,15 @@ impl EventsState {
     }
 }
 
+/// Whether a server's `notify-keyspace-events` flags send what the checks
+/// need: keyspace notifications (`K`) of hash commands (`h`) and of generic
+/// ones such as `DEL` (`g`); `A` stands for every class. What a dry run
+/// goes by, since it writes no probe (rule 5).
+pub fn flags_send_what_checks_need(flags: &str) -> bool {
+    let has = |c: char| flags.contains(c);
+    has('K') && (has('A') || (has('h') && has('g')))
+}
+
 /// The probe's bookkeeping: when one was sent, to how many keys (one per
 /// primary), which of each key's two notifications came back, and the
 /// verdict.
@@ -382,6 +391,16 @@ mod tests {
 
     fn channels() -> Channels {
         Channels::new(3, "sf[1]:", vec!["sf[1]:reconcile:events-probe:{a}".into()])
+    }
+
+    #[test]
+    fn the_servers_flags_say_whether_a_dry_run_gets_events() {
+        for on in ["KA", "AK", "Kgh", "KEA", "Khgx"] {
+            assert!(flags_send_what_checks_need(on), "{on}");
+        }
+        for off in ["", "EA", "Kh", "Kg", "Ex", "K$lszxe"] {
+            assert!(!flags_send_what_checks_need(off), "{off}");
+        }
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct Changes {
     probe: Mutex<Probe>,
     /// The binlog reader's, while it reads.
     binlog: Mutex<Option<BinlogStatus>>,
+    /// How the Redis events' state is known when no probe says it.
+    events_note: Mutex<Option<String>>,
     /// A check due this soon after a pass's read was asked for a change
     /// made before it (or a grace that just ended): the longer settle, and
     /// a second.
@@ -90,6 +92,10 @@ impl std::fmt::Debug for Changes {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ChangesStatus {
     pub redis_events: EventsState,
+    /// How the Redis events' state is known, when not by the probe (a dry
+    /// run writes none: from the server's configuration, or cannot tell).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_events_note: Option<String>,
     pub queue_depth: usize,
     pub in_flight: usize,
     pub oldest_due_seconds: f64,
@@ -139,6 +145,7 @@ impl Changes {
             gap_wake: tokio::sync::Notify::new(),
             probe: Mutex::new(Probe::default()),
             binlog: Mutex::new(None),
+            events_note: Mutex::new(None),
             check_soon: settings.event_settle.max(settings.mysql_settle) + Duration::from_secs(1),
             metrics,
         };
@@ -268,6 +275,12 @@ impl Changes {
             .set(q.oldest_due_age(Instant::now()).as_secs_f64());
     }
 
+    /// Says in `/status` how the Redis events' state is known when no probe
+    /// says it (None: the probe says it).
+    pub fn note_events(&self, note: Option<String>) {
+        *lock(&self.events_note) = note;
+    }
+
     /// Shows the binlog reader's state in `/status` (None: not reading).
     pub fn show_binlog(&self, status: Option<BinlogStatus>) {
         *lock(&self.binlog) = status;
@@ -278,6 +291,7 @@ impl Changes {
         let q = lock(&self.queue);
         ChangesStatus {
             redis_events: self.redis_events(),
+            redis_events_note: lock(&self.events_note).clone(),
             queue_depth: q.len(),
             in_flight: q.in_flight(),
             oldest_due_seconds: q.oldest_due_age(Instant::now()).as_secs_f64(),

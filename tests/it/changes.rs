@@ -146,15 +146,30 @@ pub(crate) async fn seat_becomes(
 /// Waits until `series` reads `value` (a check's metrics are recorded once
 /// its run has settled, just after its writes).
 pub(crate) async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
+    metric_when(daemon, series, &format!("= {value}"), |v| v == value).await
+}
+
+/// Waits until `series` reads at least `value`.
+async fn metric_reaches_at_least(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
+    metric_when(daemon, series, &format!(">= {value}"), |v| v >= value).await
+}
+
+/// `/metrics` once `series` reads a value that `wanted` (said: `what`) takes.
+async fn metric_when(
+    daemon: &InProcessDaemon,
+    series: &str,
+    what: &str,
+    wanted: impl Fn(f64) -> bool,
+) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let m = metrics(daemon).await;
-        if sample(&m, series) == value {
+        if wanted(sample(&m, series)) {
             return m;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{series} did not reach {value}"
+            "{series} did not reach {what}: {m}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -1158,4 +1173,191 @@ async fn a_pass_counts_as_missed_only_what_no_check_was_due_for() {
     assert_eq!(missed("paid_seats"), 1.0, "the MySQL-only payment");
     assert_eq!(missed("orphan_locks"), 0.0, "the lock's check was due");
     daemon.stop().await;
+}
+
+/// The commands that write (as `MONITOR` shows them).
+const WRITES: [&str; 34] = [
+    "SET",
+    "SETEX",
+    "PSETEX",
+    "SETNX",
+    "GETSET",
+    "GETDEL",
+    "DEL",
+    "UNLINK",
+    "HSET",
+    "HSETNX",
+    "HMSET",
+    "HDEL",
+    "HINCRBY",
+    "EXPIRE",
+    "PEXPIRE",
+    "PEXPIREAT",
+    "PERSIST",
+    "RENAME",
+    "LPUSH",
+    "RPUSH",
+    "LPOP",
+    "RPOP",
+    "LTRIM",
+    "LSET",
+    "LREM",
+    "INCR",
+    "INCRBY",
+    "EVAL",
+    "EVALSHA",
+    "FCALL",
+    "MULTI",
+    "EXEC",
+    "FLUSHDB",
+    "COPY",
+];
+
+/// Every key of a private Redis with a dump of its value.
+async fn whole_redis(env: &TestEnv) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let keys: Vec<String> = env.redis(redis::cmd("KEYS").arg("*")).await;
+    let mut out = std::collections::BTreeMap::new();
+    for k in keys {
+        let dump: Vec<u8> = env.redis(redis::cmd("DUMP").arg(&k)).await;
+        out.insert(k, dump);
+    }
+    out
+}
+
+/// Rule 5 in the daemon, with both change sources: passes every second,
+/// checks from a customer's hold (a keyspace event) and a payment (a binlog
+/// commit), drift of every job; and Redis (every key of the server: no
+/// probe, no binlog position, lease, suspect or cursor) and MySQL (every
+/// table: no run, audit row or cancel) stay byte for byte as they were,
+/// but for the customer's own writes. The events' state comes from the
+/// server's configuration instead of a probe, and `/status` says so.
+#[tokio::test]
+async fn a_dry_run_daemon_with_both_sources_leaves_both_stores_as_they_were() {
+    let mysql = servers::mariadb_with_binlog();
+    let redis = servers::redis_with_keyspace_events();
+    let base = format!("mysql://root@127.0.0.1:{}", mysql.port());
+    let env = estate_on(&base, Some(&redis), 4, |s| {
+        s.reconcile.dry_run = true;
+        s.reconcile.orphan_grace = Duration::from_secs(1);
+        s.changes.mysql_binlog = true;
+        s.changes.mysql_settle = Duration::from_secs(1);
+    })
+    .await;
+    // Drift of every job: an orphan lock, a sold orphan, a paid seat shown
+    // free, an expired order, a lost hash.
+    env.fx.warm(1, &[("A-1", "1"), ("A-2", "2")]).await.unwrap();
+    env.fx.order(1, "PAID", &["A-3"], 600).await.unwrap();
+    env.fx.order(1, "PENDING", &["A-4"], -600).await.unwrap();
+    env.fx.warm(1, &[("A-4", "1")]).await.unwrap();
+    let _: i64 = env
+        .redis(redis::cmd("DEL").arg(env.ctx.redis.keys.seat(3)))
+        .await;
+    let customer = env.fx.order(2, "PENDING", &["A-1"], 600).await.unwrap();
+    env.fx.warm(2, &[("A-1", "1")]).await.unwrap();
+    let redis_before = whole_redis(&env).await;
+    let mysql_before = env.mysql_snapshot().await;
+    // Every command the server runs: a write that leaves no trace (the
+    // probe's MULTI/HSET/DEL, a lease taken and released) shows here.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let monitor = {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", redis.port())).unwrap();
+        let monitor = client.get_async_monitor().await.unwrap();
+        let seen = std::sync::Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut lines = monitor.into_on_message::<String>();
+            while let Some(line) = lines.next().await {
+                seen.lock().unwrap().push(line);
+            }
+        })
+    };
+
+    // A pass (by the admin endpoint: scheduled ones would read every
+    // showtime before its check came due, and the check would go).
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    assert_eq!(post(&daemon, "/jobs/paid_seats/run").await.0, 202);
+    daemon
+        .status_when("the first pass ran, dry", |s| {
+            s["pass"]["shards"]["0"]["last_fire"] == "dry_run"
+        })
+        .await;
+    let status = daemon
+        .status_when("the events are judged without a probe", |s| {
+            s["changes"]["redis_events"] == "on"
+        })
+        .await;
+    let note = status["changes"]["redis_events_note"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        note.contains("dry run") && note.contains("notify-keyspace-events"),
+        "{status}"
+    );
+    binlog_dumps_become(&env, 1).await;
+
+    // A customer's hold (a keyspace event) and a payment (a binlog commit),
+    // in two showtimes (one showtime's two changes are one check).
+    env.fx.warm(4, &[("A-2", "1")]).await.unwrap();
+    assert!(env.fx.pay(customer).await.unwrap());
+    let customer_hash = env.fx.hash(4).await.unwrap();
+    let customer_orders = env.mysql_snapshot().await;
+    for source in ["event", "binlog"] {
+        let series = format!(r#"seatflow_reconcile_change_checks_total{{source="{source}"}}"#);
+        metric_reaches_at_least(&daemon, &series, 1.0).await;
+    }
+    // Every job run once more, each finding its drift and writing nothing.
+    for kind in seatflow_test_support::JOB_LABELS {
+        assert_eq!(post(&daemon, &format!("/jobs/{kind}/run")).await.0, 202);
+        let runs = format!(r#"seatflow_reconcile_runs_total{{kind="{kind}",outcome="success"}}"#);
+        let m =
+            metric_reaches_at_least(&daemon, &runs, 1.0 + f64::from(kind == "paid_seats")).await;
+        let drift = format!(r#"seatflow_reconcile_drift{{kind="{kind}"}}"#);
+        assert!(sample(&m, &drift) >= 1.0, "{kind} finds its drift: {m}");
+    }
+    daemon.stop().await;
+    monitor.abort();
+    let commands = seen.lock().unwrap().clone();
+    let customer = format!("\"HSET\" \"{}\" \"A-2\" \"1\"", env.ctx.redis.keys.seat(4));
+    let writes: Vec<&String> = commands
+        .iter()
+        .filter(|line| !line.contains(&customer))
+        .filter(|line| {
+            let command = line.split("] \"").nth(1).and_then(|c| c.split('"').next());
+            command.is_some_and(|c| WRITES.contains(&c.to_ascii_uppercase().as_str()))
+        })
+        .collect();
+    assert!(
+        writes.is_empty() && commands.len() > 10,
+        "a dry run wrote to Redis: {writes:#?} ({} commands seen)",
+        commands.len()
+    );
+
+    let mut redis_after = whole_redis(&env).await;
+    let seat4 = env.ctx.redis.keys.seat(4);
+    let hash4: std::collections::HashMap<String, String> =
+        env.redis(redis::cmd("HGETALL").arg(&seat4)).await;
+    assert_eq!(
+        hash4, customer_hash,
+        "only the customer wrote showtime 4's seats"
+    );
+    redis_after.remove(&seat4);
+    let mut redis_before = redis_before;
+    redis_before.remove(&seat4);
+    assert_eq!(
+        redis_after.keys().collect::<Vec<_>>(),
+        redis_before.keys().collect::<Vec<_>>(),
+        "a dry run made or removed a key"
+    );
+    assert_eq!(redis_after, redis_before, "a dry run wrote to Redis");
+    let mysql_after = env.mysql_snapshot().await;
+    for ((table, after), ((_, before), (_, customer))) in mysql_after
+        .iter()
+        .zip(mysql_before.iter().zip(&customer_orders))
+    {
+        let expected = if table == "ticket_order" {
+            customer
+        } else {
+            before
+        };
+        assert_eq!(after, expected, "a dry run wrote to {table}");
+    }
 }

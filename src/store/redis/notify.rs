@@ -146,6 +146,24 @@ impl RedisStore {
         }
     }
 
+    /// The server's `notify-keyspace-events` (one server; None in a
+    /// cluster, whose primaries each have their own): what a dry run, which
+    /// writes no probe (rule 5), can read instead. Managed servers may
+    /// refuse `CONFIG`: an error then.
+    pub async fn keyspace_events_config(&self) -> Result<Option<String>> {
+        let RedisConn::Single(_) = &self.conn else {
+            return Ok(None);
+        };
+        let mut c = self.conn.clone();
+        self.trip();
+        let reply: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("notify-keyspace-events")
+            .query_async(&mut c)
+            .await?;
+        Ok(reply.into_iter().nth(1))
+    }
+
     /// Writes each probe hash and deletes it, atomically (no one sees the
     /// key) and in one round trip: a server that sends the notifications
     /// we need announces both (`hset`, `del`). In a cluster each key is its
