@@ -51,6 +51,10 @@ pub enum Error {
         seat: String,
         width: u64,
     },
+    /// The run's `reconcile_run` row could not be written: no repair is
+    /// made without it (rule 10: every audit row has its run).
+    #[error("the run is not recorded in reconcile_run ({0}): no repair made without it")]
+    RunNotRecorded(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -106,7 +110,7 @@ impl Error {
             Error::Redis(_) | Error::Protocol(_) => Stage::Redis,
             Error::LeaseLost(_) => Stage::Lock,
             Error::TlsFile { stage, .. } => *stage,
-            Error::AuditTooNarrow { .. } => Stage::Audit,
+            Error::AuditTooNarrow { .. } | Error::RunNotRecorded(_) => Stage::Audit,
         }
     }
 
@@ -129,7 +133,8 @@ impl Error {
             | Error::MysqlInvariant(_)
             | Error::BinlogSetup(_)
             | Error::TlsFile { .. }
-            | Error::AuditTooNarrow { .. } => false,
+            | Error::AuditTooNarrow { .. }
+            | Error::RunNotRecorded(_) => false,
         }
     }
 
@@ -147,7 +152,8 @@ impl Error {
             | Error::MysqlInvariant(_)
             | Error::BinlogSetup(_)
             | Error::BinlogGap(_)
-            | Error::AuditTooNarrow { .. } => None,
+            | Error::AuditTooNarrow { .. }
+            | Error::RunNotRecorded(_) => None,
         }
     }
 

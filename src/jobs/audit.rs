@@ -101,9 +101,53 @@ const SUMMARY_SEATS: usize = 5;
 /// Showtimes listed one by one per run; the rest are counted in one more line.
 const SUMMARY_LINES: usize = 50;
 
+/// The run's `reconcile_run` row (rule 10: every audit row has its run):
+/// recorded as the run starts, or, when MySQL refused it then, before the
+/// run's first repair; a run that cannot record it makes no repair.
+#[derive(Debug)]
+pub struct RunRow {
+    /// The jobs, as the row's `kinds`.
+    kinds: String,
+    dry_run: bool,
+    recorded: tokio::sync::Mutex<bool>,
+}
+
+impl RunRow {
+    pub fn new(kinds: String, dry_run: bool) -> RunRow {
+        RunRow {
+            kinds,
+            dry_run,
+            recorded: tokio::sync::Mutex::new(false),
+        }
+    }
+
+    /// Records run `run_id` unless it is recorded already (transient errors
+    /// retried). One caller at a time: the jobs of a run share the row.
+    pub async fn record(&self, ctx: &Context, run_id: &str) -> Result<()> {
+        let mut recorded = self.recorded.lock().await;
+        if !*recorded {
+            let instance = &ctx.settings.reconcile.instance;
+            ctx.retry("record the run", || {
+                ctx.mysql
+                    .insert_run(run_id, instance, &self.kinds, self.dry_run)
+            })
+            .await?;
+            *recorded = true;
+        }
+        Ok(())
+    }
+
+    /// Whether the row is in `reconcile_run`.
+    pub async fn is_recorded(&self) -> bool {
+        *self.recorded.lock().await
+    }
+}
+
 pub struct AuditLog<'a> {
     ctx: &'a Context,
     run_id: &'a str,
+    /// The run's row, shared by its jobs.
+    run: &'a RunRow,
     job: Kind,
     pending: Vec<FixRecord>,
     in_flight: Option<JoinHandle<Result<()>>>,
@@ -116,12 +160,14 @@ impl<'a> AuditLog<'a> {
     pub fn new(
         ctx: &'a Context,
         run_id: &'a str,
+        run: &'a RunRow,
         job: Kind,
         repaired: &'a RepairedShowtimes,
     ) -> AuditLog<'a> {
         AuditLog {
             ctx,
             run_id,
+            run,
             job,
             pending: Vec::new(),
             in_flight: None,
@@ -136,6 +182,16 @@ impl<'a> AuditLog<'a> {
 
     pub fn run_id(&self) -> &'a str {
         self.run_id
+    }
+
+    /// Called right before a repair: the run's row is in `reconcile_run`
+    /// (recorded now if MySQL refused it when the run began), or the repair
+    /// must not be made (rule 10: no audit row without its run).
+    pub async fn ensure_run(&self) -> Result<()> {
+        self.run
+            .record(self.ctx, self.run_id)
+            .await
+            .map_err(|e| Error::RunNotRecorded(e.to_string()))
     }
 
     pub fn job(&self) -> Kind {

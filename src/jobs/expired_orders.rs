@@ -242,6 +242,8 @@ async fn cancel_locked(
         instance: &ctx.settings.reconcile.instance,
     };
     race_window!(crate::race_window::EXPIRED_BEFORE_CANCEL);
+    // Rule 10: the cancel's audit rows need their run's row first.
+    audit.ensure_run().await?;
     let (cancelled, refused) = ctx
         .retry("cancel expired orders", || {
             ctx.mysql

@@ -84,6 +84,7 @@ pub async fn run_jobs(
     kinds: &[Kind],
     opts: &RunOptions,
     run_id: &str,
+    run_row: &audit::RunRow,
 ) -> Vec<JobReport> {
     let mut out = Vec::with_capacity(kinds.len());
     let repaired = audit::RepairedShowtimes::default();
@@ -93,7 +94,7 @@ pub async fn run_jobs(
         // Every line of the job carries its `kind` (and the run's `run_id`).
         let span = tracing::info_span!("job", kind = Kind::ExpiredOrders.label());
         let started = Instant::now();
-        let mut audit = audit::AuditLog::new(ctx, run_id, Kind::ExpiredOrders, &repaired);
+        let mut audit = audit::AuditLog::new(ctx, run_id, run_row, Kind::ExpiredOrders, &repaired);
         let report = expired_orders::run(ctx, opts, &mut audit)
             .instrument(span.clone())
             .await;
@@ -107,7 +108,7 @@ pub async fn run_jobs(
         let started = Instant::now();
         let audits = seats
             .iter()
-            .map(|k| audit::AuditLog::new(ctx, run_id, *k, &repaired))
+            .map(|k| audit::AuditLog::new(ctx, run_id, run_row, *k, &repaired))
             .collect();
         for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits)
             .instrument(span.clone())
@@ -284,21 +285,16 @@ pub(crate) async fn run_once_as(
 ) -> RunReport {
     let started = Instant::now();
     let trips_before = ctx.redis.round_trips();
-    let instance = &ctx.settings.reconcile.instance;
     let labels: Vec<&str> = kinds
         .iter()
         .chain(failed.iter().map(|j| &j.kind))
         .map(|k| k.label())
         .collect();
-    let mut audit_ok = true;
+    let run_row = audit::RunRow::new(labels.join(","), opts.dry_run);
     if !opts.dry_run
-        && let Err(e) = ctx
-            .mysql
-            .insert_run(&run_id, instance, &labels.join(","), opts.dry_run)
-            .await
+        && let Err(e) = run_row.record(ctx, &run_id).await
     {
-        tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run");
-        audit_ok = false;
+        tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run; tried again before its first repair");
     }
     let moved_aside = if opts.dry_run || opts.check.is_some() {
         0
@@ -308,7 +304,7 @@ pub(crate) async fn run_once_as(
     // Rule 17: the schema as MySQL has it, judged before the jobs read.
     let (mut jobs, deviations) = match contract::checked(ctx, opts.check.is_some()).await {
         Ok(state) => (
-            run_jobs(ctx, kinds, opts, &run_id).await,
+            run_jobs(ctx, kinds, opts, &run_id, &run_row).await,
             contract::DeviationReport::all(&state),
         ),
         Err(e) => {
@@ -328,7 +324,9 @@ pub(crate) async fn run_once_as(
     if let Some(first) = jobs.first_mut() {
         (0..moved_aside).for_each(|_| first.invalid());
     }
-    if !audit_ok {
+    // A run that never got its row (and so made no repair) says so.
+    let recorded = run_row.is_recorded().await;
+    if !opts.dry_run && !recorded {
         for report in &mut jobs {
             report.error_at(Stage::Audit);
             report.finish();
@@ -344,7 +342,7 @@ pub(crate) async fn run_once_as(
     report.check = opts.check;
     report.contract_deviations = deviations;
     log_run(ctx, &report);
-    if !opts.dry_run && audit_ok {
+    if !opts.dry_run && recorded {
         let summary = serde_json::to_string(&report).unwrap_or_default();
         if let Err(e) = ctx
             .mysql

@@ -223,6 +223,10 @@ impl<'a> Sweep<'a, '_> {
             return Ok(());
         }
         race_window!(crate::race_window::SEAT_BEFORE_REPAIR);
+        let kinds: Vec<Kind> = batches.iter().flat_map(kinds_in).collect();
+        if !self.run_recorded(&kinds).await {
+            return Ok(());
+        }
         let token = self.leases.token().to_string();
         let results = ctx
             .retry("repair seats", || ctx.redis.repair_seats(&token, &batches))
@@ -345,6 +349,9 @@ impl<'a> Sweep<'a, '_> {
                 continue;
             }
             race_window!(crate::race_window::SEAT_BEFORE_REBUILD);
+            if !self.run_recorded(&[Kind::MissingHashes]).await {
+                continue;
+            }
             let op_id = uuid::Uuid::new_v4().simple().to_string();
             let result = ctx
                 .retry("rebuild hash", || {
@@ -396,6 +403,28 @@ impl<'a> Sweep<'a, '_> {
             }
         }
         Ok(())
+    }
+}
+
+impl Sweep<'_, '_> {
+    /// Rule 10, every audit row has its run: the run's `reconcile_run` row
+    /// is there (recorded now if MySQL refused it when the run began), or
+    /// the repairs of `kinds` are not made, an `audit` error each.
+    async fn run_recorded(&mut self, kinds: &[Kind]) -> bool {
+        let Some(first) = self.jobs.first() else {
+            return false;
+        };
+        let Err(e) = first.audit.ensure_run().await else {
+            return true;
+        };
+        tracing::warn!(error = %e, "repairs not made");
+        let mut kinds = kinds.to_vec();
+        kinds.sort_unstable();
+        kinds.dedup();
+        for kind in kinds {
+            self.job(kind).report.error(&e);
+        }
+        false
     }
 }
 
