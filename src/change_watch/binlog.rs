@@ -290,6 +290,14 @@ impl PositionKeeper {
                 if done == PositionSave::Replaced && self.last.is_some() {
                     own_key(runner, &key, "not a string");
                 }
+                if done == PositionSave::Restored {
+                    // This reader knows where the stream is: nothing is
+                    // hidden, so no gap; a restart finds the key again.
+                    tracing::warn!(
+                        key,
+                        "the saved MySQL binlog position was gone (a Redis restart, flush or eviction): saved again by the reader that holds the stream"
+                    );
+                }
                 self.last = Some(value);
                 self.saved = Some(now.clone());
             }

@@ -17,7 +17,9 @@ use seatflow_test_support::daemon::{InProcessDaemon, sample};
 use seatflow_test_support::own_keys::key_type;
 use seatflow_test_support::servers::{self, wait_until};
 
-use crate::changes::{binlog_dumps_become, daemon_on_binlog, metrics, pass_runs};
+use crate::changes::{
+    binlog_dumps_become, daemon_on_binlog, metric_reaches_at_least, metrics, pass_runs,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 const BINLOG_CHECKS: &str = r#"seatflow_reconcile_change_checks_total{source="binlog"}"#;
@@ -68,22 +70,6 @@ async fn restarted(env: &TestEnv) -> InProcessDaemon {
     daemon
 }
 
-/// Waits until `series` reads at least `at_least`; the exposition then.
-async fn metric_at_least(daemon: &InProcessDaemon, series: &str, at_least: f64) -> String {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let m = metrics(daemon).await;
-        if sample(&m, series) >= at_least {
-            return m;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{series} did not reach {at_least}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The gap's pass: one more than the start's.
 async fn a_pass_covers_the_gap(daemon: &InProcessDaemon) {
     wait_until("a pass after the gap", WAIT, || async {
@@ -98,7 +84,7 @@ async fn reads_on(env: &TestEnv, daemon: &InProcessDaemon, order: i64) {
     binlog_dumps_become(env, 1).await;
     let before = sample(&metrics(daemon).await, BINLOG_CHECKS);
     assert!(env.fx.pay(order).await.unwrap());
-    metric_at_least(daemon, BINLOG_CHECKS, before + 1.0).await;
+    metric_reaches_at_least(daemon, BINLOG_CHECKS, before + 1.0).await;
 }
 
 /// Read, taken, moved on by its reader, left to a reader that started
@@ -168,8 +154,19 @@ async fn the_saved_position_is_taken_moved_on_and_left_to_a_later_reader() {
         redis.read_binlog_position(shard).await.unwrap(),
         SavedPosition::Unreadable("binlog.000001:400".into())
     );
-    assert_eq!(save(None, b2).await, PositionSave::Saved);
+    assert_eq!(save(None, b2.clone()).await, PositionSave::Saved);
     assert_eq!(saved(&env).await, Some(at(400)));
+
+    // Redis loses the key (a restart without persistence, a flush, an
+    // eviction): the reader that saved it last saves it again; only a
+    // value of another reader's makes one yield.
+    let _: () = env.redis(redis::cmd("DEL").arg(key(&env))).await;
+    let b3 = saved_value(&at(500), "b 2");
+    assert_eq!(save(Some(b2), b3.clone()).await, PositionSave::Restored);
+    assert_eq!(saved(&env).await, Some(at(500)));
+    let b4 = saved_value(&at(600), "b 2");
+    assert_eq!(save(Some(b3), b4).await, PositionSave::Saved);
+    assert_eq!(saved(&env).await, Some(at(600)));
 }
 
 /// After commits, the key holds the server's current position (and its
@@ -181,7 +178,7 @@ async fn the_daemon_saves_its_binlog_position() {
     let server = servers::mariadb_with_binlog();
     let (env, daemon, [paid, _]) = daemon_on_binlog(&server, Duration::ZERO).await;
     assert!(env.fx.pay(paid).await.unwrap());
-    metric_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
+    metric_reaches_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
     let saved = saved_is_current(&env).await;
     assert_eq!(
         saved.server,
@@ -200,6 +197,32 @@ async fn the_daemon_saves_its_binlog_position() {
     daemon.stop().await;
 }
 
+/// Redis loses the saved position while the reader streams (a restart
+/// without persistence, a flush, an eviction): the reader that holds the
+/// stream saves it again when the stream moves (an absent key is nobody's
+/// save, not another reader's), so a restarted daemon resumes from it and
+/// checks a commit made while no daemon ran, with no gap.
+#[tokio::test]
+async fn a_position_redis_lost_is_saved_again_by_the_reader_that_holds_the_stream() {
+    let server = servers::mariadb_with_binlog();
+    let (env, daemon, [paid, cancelled]) = daemon_on_binlog(&server, Duration::ZERO).await;
+    saved_is_current(&env).await;
+    let _: () = env.redis(redis::cmd("DEL").arg(key(&env))).await;
+    assert!(env.fx.pay(paid).await.unwrap());
+    saved_is_current(&env).await;
+    daemon.stop().await;
+
+    assert!(env.fx.cancel(cancelled).await.unwrap());
+    let daemon = restarted(&env).await;
+    let m = metric_reaches_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
+    assert_eq!(sample(&m, POSITION_LOST), 0.0);
+    let status = daemon
+        .status_when("the reader reads", |s| !s["changes"]["binlog"].is_null())
+        .await;
+    assert_eq!(status["changes"]["binlog"]["started_from"], "saved");
+    daemon.stop().await;
+}
+
 /// A payment committed while no daemon runs is read by the next one, which
 /// resumes from the saved position: its showtime is checked via the binlog
 /// though nothing was committed after the new daemon started.
@@ -212,7 +235,7 @@ async fn a_restarted_daemon_resumes_from_the_saved_position() {
 
     assert!(env.fx.pay(paid).await.unwrap());
     let daemon = restarted(&env).await;
-    let m = metric_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
+    let m = metric_reaches_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
     assert_eq!(sample(&m, POSITION_LOST), 0.0);
     let status = daemon
         .status_when("the reader reads", |s| !s["changes"]["binlog"].is_null())
@@ -240,7 +263,7 @@ async fn a_purged_saved_position_is_a_gap_and_the_reader_reads_on_from_the_curre
     crate::binlog::purge_to(pool, &before.position.file, &newest).await;
 
     let daemon = restarted(&env).await;
-    metric_at_least(&daemon, POSITION_LOST, 1.0).await;
+    metric_reaches_at_least(&daemon, POSITION_LOST, 1.0).await;
     a_pass_covers_the_gap(&daemon).await;
     reads_on(&env, &daemon, paid).await;
     wait_until("the current position is saved", WAIT, || async {
@@ -274,7 +297,7 @@ async fn a_saved_position_of_another_server_is_a_gap_and_the_reader_reads_on() {
         )
         .await;
     let daemon = restarted(&env).await;
-    metric_at_least(&daemon, POSITION_LOST, 1.0).await;
+    metric_reaches_at_least(&daemon, POSITION_LOST, 1.0).await;
     a_pass_covers_the_gap(&daemon).await;
     reads_on(&env, &daemon, paid).await;
     wait_until("this server's position is saved", WAIT, || async {
@@ -303,7 +326,7 @@ async fn a_position_key_in_the_wrong_shape_is_reported_replaced_and_the_reader_r
         };
         let _: () = env.redis(&corrupt).await;
         let daemon = restarted(&env).await;
-        let m = metric_at_least(&daemon, invalid, 1.0).await;
+        let m = metric_reaches_at_least(&daemon, invalid, 1.0).await;
         assert_eq!(sample(&m, POSITION_LOST), 0.0, "{shape}");
         wait_until(format!("the {shape} replaced"), WAIT, || async {
             key_type(&env, &key(&env)).await == "string" && saved(&env).await.is_some()

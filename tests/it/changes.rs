@@ -150,7 +150,11 @@ pub(crate) async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value
 }
 
 /// Waits until `series` reads at least `value`.
-async fn metric_reaches_at_least(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
+pub(crate) async fn metric_reaches_at_least(
+    daemon: &InProcessDaemon,
+    series: &str,
+    value: f64,
+) -> String {
     metric_when(daemon, series, &format!(">= {value}"), |v| v >= value).await
 }
 

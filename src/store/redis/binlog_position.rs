@@ -41,6 +41,9 @@ pub enum PositionSave {
     Raced,
     /// The key had the wrong type (rule 13): replaced by the new value.
     Replaced,
+    /// The key was gone (Redis lost it) though this reader had saved it:
+    /// saved again, by the reader that holds the stream.
+    Restored,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -129,6 +132,7 @@ impl RedisStore {
             1 => Ok(PositionSave::Saved),
             0 => Ok(PositionSave::Raced),
             2 => Ok(PositionSave::Replaced),
+            3 => Ok(PositionSave::Restored),
             other => Err(Error::Protocol(format!(
                 "binlog position script replied {other}"
             ))),
