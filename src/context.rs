@@ -100,6 +100,7 @@ pub async fn connect_mysql(settings: &Settings) -> Result<MysqlStore> {
         &mysql_tls(settings),
         m.max_connections,
         m.connect_timeout,
+        m.lock_wait_timeout,
     )
     .await
 }

@@ -42,6 +42,7 @@ pub struct Metrics {
     pub last_success: GaugeVec,
     pub errors: IntCounterVec,
     pub mutex_busy: IntCounterVec,
+    pub skipped_locked: IntCounterVec,
     pub backlog: IntGaugeVec,
     pub stuck_leases: IntGaugeVec,
     pub scanned: IntCounterVec,
@@ -132,6 +133,14 @@ impl Metrics {
             kind,
         )
         .unwrap();
+        let skipped_locked = IntCounterVec::new(
+            Opts::new(
+                "seatflow_reconcile_skipped_locked_total",
+                "Items skipped because another MySQL transaction held their rows (expired orders the application is changing), not waited for; a later run takes them. By job.",
+            ),
+            kind,
+        )
+        .unwrap();
         let backlog = IntGaugeVec::new(
             Opts::new(
                 "seatflow_reconcile_backlog",
@@ -207,6 +216,7 @@ impl Metrics {
             last_success,
             errors,
             mutex_busy,
+            skipped_locked,
             backlog,
             stuck_leases,
             scanned,
@@ -231,6 +241,7 @@ impl Metrics {
             Box::new(self.last_success.clone()),
             Box::new(self.errors.clone()),
             Box::new(self.mutex_busy.clone()),
+            Box::new(self.skipped_locked.clone()),
             Box::new(self.backlog.clone()),
             Box::new(self.stuck_leases.clone()),
             Box::new(self.scanned.clone()),
@@ -260,6 +271,7 @@ impl Metrics {
             self.run_duration.with_label_values(&[k]);
             self.last_success.with_label_values(&[k]);
             self.mutex_busy.with_label_values(&[k]);
+            self.skipped_locked.with_label_values(&[k]);
             self.backlog.with_label_values(&[k]);
             self.stuck_leases.with_label_values(&[k]);
             self.scanned.with_label_values(&[k]);
@@ -671,6 +683,9 @@ impl Metrics {
         self.mutex_busy
             .with_label_values(&[k])
             .inc_by(r.skipped_busy);
+        self.skipped_locked
+            .with_label_values(&[k])
+            .inc_by(r.skipped_locked);
         for (stage, n) in &r.errors_by_stage {
             self.errors
                 .with_label_values(&[k, stage.label()])

@@ -31,6 +31,12 @@ impl Settings {
             .map_err(|e| ConfigError::new("mysql.url", driver_words(&e.to_string())))?;
         in_range("mysql.max_connections", self.mysql.max_connections, 1, 256)?;
         positive("mysql.connect_timeout", self.mysql.connect_timeout)?;
+        if self.mysql.lock_wait_timeout < Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "mysql.lock_wait_timeout",
+                "must be at least 1s (MySQL counts it in whole seconds)",
+            ));
+        }
 
         check_url("redis.url", &self.redis.url, &["redis", "rediss"])?;
         for url in &self.redis.cluster_urls {
@@ -170,10 +176,11 @@ fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Settings {
     /// Every duration setting with its key.
-    fn durations(&self) -> [(&'static str, Duration); 16] {
+    fn durations(&self) -> [(&'static str, Duration); 17] {
         let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
         [
             ("mysql.connect_timeout", m.connect_timeout),
+            ("mysql.lock_wait_timeout", m.lock_wait_timeout),
             ("redis.response_timeout", r.response_timeout),
             ("reconcile.expired_order_buffer", c.expired_order_buffer),
             ("reconcile.orphan_grace", c.orphan_grace),

@@ -43,6 +43,9 @@ pub struct MysqlSettings {
     pub max_connections: u32,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// The sessions' `innodb_lock_wait_timeout` (whole seconds, at least 1).
+    #[serde(with = "humantime_serde")]
+    pub lock_wait_timeout: Duration,
     /// Unset: `verify_identity` when a `tls_*_file` is set, else as the URL says.
     pub tls_mode: MysqlTlsMode,
     /// PEM files; an empty string is unset.

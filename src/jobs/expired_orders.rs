@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::error::Error;
 use crate::lease::RunLeases;
 use crate::model::{Kind, SeatNo, SeatRepair, SeatState, ShowtimeId};
-use crate::store::mysql::{ExpiredOrder, Keyset, RunIdentity};
+use crate::store::mysql::{Cancels, ExpiredOrder, Keyset, RunIdentity};
 use crate::store::redis::{Fenced, Replied, SeatBatch};
 
 use super::RunOptions;
@@ -244,16 +244,30 @@ async fn cancel_locked(
     race_window!(crate::race_window::EXPIRED_BEFORE_CANCEL);
     // Rule 10: the cancel's audit rows need their run's row first.
     audit.ensure_run().await?;
-    let (cancelled, refused) = ctx
+    let Cancels {
+        cancelled,
+        refused,
+        locked,
+    } = ctx
         .retry("cancel expired orders", || {
             ctx.mysql
                 .cancel_expired(&order_ids, deadline, since, &identity)
         })
         .await?;
     unknown.report(report, &refused);
+    if !locked.is_empty() {
+        // The application holds them (paying or cancelling): not waited
+        // for; a later run takes what is still due.
+        tracing::info!(
+            orders = ?locked,
+            "expired orders whose rows another transaction holds; skipped, not waited for"
+        );
+        report.skipped_locked += locked.len() as u64;
+        report.backlog += locked.len() as u64;
+    }
     let skipped = order_ids
         .len()
-        .saturating_sub(cancelled.len() + refused.len());
+        .saturating_sub(cancelled.len() + refused.len() + locked.len());
     if skipped > 0 {
         tracing::info!(
             skipped,

@@ -107,6 +107,11 @@ pub struct JobReport {
     /// Repairs the schema's deviations held back (rule 17).
     #[serde(skip_serializing_if = "is_zero")]
     pub held_back: u64,
+    /// Items skipped because another MySQL transaction held their rows
+    /// (expired orders the application is paying or cancelling): not waited
+    /// for, left to a later run.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub skipped_locked: u64,
     /// Showtimes whose work kept failing after retries: skipped for this run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<i64>,
@@ -180,6 +185,7 @@ impl JobReport {
             backlog: 0,
             invalid_data: 0,
             held_back: 0,
+            skipped_locked: 0,
             quarantined: Vec::new(),
             errors_by_stage: BTreeMap::new(),
             examples: Vec::new(),
@@ -451,6 +457,14 @@ impl RunReport {
                 for e in &j.examples {
                     let _ = writeln!(s, "  {e}");
                 }
+            }
+            if j.skipped_locked > 0 {
+                let _ = writeln!(
+                    s,
+                    "\n{} — {} skipped: another transaction held their rows (taken by a later run)",
+                    j.kind.cli_name(),
+                    j.skipped_locked
+                );
             }
             if j.held_back > 0 {
                 let _ = writeln!(

@@ -373,11 +373,12 @@ async fn an_unreachable_pushgateway_is_named_with_its_cause() {
     );
 }
 
-/// Runs `once --job expired-orders` while a row lock makes it slow, through
+/// Runs `once --job expired-orders` while a lock makes it slow, through
 /// `wrap` (e.g. a pseudo-terminal); returns stdout and stderr.
 ///
-/// "Slow" is an event, not a sleep: the lock is held until the run's cancel
-/// has waited on it for a second or more by the server's account (its
+/// "Slow" is an event, not a sleep: the lock (on the audit table, which the
+/// cancel writes in its transaction) is held until the run's cancel has
+/// waited on it for a second or more by the server's account (its
 /// statement's age). The job started before that statement did, so once the
 /// cancel gets the lock the job has run longer than the half second after
 /// which it shows progress, however slow the machine. (Progress is drawn
@@ -385,13 +386,16 @@ async fn an_unreachable_pushgateway_is_named_with_its_cause() {
 /// the run's whole output is read when it ends.)
 async fn slow_expired_run(env: &TestEnv, wrap: fn(Command) -> Command) -> (String, String) {
     let order = seatflow_test_support::seed_expired(env).await;
-    let tx = seatflow_test_support::hold_order_lock(env, order).await;
+    let tx = seatflow_test_support::hold_audit_lock(env).await;
     let mut cmd = against(env);
-    cmd.args(["once", "--job", "expired-orders"]);
+    cmd.args(["once", "--job", "expired-orders"]).env(
+        "SEATFLOW__MYSQL__LOCK_WAIT_TIMEOUT",
+        seatflow_test_support::LONG_LOCK_WAIT,
+    );
     let child = tokio::task::spawn_blocking(move || run(&mut wrap(cmd)));
     // A hang guard only: the run waits on our lock until we let it go.
     seatflow_test_support::servers::wait_until(
-        "the run's cancel has waited on the order's row lock for a second",
+        "the run's cancel has waited on the audit table's lock for a second",
         Duration::from_secs(120),
         || lock_waited(env),
     )
@@ -409,15 +413,14 @@ async fn slow_expired_run(env: &TestEnv, wrap: fn(Command) -> Command) -> (Strin
 /// A session of the test's database is waiting on a row lock in a statement
 /// that has run for a second or more (`TIME`: whole seconds, no time zone).
 async fn lock_waited(env: &TestEnv) -> bool {
-    // The cancel's locking read, running for a second or more by the
-    // server's account. Read from the processlist, not from innodb_trx: a
-    // row lock met while the optimizer reads a const table (`id IN (?)`,
-    // state "Statistics") is not listed as a LOCK WAIT there, and the probe
-    // then never saw the wait (the run outlived its showtime lease).
+    // The cancel's audit insert, running for a second or more by the
+    // server's account. Read from the processlist, not from innodb_trx
+    // (a lock met while the optimizer reads a const table is not listed as
+    // a LOCK WAIT there).
     sqlx::query_scalar::<_, i64>(
         "SELECT COUNT(*) FROM information_schema.processlist \
          WHERE db = DATABASE() AND command IN ('Query', 'Execute') AND time >= 1 \
-         AND info LIKE 'SELECT id, showtime_id FROM ticket_order%FOR UPDATE%'",
+         AND info LIKE 'INSERT INTO reconcile_fix%'",
     )
     .fetch_one(env.ctx.mysql.pool())
     .await

@@ -153,10 +153,14 @@ fn only_expired_orders(cmd: &mut Command) {
 async fn a_job_slower_than_its_schedule_is_skipped_not_overlapped() {
     let env = TestEnv::new().await;
     let order = seatflow_test_support::seed_expired(&env).await;
-    let tx = seatflow_test_support::hold_order_lock(&env, order).await;
+    let tx = seatflow_test_support::hold_audit_lock(&env).await;
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     only_expired_orders(&mut cmd);
+    cmd.env(
+        "SEATFLOW__MYSQL__LOCK_WAIT_TIMEOUT",
+        seatflow_test_support::LONG_LOCK_WAIT,
+    );
     let d = Daemon::start(cmd, port).await;
 
     let skipped =
@@ -199,10 +203,14 @@ async fn lock_keys(env: &TestEnv) -> Vec<String> {
 async fn sigterm_during_a_run_exits_0_and_releases_every_lock() {
     let env = TestEnv::new().await;
     let order = seatflow_test_support::seed_expired(&env).await;
-    let tx = seatflow_test_support::hold_order_lock(&env, order).await;
+    let tx = seatflow_test_support::hold_audit_lock(&env).await;
     let port = free_port();
     let mut cmd = daemon_command(&env, port);
     only_expired_orders(&mut cmd);
+    cmd.env(
+        "SEATFLOW__MYSQL__LOCK_WAIT_TIMEOUT",
+        seatflow_test_support::LONG_LOCK_WAIT,
+    );
     cmd.env("SEATFLOW__DAEMON__SHUTDOWN_TIMEOUT", "2s");
     let mut d = Daemon::start(cmd, port).await;
     wait_until(
@@ -212,7 +220,7 @@ async fn sigterm_during_a_run_exits_0_and_releases_every_lock() {
     )
     .await;
 
-    // The run is stuck behind our row lock for longer than the shutdown timeout.
+    // The run is stuck behind our lock for longer than the shutdown timeout.
     d.signal("TERM");
     // The shutdown timeout (2 s) is what ends the stuck run; 60 s only
     // stops a daemon that would never exit.

@@ -260,12 +260,13 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
         env.fx.pay(order).await.unwrap(),
         "the customer pays after our scan"
     );
-    let (cancelled, _) = env
+    let cancelled = env
         .ctx
         .mysql
         .cancel_expired(&[order, other], deadline, deadline, &RUN)
         .await
-        .unwrap();
+        .unwrap()
+        .cancelled;
     assert_eq!(
         cancelled.iter().map(|c| c.id).collect::<Vec<_>>(),
         vec![other]
@@ -280,12 +281,13 @@ async fn an_expired_order_paid_just_before_the_cancel_is_not_cancelled() {
 
     // A retry after a lost commit reply reports the cancel it already made.
     let since = deadline;
-    let (again, _) = env
+    let again = env
         .ctx
         .mysql
         .cancel_expired(&[order, other], deadline, since, &RUN)
         .await
-        .unwrap();
+        .unwrap()
+        .cancelled;
     assert_eq!(
         again
             .iter()
@@ -704,6 +706,66 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
         env.fx.seat_value(2, "A-1").await.unwrap().as_deref(),
         Some("0")
     );
+}
+
+/// A row lock costs one order, not the run: an expired order whose row the
+/// application holds (its payment in flight) and one whose seat row it
+/// holds are skipped, not waited for, counted and left as they are;
+/// another showtime's expired order is cancelled and its seat released in
+/// the same run. Once the locks go, the next run cancels them.
+#[tokio::test]
+async fn a_row_lock_costs_one_order_not_the_run() {
+    let env = TestEnv::new().await;
+    env.fx.hall(1, 1, 2).await.unwrap();
+    let mut orders = Vec::new();
+    for showtime in 1..=3 {
+        env.fx.showtime(showtime, 1, 60, "ON_SALE").await.unwrap();
+        env.fx
+            .warm(showtime, &[("A-1", "1"), ("A-2", "0")])
+            .await
+            .unwrap();
+        orders.push(
+            env.fx
+                .order(showtime, "PENDING", &["A-1"], -600)
+                .await
+                .unwrap(),
+        );
+    }
+    let (order_held, seat_held, free) = (orders[0], orders[1], orders[2]);
+    let held_order = seatflow_test_support::hold_order_lock(&env, order_held).await;
+    let mut held_seat = env.ctx.mysql.pool().begin().await.unwrap();
+    sqlx::query("SELECT seat_no FROM order_seat WHERE order_id = ? FOR UPDATE")
+        .bind(seat_held)
+        .execute(&mut *held_seat)
+        .await
+        .unwrap();
+
+    let report = env.job(Kind::ExpiredOrders).await;
+    assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+    assert_eq!(report.fixed, 1, "{report:?}");
+    assert_eq!(report.skipped_locked, 2, "{report:?}");
+    assert!(report.backlog >= 2, "{report:?}");
+    assert_eq!(env.fx.order_status(free).await.unwrap(), "CANCELLED");
+    assert_eq!(
+        env.fx.seat_value(3, "A-1").await.unwrap().as_deref(),
+        Some("0")
+    );
+    held_order.rollback().await.unwrap();
+    held_seat.rollback().await.unwrap();
+    for (order, showtime) in [(order_held, 1), (seat_held, 2)] {
+        assert_eq!(env.fx.order_status(order).await.unwrap(), "PENDING");
+        assert_eq!(
+            env.fx.seat_value(showtime, "A-1").await.unwrap().as_deref(),
+            Some("1")
+        );
+    }
+
+    let report = env.job(Kind::ExpiredOrders).await;
+    assert_eq!(report.fixed, 2, "{report:?}");
+    assert_eq!(report.skipped_locked, 0);
+    for order in [order_held, seat_held] {
+        assert_eq!(env.fx.order_status(order).await.unwrap(), "CANCELLED");
+    }
 }
 
 /// Rule 9: a MySQL lock wait timeout (1205) is transient and retried. sqlx's

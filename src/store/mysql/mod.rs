@@ -23,7 +23,7 @@ mod sweep;
 
 pub use audit::{AuditEntry, FixRecord, RunIdentity};
 pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
-pub use orders::{CancelledOrder, ExpiredOrder};
+pub use orders::{CancelledOrder, Cancels, ExpiredOrder, ExpiredPage};
 pub use recheck::{SeatHistory, SeatNameAsk};
 pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
 
@@ -69,12 +69,14 @@ pub struct MysqlTls {
 
 impl MysqlStore {
     /// A pool of at most `max_connections`, each acquired within
-    /// `acquire_timeout`, speaking TLS as `tls` says.
+    /// `acquire_timeout`, speaking TLS as `tls` says, each session with its
+    /// strict `sql_mode` and waiting on a row lock at most `lock_wait`.
     pub async fn connect(
         url: &str,
         tls: &MysqlTls,
         max_connections: u32,
         acquire_timeout: Duration,
+        lock_wait: Duration,
     ) -> Result<MysqlStore> {
         let mut options: MySqlConnectOptions = url.parse()?;
         if let Some(mode) = tls.mode {
@@ -97,9 +99,15 @@ impl MysqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)
-            .after_connect(|conn, _| {
+            .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    sqlx::query(SESSION_SQL_MODE).execute(conn).await?;
+                    sqlx::query(SESSION_SQL_MODE).execute(&mut *conn).await?;
+                    // Whole seconds, at least 1 (the configuration checks it).
+                    let seconds = lock_wait.as_secs().max(1);
+                    sqlx::query("SET SESSION innodb_lock_wait_timeout = ?")
+                        .bind(seconds)
+                        .execute(&mut *conn)
+                        .await?;
                     Ok(())
                 })
             })

@@ -34,6 +34,20 @@ pub struct ExpiredPage {
     pub read: usize,
 }
 
+/// What a cancel of expired orders did.
+#[derive(Debug, Clone, Default)]
+pub struct Cancels {
+    /// Cancelled, with the seats their rows held (by this call, or by an
+    /// earlier one of ours whose reply was lost).
+    pub cancelled: Vec<CancelledOrder>,
+    /// Not cancelled: outside the contract (an id on two rows).
+    pub refused: Vec<UnknownRow>,
+    /// Not cancelled: another transaction held the order's row or one of
+    /// its seat rows (the application, paying or cancelling it). Skipped,
+    /// not waited for; a later run takes them.
+    pub locked: Vec<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CancelledOrder {
     pub id: i64,
@@ -204,15 +218,19 @@ impl MysqlStore {
     /// Without a unique key on `ticket_order.id` (rule 17), an id found on
     /// two rows in the transaction is not cancelled (its rows' `active`
     /// would be set for both): it is returned as a row outside the contract.
+    ///
+    /// Nothing here waits on a row lock another transaction holds: an order
+    /// whose row, or one of whose seat rows, is locked (the application is
+    /// changing it) is skipped (`SKIP LOCKED`) and returned as `locked`.
     pub async fn cancel_expired(
         &self,
         ids: &[i64],
         deadline: NaiveDateTime,
         since: NaiveDateTime,
         audit: &RunIdentity<'_>,
-    ) -> Result<(Vec<CancelledOrder>, Vec<UnknownRow>)> {
+    ) -> Result<Cancels> {
         if ids.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok(Cancels::default());
         }
         let mut earlier = self.cancelled_by_us_since(ids, since).await?;
         let mut tx = self.pool.begin().await?;
@@ -221,7 +239,7 @@ impl MysqlStore {
         );
         q.push_bind(deadline);
         push_in(&mut q, "id", ids);
-        q.push(" ORDER BY id FOR UPDATE");
+        q.push(" ORDER BY id FOR UPDATE SKIP LOCKED");
         // A row whose showtime does not decode (any more) is not cancelled.
         let mut won: Vec<(i64, i64)> = q
             .build()
@@ -257,33 +275,52 @@ impl MysqlStore {
         }
         won.sort_unstable();
         won.dedup();
+        // Still due but not locked by us: another transaction holds the row.
+        let mut locked = still_due(&mut tx, ids, deadline).await?;
+        locked.retain(|id| !won.iter().any(|(w, _)| w == id));
+        let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
+
+        // The order's own rows, each in its own showtime (rule 15: the
+        // release goes where the row is, not where the order says), locked
+        // too; an order one of whose rows another transaction holds is
+        // left for a later run, not waited for.
+        let mut seats: HashMap<i64, Vec<(ShowtimeId, SeatNo)>> = HashMap::new();
+        let mut held: HashMap<i64, i64> = HashMap::new();
+        if !won_ids.is_empty() {
+            let mut q = QueryBuilder::<MySql>::new(
+                "SELECT order_id, showtime_id, seat_no FROM order_seat WHERE active = 1",
+            );
+            push_in(&mut q, "order_id", &won_ids);
+            q.push(" ORDER BY order_id, seat_no FOR UPDATE SKIP LOCKED");
+            for r in q.build().fetch_all(&mut *tx).await? {
+                let Ok(order) = int(&r, "order_id") else {
+                    continue;
+                };
+                *held.entry(order).or_default() += 1;
+                // A row with no showtime or seat to release it in is ended
+                // by the cancel all the same; its seat is orphan-locks'.
+                if let (Ok(showtime), Ok(seat)) = (int(&r, "showtime_id"), text(&r, "seat_no")) {
+                    seats.entry(order).or_default().push((showtime, seat));
+                }
+            }
+        }
+        for (order, all) in active_rows(&mut tx, &won_ids).await? {
+            if held.get(&order).copied().unwrap_or(0) < all {
+                locked.push(order);
+            }
+        }
+        won.retain(|(id, _)| !locked.contains(id));
+        locked.sort_unstable();
         if won.is_empty() {
             tx.rollback().await?;
-            return Ok((earlier, refused));
+            return Ok(Cancels {
+                cancelled: earlier,
+                refused,
+                locked,
+            });
         }
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
         race_window!(crate::race_window::EXPIRED_CANCEL_ROWS_LOCKED);
-
-        // The order's own rows, each in its own showtime (rule 15: the
-        // release goes where the row is, not where the order says).
-        let mut q = QueryBuilder::<MySql>::new(
-            "SELECT order_id, showtime_id, seat_no FROM order_seat WHERE active = 1",
-        );
-        push_in(&mut q, "order_id", &won_ids);
-        q.push(" ORDER BY order_id, seat_no");
-        let mut seats: HashMap<i64, Vec<(ShowtimeId, SeatNo)>> = HashMap::new();
-        for r in q.build().fetch_all(&mut *tx).await? {
-            // A row with no showtime or seat to release it in is ended by
-            // the cancel all the same; its seat, if any, is orphan-locks'.
-            let (Ok(order), Ok(showtime), Ok(seat)) = (
-                int(&r, "order_id"),
-                int(&r, "showtime_id"),
-                text(&r, "seat_no"),
-            ) else {
-                continue;
-            };
-            seats.entry(order).or_default().push((showtime, seat));
-        }
 
         let mut q = QueryBuilder::<MySql>::new(
             "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = ",
@@ -340,7 +377,11 @@ impl MysqlStore {
             showtime_id,
             seats: seats.remove(&id).unwrap_or_default(),
         }));
-        Ok((earlier, refused))
+        Ok(Cancels {
+            cancelled: earlier,
+            refused,
+            locked,
+        })
     }
 
     /// Orders among `ids` cancelled by the reconciler at or after `since`,
@@ -380,4 +421,46 @@ impl MysqlStore {
         }
         Ok(out)
     }
+}
+
+/// Those of `ids` that are still PENDING and due, as committed (a
+/// consistent read: it waits for no lock).
+async fn still_due(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    ids: &[i64],
+    deadline: NaiveDateTime,
+) -> Result<Vec<i64>> {
+    let mut q = QueryBuilder::<MySql>::new(
+        "SELECT id FROM ticket_order WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ",
+    );
+    q.push_bind(deadline);
+    push_in(&mut q, "id", ids);
+    Ok(q.build()
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .filter_map(|r| int(r, "id").ok())
+        .collect())
+}
+
+/// How many `active = 1` rows each of `orders` has, as committed (a
+/// consistent read: it waits for no lock).
+async fn active_rows(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    orders: &[i64],
+) -> Result<Vec<(i64, i64)>> {
+    if orders.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q = QueryBuilder::<MySql>::new(
+        "SELECT order_id, COUNT(*) AS n FROM order_seat WHERE active = 1",
+    );
+    push_in(&mut q, "order_id", orders);
+    q.push(" GROUP BY order_id");
+    Ok(q.build()
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .filter_map(|r| Some((int(r, "order_id").ok()?, int(r, "n").ok()?)))
+        .collect())
 }

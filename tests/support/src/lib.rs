@@ -398,6 +398,26 @@ pub async fn hold_order_lock(env: &TestEnv, order: i64) -> sqlx::Transaction<'st
     tx
 }
 
+/// Holds a lock that the cancel of an expired order waits on, to make a
+/// run slow on purpose (the cancel skips the rows another transaction
+/// holds, so a held order row no longer does): every row of
+/// `reconcile_fix` and the gap after the last, so the cancel's audit
+/// insert (inside its transaction, after the showtime leases) waits until
+/// the returned transaction ends, or `mysql.lock_wait_timeout` passes. Give
+/// the run a long one (`LONG_LOCK_WAIT`).
+pub async fn hold_audit_lock(env: &TestEnv) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let mut tx = env.ctx.mysql.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM reconcile_fix FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
+/// A `mysql.lock_wait_timeout` for runs made slow by [`hold_audit_lock`]:
+/// longer than any test waits.
+pub const LONG_LOCK_WAIT: &str = "300s";
+
 /// Showtime 1 with an order 10 min past its deadline holding A-1 (`"1"`).
 pub async fn seed_expired(env: &TestEnv) -> i64 {
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
