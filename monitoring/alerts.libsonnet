@@ -280,12 +280,15 @@ local u = import 'lib/util.libsonnet';
                // never pages. A timestamp of 0 pages only while seat passes are
                // being attempted: failing, or hung (the next fires count
                // skipped_overlap).
-               // The interval is the daemon's own (seatflow_reconcile_pass_interval_seconds:
-               // sweep.schedule = "auto" is a minute, or 15 with both change
-               // sources), else sweepIntervalSeconds (binaries before it).
+               // The interval is the daemon's own cadence in force
+               // (seatflow_reconcile_pass_interval_seconds: sweep.schedule =
+               // "auto" is a minute, or 20 with both change sources, and a
+               // minute again while either is down), the shortest any
+               // replica reports (the active one knows a source is down),
+               // else sweepIntervalSeconds (binaries before it).
                local limit = |||
                  (
-                   %(n)d * max by (%(g)s) (seatflow_reconcile_pass_interval_seconds{%(sel)s} > 0)
+                   %(n)d * min by (%(g)s) (seatflow_reconcile_pass_interval_seconds{%(sel)s} > 0)
                    or
                    %(fallback)d + 0 * max by (%(g)s) (process_start_time_seconds{%(sel)s})
                  )

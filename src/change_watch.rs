@@ -540,6 +540,13 @@ async fn while_uncovered(runner: &Arc<Runner>, changes: &Changes, every: Duratio
     let mut was_covered = true;
     while active_tick(runner, &mut tick, &stop).await {
         let covered = changes.covered();
+        // What the signals follow: the minute while a source is down.
+        runner.set_fallback((!covered).then(|| crate::runner::Fallback {
+            every,
+            next_fire: chrono::Utc::now()
+                + chrono::Duration::from_std(every).unwrap_or(chrono::Duration::MAX),
+            why: changes.uncovered_why(),
+        }));
         if covered != was_covered {
             was_covered = covered;
             if covered {

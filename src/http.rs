@@ -137,7 +137,12 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
         "dry_run": s.reconcile.dry_run,
         "key_prefix": s.redis.key_prefix,
         "shard": {"index": s.sharding.index, "total": s.sharding.total},
-        "pass": {"schedule": s.sweep.schedule, "shards": passes, "pace": pace},
+        "pass": {
+            "schedule": s.sweep.schedule,
+            "fallback": r.fallback(),
+            "shards": passes,
+            "pace": pace,
+        },
         "changes": r.changes().map(|c| c.status()),
         "contract": contract_status(&r),
         "jobs": jobs,

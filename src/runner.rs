@@ -129,6 +129,27 @@ pub struct Runner {
     shards: Mutex<BTreeMap<u32, ShardStatus>>,
     /// Change-driven checks between passes (src/changes/); None without a pass.
     changes: Option<Arc<Changes>>,
+    /// The passes' cadence while a change source is down (`change_watch`'s
+    /// `while_uncovered`): None, the schedule's.
+    fallback: Mutex<Option<Fallback>>,
+}
+
+/// A pass every `every` while a change source is down, whatever
+/// `sweep.schedule` says (the 20-minute net of `auto` with both sources):
+/// what the pass interval gauge, `/status` and so the pass-stalled alert
+/// follow meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Fallback {
+    #[serde(serialize_with = "as_seconds", rename = "every_seconds")]
+    pub every: Duration,
+    /// When the next such pass is due.
+    pub next_fire: DateTime<Utc>,
+    /// Which source is down.
+    pub why: String,
+}
+
+fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
 }
 
 /// Why a trigger did not start a run.
@@ -214,14 +235,43 @@ impl Runner {
             status: Mutex::new(status),
             changes,
             shards: Mutex::new(shards),
+            fallback: Mutex::new(None),
         })
+    }
+
+    /// The passes' cadence in force: `fallback` while a change source is
+    /// down, else the schedule's. The pass interval gauge follows it (so
+    /// the pass-stalled alert counts in the minute, not the 20-minute net),
+    /// and so do `/status`'s next fire of the seat jobs and its `pass`.
+    pub fn set_fallback(&self, fallback: Option<Fallback>) {
+        let interval = match &fallback {
+            Some(f) => Some(f.every),
+            None => self
+                .pass_schedule
+                .as_ref()
+                .and_then(|s| s.interval_after(Utc::now())),
+        };
+        if let Some(interval) = interval {
+            self.pass_metrics.interval.set(interval.as_secs_f64());
+        }
+        *lock(&self.fallback) = fallback;
+    }
+
+    /// The fallback cadence, while a change source is down.
+    pub fn fallback(&self) -> Option<Fallback> {
+        lock(&self.fallback).clone()
     }
 
     pub fn status(&self) -> BTreeMap<Kind, JobStatus> {
         let mut s = lock(&self.status).clone();
         let now = Utc::now();
+        let fallback = self.fallback();
         for (k, st) in s.iter_mut() {
             st.next_fire = self.schedules.get(k).and_then(|c| c.next_after(now));
+            // A source down: the pass comes sooner than the schedule's fire.
+            if let Some(f) = fallback.as_ref().filter(|_| k.is_seat_job()) {
+                st.next_fire = Some(st.next_fire.map_or(f.next_fire, |n| n.min(f.next_fire)));
+            }
         }
         s
     }

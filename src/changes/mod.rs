@@ -192,6 +192,19 @@ impl Changes {
             && (!self.binlog_configured || self.binlog_streaming.load(Ordering::SeqCst))
     }
 
+    /// Which configured source does not see changes now, in words.
+    pub fn uncovered_why(&self) -> String {
+        let mut why = Vec::new();
+        let events = self.redis_events();
+        if events != EventsState::On {
+            why.push(format!("Redis keyspace events {}", events.label()));
+        }
+        if self.binlog_configured && !self.binlog_streaming.load(Ordering::SeqCst) {
+            why.push("the MySQL binlog is not read".to_string());
+        }
+        why.join("; ")
+    }
+
     /// The binlog reader started (true) or stopped streaming. Stopping ends
     /// the watch since the last pass (as a gap does).
     pub fn binlog_streams(&self, streaming: bool) {

@@ -1024,7 +1024,11 @@ async fn passes_after(daemon: &InProcessDaemon, wait: Duration) -> f64 {
 /// `sweep.schedule = "auto"` with both change sources configured fires
 /// every 20 minutes. While a source is down (here the server sends no
 /// keyspace events) a pass runs every `sweep.while_uncovered` (a minute;
-/// 2 s here) anyway; with both sources on, none but the schedule's.
+/// 2 s here) anyway; with both sources on, none but the schedule's. The
+/// signals follow the cadence in force: the pass interval gauge (which the
+/// pass-stalled alert counts in) and `/status` (`pass.fallback`: every,
+/// next fire, why; the seat jobs' next fire) say the minute while a source
+/// is down, the schedule's with both on.
 #[tokio::test]
 async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_back() {
     let mariadb = servers::mariadb_with_binlog();
@@ -1047,12 +1051,34 @@ async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_ba
         // The start's passes (and a gap's) are behind: count from here.
         let before = passes_after(&daemon, every * 2).await;
         let after = passes_after(&daemon, every * 4).await;
+        let interval = sample(
+            &metrics(&daemon).await,
+            "seatflow_reconcile_pass_interval_seconds",
+        );
+        let status = daemon.status_when("the status", |_| true).await;
+        let fallback = &status["pass"]["fallback"];
         if events {
             assert_eq!(after, before, "both sources on: no pass but the schedule's");
+            assert!(interval > 86_400.0, "the schedule's (yearly): {interval}");
+            assert!(fallback.is_null(), "{status}");
         } else {
             assert!(
                 after >= before + 2.0,
                 "events off: a pass every {every:?} ({before} -> {after})"
+            );
+            assert_eq!(interval, every.as_secs_f64());
+            assert_eq!(fallback["every_seconds"], every.as_secs(), "{status}");
+            assert!(
+                fallback["why"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("keyspace events off")),
+                "{status}"
+            );
+            let next: chrono::DateTime<chrono::Utc> =
+                serde_json::from_value(status["jobs"]["paid_seats"]["next_fire"].clone()).unwrap();
+            assert!(
+                next <= chrono::Utc::now() + chrono::Duration::seconds(3),
+                "the seat jobs' next fire is the fallback's: {status}"
             );
         }
         daemon.stop().await;
