@@ -26,19 +26,23 @@
 //! A position means something only on the server that wrote it: the source
 //! reads the server's identity at start ([`ServerIdentity`]) and starts
 //! from a given [`Checkpoint`] only when it names that server.
+//!
+//! Here: the server's settings and the stream; `reader.rs` turns the
+//! stream's events into committed transactions and positions (no server:
+//! its tests replay MySQL 8's events).
 
-use std::collections::{BTreeSet, HashMap};
+mod reader;
+
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use mysql_async::binlog::events::{Event, EventData, RowsEventData};
-use mysql_async::binlog::row::BinlogRow;
-use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable as _;
 use mysql_async::{
     BinlogStream, BinlogStreamRequest, ClientIdentity, Conn, OptsBuilder, Row, SslOpts, Value,
 };
 
+use self::reader::EventReader;
 use super::{MySqlSslMode, MysqlTls};
 use crate::error::{Error, Result};
 use crate::model::ShowtimeId;
@@ -324,30 +328,6 @@ fn cell<'a>(image: &'a Image, name: &str, position: Option<usize>) -> Option<&'a
     })
 }
 
-/// What a query event means to a transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Statement {
-    Begin,
-    Commit,
-    Rollback,
-    /// DDL, a dummy event, anything else: a statement of its own outside a
-    /// transaction, nothing inside one.
-    Other,
-}
-
-fn statement(query: &str) -> Statement {
-    let q = query.trim().trim_end_matches(';').trim();
-    if q.eq_ignore_ascii_case("BEGIN") {
-        Statement::Begin
-    } else if q.eq_ignore_ascii_case("COMMIT") {
-        Statement::Commit
-    } else if q.eq_ignore_ascii_case("ROLLBACK") {
-        Statement::Rollback
-    } else {
-        Statement::Other
-    }
-}
-
 /// A statement to run that would let the source start (for the error).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Missing {
@@ -613,26 +593,10 @@ async fn may_replicate(url: &str, tls: &MysqlTls, options: &BinlogOptions) -> Re
 /// the binlog of the server at the configured URL (its database).
 pub struct BinlogSource {
     stream: BinlogStream,
-    db: String,
-    layouts: HashMap<Table, Layout>,
-    /// The file the stream reads now, and the offset after the last event.
-    file: String,
-    /// After the last transaction read whole: where to start again.
-    position: BinlogPosition,
     server: ServerIdentity,
     started_from: StartedFrom,
-    /// The server sent from the start position: a whole transaction (or
-    /// statement) was read past it, or a heartbeat came (it reached the end).
-    proven: bool,
-    /// Showtimes of the open transaction's rows.
-    pending: BTreeSet<ShowtimeId>,
-    in_transaction: bool,
-    /// A format description came on this connection (events before it, the
-    /// server's first rotate, are checksummed as the server guessed).
-    seen_format: bool,
-    /// Where MySQL's last compressed transaction (a transaction payload
-    /// event) ends: the events inside it have no place of their own.
-    payload_end: u64,
+    /// The events read so far: the position, whether it is proven.
+    reader: EventReader,
     silence_limit: Duration,
     /// When the server was last heard from (an event or a heartbeat): kept
     /// here, not in a call's timer, so that a caller that drops `next()`
@@ -745,19 +709,12 @@ impl BinlogSource {
                 e.into()
             }
         })?;
+        let proven = started_from != StartedFrom::Given;
         Ok(BinlogSource {
             stream,
-            db,
-            layouts,
-            file: position.file.clone(),
-            position,
-            proven: started_from != StartedFrom::Given,
+            reader: EventReader::new(db, layouts, position, proven),
             server,
             started_from,
-            pending: BTreeSet::new(),
-            in_transaction: false,
-            seen_format: false,
-            payload_end: 0,
             silence_limit: options.heartbeat * 3,
             last_heard: tokio::time::Instant::now(),
         })
@@ -766,7 +723,7 @@ impl BinlogSource {
     /// After the last transaction read whole (whether or not it touched
     /// the contract's tables): where a new stream would start.
     pub fn position(&self) -> &BinlogPosition {
-        &self.position
+        self.reader.position()
     }
 
     /// The server read: whom [`position`](Self::position) belongs to.
@@ -778,7 +735,7 @@ impl BinlogSource {
     pub fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
             server: self.server.clone(),
-            position: self.position.clone(),
+            position: self.reader.position().clone(),
         }
     }
 
@@ -791,7 +748,7 @@ impl BinlogSource {
     /// server reached the binlog's end from there). Always true for a
     /// source that started from the server's current position.
     pub fn proven(&self) -> bool {
-        self.proven
+        self.reader.proven()
     }
 
     /// The next committed transaction that touched a showtime. Any error
@@ -816,165 +773,17 @@ impl BinlogSource {
                 Some(Err(e)) if server_code(&e) == Some(FATAL_READING_BINLOG) => {
                     return Err(Error::BinlogGap(format!(
                         "the server cannot send the binlog from {}: {e}",
-                        self.position
+                        self.reader.position()
                     )));
                 }
                 Some(r) => r?,
             };
             self.last_heard = tokio::time::Instant::now();
-            if let Some(done) = self.read(&event)? {
+            if let Some(done) = self.reader.read(&event, |id| self.stream.get_tme(id))? {
                 return Ok(done);
             }
         }
     }
-
-    /// Takes one event in; a transaction that touched showtimes, when this
-    /// event committed it.
-    fn read(&mut self, event: &Event) -> Result<Option<Committed>> {
-        let header = event.header();
-        let end = u64::from(header.log_pos());
-        let data = event
-            .read_data()
-            .map_err(|e| Error::BinlogGap(format!("an event that does not decode: {e}")))?;
-        let Some(data) = data else {
-            // A type this parser does not know: nothing of ours.
-            return Ok(None);
-        };
-        match data {
-            EventData::FormatDescriptionEvent(_) => self.seen_format = true,
-            // The server's first, made-up rotate (log_pos 0) comes before any
-            // format description, its checksum guessed: its name is not to be
-            // trusted; the file asked for is the one it names.
-            EventData::RotateEvent(rotate) if header.log_pos() != 0 || self.seen_format => {
-                self.file = rotate.name().into_owned();
-                if !self.in_transaction {
-                    self.position = BinlogPosition {
-                        file: self.file.clone(),
-                        offset: rotate.position(),
-                    };
-                }
-            }
-            EventData::QueryEvent(query) => match statement(&query.query()) {
-                Statement::Begin => {
-                    self.in_transaction = true;
-                    self.pending.clear();
-                }
-                Statement::Commit => return Ok(self.commit(end)),
-                Statement::Rollback => {
-                    self.pending.clear();
-                    self.in_transaction = false;
-                    self.advance(end);
-                }
-                Statement::Other if !self.in_transaction => self.advance(end),
-                Statement::Other => {}
-            },
-            EventData::XidEvent(_) => return Ok(self.commit(end)),
-            EventData::HeartbeatEvent => self.proven = true,
-            EventData::TransactionPayloadEvent(_) => self.payload_end = end,
-            EventData::RowsEvent(rows) => {
-                self.rows(&rows)?;
-                if !self.in_transaction
-                    && rows
-                        .flags()
-                        .contains(mysql_async::binlog::RowsEventFlags::STMT_END)
-                {
-                    return Ok(self.commit(end));
-                }
-            }
-            _ => {}
-        }
-        Ok(None)
-    }
-
-    /// The rows of one rows event, when they are the contract's tables.
-    fn rows(&mut self, rows: &RowsEventData<'_>) -> Result<()> {
-        let Some(map) = self.stream.get_tme(rows.table_id()) else {
-            return Err(Error::BinlogGap(format!(
-                "rows of table id {} without its table map",
-                rows.table_id()
-            )));
-        };
-        if map.database_name_raw() != self.db.as_bytes() {
-            return Ok(());
-        }
-        let Some(table) = Table::from_name(map.table_name_raw()) else {
-            return Ok(());
-        };
-        let Some(layout) = self.layouts.get(&table).copied() else {
-            return Ok(());
-        };
-        if usize::try_from(map.columns_count()).ok() != Some(layout.columns) {
-            return Err(Error::BinlogGap(format!(
-                "`{}` has {} columns in the binlog, {} when the source started: it changed",
-                table.name(),
-                map.columns_count(),
-                layout.columns
-            )));
-        }
-        for row in rows.rows(map) {
-            let (before, after) =
-                row.map_err(|e| Error::BinlogGap(format!("a `{}` row: {e}", table.name())))?;
-            // Only a showtime's status is read as text: other tables'
-            // strings are not copied.
-            let text = table == Table::Showtime;
-            let before = before.as_ref().map(|r| image(r, text));
-            let after = after.as_ref().map(|r| image(r, text));
-            self.pending.extend(showtimes_of(
-                table,
-                layout,
-                before.as_deref(),
-                after.as_deref(),
-            ));
-        }
-        Ok(())
-    }
-
-    fn advance(&mut self, end: u64) {
-        // 0: an event the server made up (it has no place in the file).
-        if end != 0 {
-            self.proven = true;
-            self.position = BinlogPosition {
-                file: self.file.clone(),
-                offset: end,
-            };
-        }
-    }
-
-    fn commit(&mut self, end: u64) -> Option<Committed> {
-        self.in_transaction = false;
-        // Inside a compressed transaction the events have no place of their
-        // own: it ends where its payload event ends.
-        let payload_end = std::mem::take(&mut self.payload_end);
-        self.advance(if end == 0 { payload_end } else { end });
-        if self.pending.is_empty() {
-            return None;
-        }
-        Some(Committed {
-            showtimes: std::mem::take(&mut self.pending).into_iter().collect(),
-            position: self.position.clone(),
-        })
-    }
-}
-
-/// A decoded row image as [`showtimes_of`] reads it; strings kept as
-/// [`Cell::Text`] only when `text`.
-fn image(row: &BinlogRow, text: bool) -> Vec<(ColumnRef, Cell)> {
-    row.columns_ref()
-        .iter()
-        .enumerate()
-        .map(|(i, column)| {
-            let cell = match row.as_ref(i) {
-                Some(BinlogValue::Value(Value::Int(n))) => Cell::Int(*n),
-                Some(BinlogValue::Value(Value::UInt(n))) => {
-                    i64::try_from(*n).map_or(Cell::Other, Cell::Int)
-                }
-                Some(BinlogValue::Value(Value::NULL)) | None => Cell::Null,
-                Some(BinlogValue::Value(Value::Bytes(b))) if text => Cell::Text(b.clone()),
-                Some(_) => Cell::Other,
-            };
-            (ColumnRef::parse(&column.name_str()), cell)
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -1238,21 +1047,6 @@ mod tests {
         assert_eq!(Table::from_name(b"showtime"), Some(Table::Showtime));
         assert_eq!(Table::from_name(b"hall"), None);
         assert_eq!(Table::from_name(b"showtimes"), None);
-    }
-
-    #[test]
-    fn transactions_begin_and_end_with_these_statements() {
-        assert_eq!(statement("BEGIN"), Statement::Begin);
-        assert_eq!(statement(" commit ;"), Statement::Commit);
-        assert_eq!(statement("ROLLBACK"), Statement::Rollback);
-        assert_eq!(
-            statement("# Dummy event replacing event type 160 that slave cannot handle."),
-            Statement::Other
-        );
-        assert_eq!(
-            statement("ALTER TABLE showtime ADD x INT"),
-            Statement::Other
-        );
     }
 
     #[test]
