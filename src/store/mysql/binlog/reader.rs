@@ -129,6 +129,9 @@ impl EventReader {
             // A type this parser does not know: nothing of ours.
             return Ok(None);
         };
+        if self.payload_end != 0 && end != 0 {
+            return Err(self.lost_payload());
+        }
         match data {
             EventData::FormatDescriptionEvent(_) => self.seen_format = true,
             // The server's first, made-up rotate (log_pos 0) comes before any
@@ -216,6 +219,21 @@ impl EventReader {
             ));
         }
         Ok(())
+    }
+
+    /// A server event came after a payload event but before the commit
+    /// inside it: the payload did not decompress (the stream drops that
+    /// error and yields none of its events). Its transaction is lost: a
+    /// gap, resumed past it, since it would be lost the same way again.
+    fn lost_payload(&mut self) -> Error {
+        let payload_end = std::mem::take(&mut self.payload_end);
+        self.pending.clear();
+        self.in_transaction = false;
+        self.advance(payload_end);
+        Error::BinlogGap(format!(
+            "a compressed transaction that did not decompress, ending at {}",
+            self.position
+        ))
     }
 
     fn advance(&mut self, end: u64) {
@@ -829,6 +847,27 @@ mod tests {
             self.send(EventType::TRANSACTION_PAYLOAD_EVENT, &b)
         }
 
+        /// [`compressed`](Self::compressed), its payload damaged so that
+        /// zstd refuses it.
+        fn compressed_corrupt(&mut self, events: Vec<Ev>) -> u64 {
+            let gtid = self.gtid();
+            self.send(EventType::GTID_EVENT, &gtid);
+            let mut inner = Vec::new();
+            for Ev(ty, body) in events {
+                inner.extend(self.encode(ty, &body, 0, EventFlags::empty(), false));
+            }
+            let frame = vec![0xEE; 32];
+            let mut b = Vec::new();
+            TransactionPayloadEvent::new(
+                frame.len() as u64,
+                TransactionPayloadCompressionType::ZSTD,
+                inner.len() as u64,
+                frame,
+            )
+            .serialize(&mut b);
+            self.send(EventType::TRANSACTION_PAYLOAD_EVENT, &b)
+        }
+
         /// The file is full: a rotate to the next, and the next opened.
         fn rotate(&mut self, next: &str) -> u64 {
             let mut b = Vec::new();
@@ -1120,6 +1159,36 @@ mod tests {
         // A source that started at the server's own position has nothing
         // to prove.
         assert!(Replay::new(at("binlog.000007", 4), true).reader.proven());
+    }
+
+    #[test]
+    fn a_compressed_transaction_that_does_not_decompress_is_a_gap_resumed_past_it() {
+        let mut source = Source::new(true);
+        let mut replay = Replay::new(at("binlog.000003", 4), false);
+        source.open("binlog.000003");
+        let seats = order_seat(301);
+        let end = source.compressed_corrupt(vec![
+            query("BEGIN"),
+            table_map(&seats),
+            write(&seats, vec![seat(1, 5, "A-1")]),
+            xid(9),
+        ]);
+        source.transaction(vec![
+            query("BEGIN"),
+            table_map(&seats),
+            write(&seats, vec![seat(2, 6, "A-2")]),
+            xid(10),
+        ]);
+        match replay.read(&mut source) {
+            Err(Error::BinlogGap(why)) => assert_eq!(
+                why,
+                format!(
+                    "a compressed transaction that did not decompress, ending at binlog.000003:{end}"
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(replay.at(), ("binlog.000003", end), "resumed past it");
     }
 
     #[test]
