@@ -357,12 +357,18 @@ fn start_mariadb(
     // option only warns, so it is given to root only.
     let as_root = is_root().then(|| "--user=root".to_string());
     let data = dir.join("data");
+    // Its own tmpdir, never the shared /tmp: a starting mariadbd (and the
+    // bootstrap) deletes every `#sql*` file in its tmpdir, the temporary
+    // tables another server on the machine has open there.
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
     let install = || {
         let mut install = std::process::Command::new(&install_db);
         install
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(as_root.clone());
         install
     };
@@ -380,6 +386,7 @@ fn start_mariadb(
         .arg(format!("--datadir={}", dir.join("data").display()))
         .arg(format!("--socket={}", dir.join("mariadbd.sock").display()))
         .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
+        .arg(format!("--tmpdir={}", tmp.display()))
         .arg(format!("--port={port}"))
         .args(["--bind-address=127.0.0.1", "--skip-log-bin"])
         .args(as_root)

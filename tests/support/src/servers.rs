@@ -379,12 +379,14 @@ pub fn private_mariadb(name: &str) -> PrivateServer {
     let dir = s.dir().to_owned();
     // mariadbd refuses to run as root unless told to.
     let as_root = is_root().then(|| "--user=root".to_string());
+    let tmp = private_tmpdir(&dir);
     let install = || {
         let mut install = Command::new(tool("mariadb-install-db", "mariadb-server"));
         install
             .arg("--no-defaults")
             .arg(format!("--datadir={}", dir.join("data").display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(as_root.clone());
         install
     };
@@ -398,11 +400,23 @@ pub fn private_mariadb(name: &str) -> PrivateServer {
         .arg(format!("--datadir={}", dir.join("data").display()))
         .arg(format!("--socket={}", dir.join("mariadbd.sock").display()))
         .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
+        .arg(format!("--tmpdir={}", tmp.display()))
         .arg(format!("--port={port}"))
         .arg("--bind-address=127.0.0.1")
         .args(as_root)
         .ready(Ready::Tcp, Duration::from_secs(60));
     s
+}
+
+/// A private server's own temp dir. Never the shared `/tmp`: a starting
+/// `mariadbd` (and `mariadb-install-db`'s bootstrap) deletes every `#sql*`
+/// file in its tmpdir, the internal temporary tables another server has
+/// open there, which then fails ("Error on delete of '/tmp/#sql-temptable-…'")
+/// or crashes.
+fn private_tmpdir(dir: &std::path::Path) -> std::path::PathBuf {
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    tmp
 }
 
 /// Whether this process runs as root (the owner of `/proc/self`).
