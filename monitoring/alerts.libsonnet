@@ -389,6 +389,30 @@ local u = import 'lib/util.libsonnet';
                  'The seatflow-reconciler pass of shard {{ $labels.shard }} keeps changing hands.',
                  'The seat pass of shard {{ $labels.shard }} (%s) was taken over by another process {{ $value | printf "%%.0f" }} times over the last %s (more than %s): the process running it keeps going away (restarts, a lost or expired pass lease, fires late) or another reconciler keeps taking it. Each hand-over starts a pass up to sweep.takeover_after late.' % [where, c.passHandoverWindow, c.passHandoverThreshold],
                ),
+
+               // A store refused an operation for lack of a permission (rule
+               // 18): a grant or an ACL rule lost while the daemon runs. The
+               // counter is born at the first refusal, so a series that did
+               // not exist a window ago counts as well as one that grew.
+               alert(
+                 'SeatflowReconcilerPermissionDenied',
+                 'warning',
+                 |||
+                   (
+                     sum by (%(g)s, store, need) (increase(seatflow_reconcile_permission_denied_total{%(sel)s}[%(w)s])) > 0
+                   )
+                   or
+                   (
+                     sum by (%(g)s, store, need) (
+                       seatflow_reconcile_permission_denied_total{%(sel)s}
+                       unless seatflow_reconcile_permission_denied_total{%(sel)s} offset %(w)s
+                     )
+                   )
+                 ||| % { g: g, sel: c.selector, w: c.permissionDeniedWindow },
+                 '0m',
+                 'seatflow-reconciler is refused {{ $labels.need }} by {{ $labels.store }}.',
+                 '%s is refused `{{ $labels.need }}` ({{ $labels.store }}) over the last %s: the work that needs it fails on every try (repairs, cancels, audit rows or change sources) until the permission is given back. `/status` (permissions) names each refusal with its last error; deploy/README.md gives the full Redis ACL and MySQL grants.' % [where, c.permissionDeniedWindow],
+               ),
              ] else []),
       },
     ],

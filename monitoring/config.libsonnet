@@ -63,6 +63,9 @@
     // A schema deviation that holds repairs back (rule 17): it stays until
     // someone alters the table, so one pass's worth of confirmation is enough.
     contractDeviationFor: '10m',
+    // A refused permission (rule 18) pages at once and stays while refusals
+    // keep coming within this window.
+    permissionDeniedWindow: '15m',
     // Drift age SLO: at least driftAgeObjectiveRatio of the repairs of one
     // kind fix drift younger than driftAgeObjectiveSeconds (first sighting →
     // repair), over driftAgeWindow. driftAgeObjectiveSeconds must be a bucket

@@ -252,7 +252,12 @@ local u = import 'lib/util.libsonnet';
                    mappings=gr.valueMap({ '0': ['harmless', 'green'], '1': ['holds', 'red'] }),
                    decimals=0,
                    min=0), 8, 8],
-  ],
+  ] + (if daemon then [
+         [gr.timeseries('Permissions refused per minute, by store and need',
+                        'Operations a store refused for lack of a permission while the daemon ran (seatflow_reconcile_permission_denied_total), by store and what to give back: a MySQL grant (UPDATE on ticket_order) or a Redis ACL rule (+hset, ~pattern, &pattern). /status (permissions) has the last error of each. See SeatflowReconcilerPermissionDenied.',
+                        [gr.target(q('sum by (store, need) (rate(seatflow_reconcile_permission_denied_total{%(s)s}[$__rate_interval])) * 60'), '{{store}} {{need}}')],
+                        unit='opm'), 8, 8],
+       ] else []),
 
   local process = [
     [gr.timeseries('Resident memory, by process',

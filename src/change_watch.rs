@@ -132,6 +132,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
             Err(e) => {
                 changes.probe().lost();
                 show_events(changes);
+                runner.ctx.denials.note(&e);
                 tracing::warn!(error = %e, retry_in = ?wait, "could not subscribe to Redis keyspace notifications");
                 if !back_off(&mut wait, &stop).await {
                     return;
@@ -185,6 +186,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                     let keys = channels.probe_keys();
                     changes.probe().sent(Instant::now(), keys.len());
                     if let Err(e) = ctx.redis.write_probe(keys).await {
+                        runner.ctx.denials.note(&e);
                         tracing::warn!(error = %e, "could not write the keyspace notification probe");
                     }
                 }
@@ -438,6 +440,7 @@ async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec
     );
     for job in &report.jobs {
         runner.metrics.record_check(job);
+        runner.ctx.denials.record_all(&job.denied);
         changes.record_check(job, source);
     }
     runner.show_contract();

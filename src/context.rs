@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::config::{MysqlTlsMode, Settings};
+use crate::denials::Denials;
 use crate::error::{Error, Result, Stage};
 use crate::lease::LeaseBook;
 use crate::model::{Scope, Shard, ShowtimeId};
@@ -32,6 +33,10 @@ pub struct Context {
     /// What this process logged when: repeated problems and quiet runs are
     /// logged once per interval (`repeats.rs`).
     pub repeats: Repeats,
+    /// Permissions the stores refused while this process ran (rule 18):
+    /// `/status` lists them, `seatflow_reconcile_permission_denied_total`
+    /// counts them.
+    pub denials: Denials,
 }
 
 impl Context {
@@ -48,6 +53,7 @@ impl Context {
             leases: LeaseBook::default(),
             connected_at,
             repeats: Repeats::default(),
+            denials: Denials::default(),
         })
     }
 

@@ -145,6 +145,7 @@ pub async fn run_on(
         .collect();
     let metrics = Metrics::for_jobs(&enabled);
     metrics.set_dry_run(ctx.settings.reconcile.dry_run);
+    metrics.register(vec![Box::new(ctx.denials.counter())]);
     // Rule 17: the schema judged at start (and again before every pass).
     crate::jobs::contract::at_start(&ctx).await;
     let runner = Runner::new(ctx.clone(), metrics.clone());

@@ -1,5 +1,10 @@
 //! One error type for store I/O, with the bounded `stage` label it is counted
-//! under and whether retrying can help (safety rule 9).
+//! under and whether retrying can help (safety rule 9), and whether it is a
+//! refused permission (`denial`, rule 18).
+
+mod denial;
+
+pub use denial::{Denial, mysql_need, redis_need};
 
 /// Errors of the store layer. Messages never contain URLs or passwords:
 /// neither driver puts the connection string into its errors.

@@ -145,6 +145,8 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
         },
         "changes": r.changes().map(|c| c.status()),
         "contract": contract_status(&r),
+        // Rule 18: each permission a store refused since the start.
+        "permissions": {"denied": r.ctx.denials.to_json()},
         "jobs": jobs,
     }))
 }

@@ -10,12 +10,14 @@
 #[macro_use]
 pub mod race_window;
 
+pub mod access;
 pub mod change_watch;
 pub mod changes;
 pub mod config;
 pub mod context;
 pub mod daemon;
 pub mod demo;
+pub mod denials;
 pub mod error;
 pub mod fixtures;
 pub mod http;

@@ -141,6 +141,9 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
+            if let Err(code) = check_access(&ctx, true).await {
+                return code;
+            }
             if let Err(code) = check_binlog(&ctx).await {
                 return code;
             }
@@ -199,7 +202,14 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             match seatflow_reconciler::config::effective_toml(config.as_deref(), std::env::vars()) {
                 Ok(text) => {
                     println!("# configuration is valid; in effect (secrets redacted):\n{text}");
-                    check_schema(&settings).await
+                    let schema = check_schema(&settings).await;
+                    let access = check_config_access(&settings).await;
+                    // The worse of the two: a configuration error over a failure.
+                    if schema == ExitCode::SUCCESS {
+                        access
+                    } else {
+                        schema
+                    }
                 }
                 Err(e) => {
                     telemetry::fatal(&e.to_string());
@@ -268,6 +278,9 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
+            if let Err(code) = check_access(&ctx, false).await {
+                return code;
+            }
             let opts = RunOptions {
                 dry_run,
                 showtimes,
@@ -472,6 +485,85 @@ async fn check_binlog(ctx: &Context) -> Result<(), ExitCode> {
     ))
 }
 
+/// The ACL rule for the configured Redis user (rule 18), as the daemon
+/// needs it.
+fn redis_rule(settings: &Settings) -> String {
+    use seatflow_reconciler::access;
+    access::redis_access(settings, true).setuser(&access::redis_user(settings))
+}
+
+/// Rule 18 at start: what either store's user may not do of what this
+/// command needs (`subscribes`: the daemon, which subscribes to keyspace
+/// events when they are on), each with what to run; exit 2 if anything.
+async fn check_access(ctx: &Context, subscribes: bool) -> Result<(), ExitCode> {
+    use seatflow_reconciler::access;
+    let s = &ctx.settings;
+    let found = access::check::missing(
+        &ctx.mysql,
+        &ctx.redis,
+        &access::redis_access(s, subscribes),
+        redis_rule(s),
+        !s.audit.retention.is_zero(),
+    )
+    .await;
+    match found {
+        Ok(missing) if missing.is_empty() => Ok(()),
+        Ok(missing) => {
+            for m in &missing {
+                telemetry::fatal(&format!("configuration: {m}"));
+            }
+            Err(ExitCode::from(EXIT_CONFIG))
+        }
+        Err(e) => {
+            telemetry::fatal(&format!("could not check the stores' permissions: {e}"));
+            Err(ExitCode::from(EXIT_UNREACHABLE))
+        }
+    }
+}
+
+/// `check-config`'s third part: the permissions of each store the
+/// configuration reaches (as the daemon needs them). A store that does not
+/// answer is said and is no error here, as for the schema.
+async fn check_config_access(settings: &Settings) -> ExitCode {
+    use seatflow_reconciler::access;
+    let mut missing = Vec::new();
+    match seatflow_reconciler::context::connect_mysql(settings).await {
+        Ok(mysql) => {
+            match access::check::mysql_missing(&mysql, !settings.audit.retention.is_zero()).await {
+                Ok(m) => missing.extend(m),
+                Err(e) => tracing::warn!(error = %e, "the MySQL grants were not checked"),
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "the MySQL grants were not checked"),
+    }
+    match seatflow_reconciler::context::connect_redis(settings).await {
+        Ok(redis) => {
+            let rule = access::redis_access(settings, true);
+            match access::check::redis_missing(&redis, &rule, redis_rule(settings)).await {
+                Ok(m) => missing.extend(m),
+                Err(e) => tracing::warn!(error = %e, "the Redis ACL was not checked"),
+            }
+        }
+        Err(e) => match seatflow_reconciler::error::Denial::of(&e) {
+            Some(d) => missing.push(access::Missing {
+                store: Stage::Redis,
+                refused: vec![d.need],
+                remedy: vec![redis_rule(settings)],
+            }),
+            None => tracing::warn!(error = %e, "the Redis ACL was not checked: cannot reach Redis"),
+        },
+    }
+    if missing.is_empty() {
+        println!("# permissions: every one the reconciler needs");
+        return ExitCode::SUCCESS;
+    }
+    println!("# permissions: missing");
+    for m in &missing {
+        telemetry::fatal(&format!("configuration: {m}"));
+    }
+    ExitCode::from(EXIT_CONFIG)
+}
+
 /// The exit code and fatal line of a store that could not be used at
 /// start: a TLS problem or a refused login is a configuration error naming
 /// the key (`key`: the store's credential), anything else unreachable.
@@ -506,7 +598,17 @@ async fn connect(settings: Settings) -> Result<Context, ExitCode> {
     let (mysql, redis) = (settings.mysql.url.clone(), settings.redis.url.clone());
     let credential = |stage| credential_key(&settings, stage);
     let (mysql_key, redis_key) = (credential(Stage::Mysql), credential(Stage::Redis));
+    let rule = redis_rule(&settings);
     Context::connect(settings).await.map_err(|e| {
+        if let Some(d) = seatflow_reconciler::error::Denial::of(&e) {
+            let remedy = if d.store == Stage::Redis { rule.clone() } else { String::new() };
+            telemetry::fatal(&format!(
+                "configuration: the {} user may not do what the reconciler needs: {}; run: {remedy}",
+                d.store.label(),
+                d.need
+            ));
+            return ExitCode::from(EXIT_CONFIG);
+        }
         let (key, url) = if e.stage() == Stage::Mysql {
             (mysql_key, &mysql)
         } else {

@@ -667,7 +667,9 @@ impl Metrics {
         self.register(collectors);
     }
 
-    fn register(&self, collectors: Vec<Box<dyn prometheus::core::Collector>>) {
+    /// Adds families to this registry (also those kept elsewhere: the
+    /// context's denials, rule 18).
+    pub fn register(&self, collectors: Vec<Box<dyn prometheus::core::Collector>>) {
         for c in collectors {
             self.registry.register(c).expect("metric names are unique");
         }

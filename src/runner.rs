@@ -664,6 +664,7 @@ impl Runner {
         let mut status = lock(&self.status);
         for job in report.jobs {
             self.metrics.record(&job);
+            self.ctx.denials.record_all(&job.denied);
             let st = status.get_mut(&job.kind).expect("kind");
             if job.outcome != Outcome::Failure {
                 st.current_drift = Some(job.drift);

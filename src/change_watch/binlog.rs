@@ -52,6 +52,7 @@ pub(super) async fn binlog(runner: &Runner, changes: &Changes) {
                 Ok(saved) => saved,
                 Err(e) => {
                     changes.gap("binlog_lost");
+                    runner.ctx.denials.note(&e);
                     tracing::warn!(error = %e, retry_in = ?wait, "could not read the saved MySQL binlog position; a pass covers the gap");
                     if !back_off(&mut wait, &stop).await {
                         return;
@@ -72,6 +73,7 @@ pub(super) async fn binlog(runner: &Runner, changes: &Changes) {
                 // The server was not reached, or refused the reader: the
                 // position is not judged, and is tried again.
                 changes.gap("binlog_lost");
+                runner.ctx.denials.note(&e);
                 tracing::warn!(error = %e, retry_in = ?wait, "could not read the MySQL binlog; a pass covers the gap");
                 if !back_off(&mut wait, &stop).await {
                     return;
@@ -302,7 +304,13 @@ impl PositionKeeper {
                 self.saved = Some(now.clone());
             }
             // Tried again at the next tick.
-            Ok(Err(e)) => tracing::debug!(key, error = %e, "could not save the binlog position"),
+            Ok(Err(e)) => {
+                if runner.ctx.denials.note(&e).is_some() {
+                    tracing::warn!(key, error = %e, "could not save the binlog position");
+                } else {
+                    tracing::debug!(key, error = %e, "could not save the binlog position");
+                }
+            }
             Err(_) => tracing::debug!(key, "could not save the binlog position in time"),
         }
     }

@@ -189,7 +189,8 @@ impl OwnWrites {
     }
 }
 
-fn glob_escape(s: &str) -> String {
+/// `s` as a Redis glob (`PSUBSCRIBE`, ACL patterns) that matches only itself.
+pub fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

@@ -209,7 +209,10 @@ async fn close_earlier_runs(ctx: &Context) -> u64 {
     {
         Ok(0) => {}
         Ok(closed) => tracing::warn!(closed, "runs that never finished closed as abandoned"),
-        Err(e) => tracing::warn!(error = %e, "could not close abandoned runs"),
+        Err(e) => {
+            ctx.denials.note(&e);
+            tracing::warn!(error = %e, "could not close abandoned runs")
+        }
     }
     let a = &ctx.settings.audit;
     if !a.retention.is_zero() {
@@ -220,7 +223,10 @@ async fn close_earlier_runs(ctx: &Context) -> u64 {
         {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(deleted, "audit rows past audit.retention deleted"),
-            Err(e) => tracing::warn!(error = %e, "could not prune the audit; next run tries again"),
+            Err(e) => {
+                ctx.denials.note(&e);
+                tracing::warn!(error = %e, "could not prune the audit; next run tries again")
+            }
         }
     }
     match audit::drain_backlog(ctx).await {

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::error::Denial;
 use crate::error::{Error, Stage};
 use crate::model::Kind;
 
@@ -128,6 +129,10 @@ pub struct JobReport {
     /// The first error messages (at most MAX_EXAMPLES; secrets redacted).
     #[serde(rename = "error_messages", skip_serializing_if = "Vec::is_empty")]
     pub error_messages: Vec<String>,
+    /// Permissions a store refused (rule 18): how often, and the last
+    /// error's words. Counted by the metrics, shown by `/status`.
+    #[serde(skip)]
+    pub denied: BTreeMap<Denial, (u64, String)>,
     pub duration_ms: u64,
     /// Set when the job could not go on (its last error).
     #[serde(rename = "stopped_by", skip_serializing_if = "Option::is_none")]
@@ -190,6 +195,7 @@ impl JobReport {
             errors_by_stage: BTreeMap::new(),
             examples: Vec::new(),
             error_messages: Vec::new(),
+            denied: BTreeMap::new(),
             duration_ms: 0,
             fatal: None,
             nothing_completed: false,
@@ -236,6 +242,11 @@ impl JobReport {
     /// (the first MAX_EXAMPLES).
     pub fn error(&mut self, e: &Error) {
         self.error_at(e.stage());
+        if let Some(d) = Denial::of(e) {
+            let seen = self.denied.entry(d).or_default();
+            seen.0 += 1;
+            seen.1 = e.to_string();
+        }
         if self.error_messages.len() < MAX_EXAMPLES {
             self.error_messages.push(e.to_string());
         }

@@ -463,6 +463,16 @@ async fn the_daemon_refuses_to_start_when_it_may_not_read_the_binlog() {
     let server = mariadb_with_binlog();
     let env = TestEnv::on(&base_url(&server), |_| {}).await;
     let url = user(&env, "sf_daemon", &["REPLICATION CLIENT"]).await;
+    // Every grant of the runs (deploy/README.md), so that the binlog's is
+    // the one missing.
+    for grant in seatflow_reconciler::store::mysql::grants::grant_statements(
+        &env.db,
+        "'sf_daemon'@'127.0.0.1'",
+        true,
+        false,
+    ) {
+        env.sql(&grant).await;
+    }
     let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
         daemon.env_remove(k);

@@ -16,7 +16,7 @@ use seatflow_test_support::daemon::{InProcessDaemon, sample};
 use seatflow_test_support::own_keys::release_locks;
 use seatflow_test_support::servers::{self, PrivateServer};
 
-const TOKEN: &str = "changes-test-token";
+pub(crate) const TOKEN: &str = "changes-test-token";
 
 /// A daemon on `redis` (the shared one when None) whose pass fires once a
 /// year, with `grace`; returns it once its first pass (started by hand) ran.
@@ -81,7 +81,7 @@ async fn estate(
 
 /// [`estate`] with its database on the MySQL server at `mysql` (a private
 /// one).
-async fn estate_on(
+pub(crate) async fn estate_on(
     mysql: &str,
     redis: Option<&PrivateServer>,
     showtimes: i64,
@@ -119,7 +119,7 @@ pub(crate) async fn events_on(daemon: &InProcessDaemon) {
         .await;
 }
 
-async fn post(daemon: &InProcessDaemon, path: &str) -> (u16, String) {
+pub(crate) async fn post(daemon: &InProcessDaemon, path: &str) -> (u16, String) {
     let r = reqwest::Client::new()
         .post(daemon.url(path))
         .bearer_auth(TOKEN)
@@ -202,7 +202,7 @@ pub(crate) fn pass_runs(exposition: &str) -> f64 {
         .sum()
 }
 
-fn found(kind: &str, by: &str) -> (String, String) {
+pub(crate) fn found(kind: &str, by: &str) -> (String, String) {
     (kind.to_string(), by.to_string())
 }
 

@@ -43,10 +43,10 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use seatflow_reconciler::config::SecretUrl;
-use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
 use seatflow_test_support::servers::{self, wait_until};
 use seatflow_test_support::simulator::{Flow, SimConfig, Simulator};
+use seatflow_test_support::{DbUser, TestEnv};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -67,63 +67,16 @@ const KINDS: [&str; 5] = seatflow_test_support::JOB_LABELS;
 const UNATTENDED_EACH: i64 = 3;
 
 /// A MariaDB user per reconciler process, so the test can find (and kill)
-/// exactly that process's connections; dropped at the end.
-struct DbUser {
-    name: String,
-    pool: sqlx::MySqlPool,
-}
-
-impl DbUser {
-    /// `binlog`: it may read the binlog too (the privileges the daemon's
-    /// binlog source needs).
-    async fn create(env: &TestEnv, name: &str, binlog: bool) -> DbUser {
-        let pool = env.ctx.mysql.pool().clone();
-        let replication = binlog
-            .then(|| format!("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{name}'@'%'"));
-        for sql in [
-            format!("CREATE USER '{name}'@'%' IDENTIFIED BY 'chaos-pw'"),
-            format!("GRANT ALL ON `{}`.* TO '{name}'@'%'", env.db),
-        ]
+/// exactly that process's connections; dropped at the end. `binlog`: it
+/// may read the binlog too (the privileges the daemon's binlog source needs).
+async fn chaos_user(env: &TestEnv, name: &str, binlog: bool) -> DbUser {
+    let replication = binlog
+        .then(|| format!("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{name}'@'%'"));
+    let grants: Vec<String> = [format!("GRANT ALL ON `{}`.* TO '{name}'@'%'", env.db)]
         .into_iter()
         .chain(replication)
-        {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
-        DbUser {
-            name: name.into(),
-            pool,
-        }
-    }
-
-    fn url(&self, env: &TestEnv) -> String {
-        let mut u = url::Url::parse(&env.db_url).unwrap();
-        u.set_username(&self.name).unwrap();
-        u.set_password(Some("chaos-pw")).unwrap();
-        u.to_string()
-    }
-}
-
-impl Drop for DbUser {
-    fn drop(&mut self) {
-        let (pool, name) = (self.pool.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async move {
-                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                        "DROP USER IF EXISTS '{name}'@'%'"
-                    )))
-                    .execute(&pool)
-                    .await;
-                })
-        })
-        .join();
-    }
+        .collect();
+    DbUser::create(env, name, &grants).await
 }
 
 /// Connections the killer really ended (the server said so), and attempts,
@@ -514,8 +467,8 @@ async fn chaos(binlog_mariadb: Option<&servers::PrivateServer>) {
     let estate = Estate::build(&env).await;
     let hands_off_at_start = HandsOff::snapshot(&env, &estate).await;
     let users = [
-        DbUser::create(&env, &format!("sfa_{id}"), binlog).await,
-        DbUser::create(&env, &format!("sfb_{id}"), binlog).await,
+        chaos_user(&env, &format!("sfa_{id}"), binlog).await,
+        chaos_user(&env, &format!("sfb_{id}"), binlog).await,
     ];
     // The first phase's pair, and the reconciler-only phase's: instance
     // names tell their audit rows apart (a row kept in Redis keeps its

@@ -58,6 +58,7 @@ mod http_bounds;
 mod inspect;
 mod jobs;
 mod junk_props;
+mod least_privilege;
 mod lua_scripts;
 mod observability;
 mod own_keys;

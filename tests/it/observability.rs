@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
 use seatflow_test_support::servers::{self, PrivateServer, TempDir, wait_until, with_log};
+use seatflow_test_support::{DbUser, TestEnv};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------
@@ -566,6 +566,44 @@ async fn deviate_harmlessly(env: &TestEnv) {
         .await;
 }
 
+/// A daemon whose MySQL user has exactly the documented grants, one of
+/// which is then taken away at no cost: `DELETE` on `reconcile_fix` (the
+/// audit's retention, tried before every run). The permission-denied
+/// family has a series only once a store refused something, and the
+/// dashboards' panel and the alert must find one.
+async fn daemon_refused_harmlessly(env: &TestEnv) -> (Daemon, DbUser, u16) {
+    let name = format!("sfo_{}", &env.db["sf_test_".len()..]);
+    let grants = seatflow_reconciler::store::mysql::grants::grant_statements(
+        &env.db,
+        &format!("'{name}'@'%'"),
+        true,
+        false,
+    );
+    let user = DbUser::create(env, &name, &grants).await;
+    let port = free_port();
+    let mut cmd = daemon_command(env, port);
+    cmd.env("SEATFLOW__MYSQL__URL", user.url(env));
+    let d = Daemon::start(cmd, port).await;
+    env.sql(&format!(
+        "REVOKE DELETE ON `{}`.`reconcile_fix` FROM '{name}'@'%'",
+        env.db
+    ))
+    .await;
+    wait_until("a refusal and a run are counted", Duration::from_secs(60), || async {
+        let m = d.metrics().await;
+        sample(
+            &m,
+            r#"seatflow_reconcile_permission_denied_total{need="DELETE on reconcile_fix",store="mysql"}"#,
+        ) >= 1.0
+            && sample(
+                &m,
+                r#"seatflow_reconcile_runs_total{kind="paid_seats",outcome="success"}"#,
+            ) >= 1.0
+    })
+    .await;
+    (d, user, port)
+}
+
 // Tests
 
 /// (a) Every metric the dashboards and the alert rules select exists in a
@@ -574,7 +612,7 @@ async fn deviate_harmlessly(env: &TestEnv) {
 async fn dashboards_and_alerts_use_only_exported_metrics() {
     let env = TestEnv::new().await;
     deviate_harmlessly(&env).await;
-    let d = Daemon::with_a_run(&env).await;
+    let (d, _user, _) = daemon_refused_harmlessly(&env).await;
     let (exported, families) = exposition_names(&d.metrics().await);
     assert!(families.len() >= 12, "families: {families:?}");
 
@@ -731,8 +769,7 @@ async fn prometheus_runs_every_dashboard_query_and_the_spike_alert_fires() {
     let rules_text = std::fs::read_to_string(alerts_path()).unwrap();
     let env = TestEnv::new().await;
     deviate_harmlessly(&env).await;
-    let port = free_port();
-    let d = Daemon::start(daemon_command(&env, port), port).await;
+    let (d, _user, port) = daemon_refused_harmlessly(&env).await;
     assert_eq!(
         d.get("/readyz").await.unwrap().0,
         200,
@@ -922,11 +959,26 @@ async fn prometheus_runs_every_dashboard_query_and_the_spike_alert_fires() {
     // No other alert is even pending on a healthy daemon (a missed scrape on
     // a busy machine may make SeatflowReconcilerDown pending: not a defect).
     let alerts = prom.api("alerts", &[]).await.unwrap();
+    // The refusal the test made fires its alert, named by store and need.
+    assert!(
+        alerts["alerts"].as_array().unwrap().iter().any(|a| {
+            a["labels"]["alertname"] == "SeatflowReconcilerPermissionDenied"
+                && a["labels"]["store"] == "mysql"
+                && a["labels"]["need"] == "DELETE on reconcile_fix"
+                && a["state"] == "firing"
+        }),
+        "SeatflowReconcilerPermissionDenied is not firing: {alerts}"
+    );
     let others: Vec<&Value> = alerts["alerts"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|a| a["labels"]["alertname"] != "SeatflowReconcilerRepairSpike")
+        // The refusal the test made (`daemon_refused_harmlessly`).
+        .filter(|a| {
+            !(a["labels"]["alertname"] == "SeatflowReconcilerPermissionDenied"
+                && a["labels"]["need"] == "DELETE on reconcile_fix")
+        })
         .filter(|a| {
             !(a["labels"]["alertname"] == "SeatflowReconcilerDown" && a["state"] == "pending")
         })
@@ -1113,8 +1165,10 @@ async fn once_pushes_the_run_to_a_pushgateway_without_instance() {
     assert_eq!(code, 0, "{err}");
     // Redis refuses to show the seat hash to the reconciler's user (NOPERM),
     // so every chunk fails. (A corrupt cursor key no longer fails a run: it
-    // is replaced, rule 13.)
-    let user = seatflow_test_support::AclUser::create(&env, &[], &[]).await;
+    // is replaced, rule 13.) The user may touch showtime 0's hash only: the
+    // key the start's check asks about, so the check passes and the run
+    // meets the refusal.
+    let user = seatflow_test_support::AclUser::create(&env, &[], &[0]).await;
     let mut failing = clone_command(&once);
     failing.env("SEATFLOW__REDIS__URL", user.url());
     let (code, _, _) = run_with_timeout(failing, Duration::from_secs(60)).await;

@@ -41,6 +41,30 @@ pub struct RunIdentity<'a> {
     pub instance: &'a str,
 }
 
+/// The statements of the audit, as `access.rs` prepares them too (rule 18).
+pub(super) const RECENT_FIXES: &str = "SELECT run_id, job, kind, order_id, before_value, after_value, fixed_at, instance \
+     FROM reconcile_fix WHERE showtime_id = ? AND seat_no = ? ORDER BY fixed_at DESC, id DESC LIMIT ?";
+pub(super) const INSERT_RUN: &str = "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
+     VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3)) ON DUPLICATE KEY UPDATE run_id = run_id";
+pub(super) const CLOSE_ABANDONED_RUNS: &str = "UPDATE reconcile_run SET outcome = 'abandoned', finished_at = UTC_TIMESTAMP(3) \
+     WHERE outcome IS NULL AND ((instance = ? AND started_at < ?) \
+     OR started_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND)";
+pub(super) const PRUNE_FIXES: &str = "DELETE FROM reconcile_fix WHERE fixed_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND \
+     ORDER BY fixed_at LIMIT ?";
+pub(super) const PRUNE_RUNS: &str = "DELETE FROM reconcile_run WHERE started_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND \
+     AND outcome IS NOT NULL ORDER BY started_at LIMIT ?";
+pub(super) const FINISH_RUN: &str = "UPDATE reconcile_run SET finished_at = UTC_TIMESTAMP(3), outcome = ?, fixed = ?, report = ? \
+     WHERE run_id = ?";
+/// The audit rows' insert, before its `VALUES` (the cancel's too); its 11
+/// columns.
+pub(super) const INSERT_FIXES: &str = "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, order_id, \
+     before_value, after_value, fixed_at, instance) ";
+pub(super) const FIX_COLUMNS: usize = 11;
+/// After the `VALUES`: a retried insert writes no row twice. Not INSERT
+/// IGNORE: that would truncate a value too long for its column with a
+/// warning, strict mode or not (rule 17).
+pub(super) const FIX_ONCE: &str = " ON DUPLICATE KEY UPDATE fix_id = fix_id";
+
 impl MysqlStore {
     /// The latest audit rows of one seat, newest first.
     pub async fn recent_fixes(
@@ -49,15 +73,12 @@ impl MysqlStore {
         seat: &str,
         limit: u32,
     ) -> Result<Vec<AuditEntry>> {
-        let rows = sqlx::query(
-            "SELECT run_id, job, kind, order_id, before_value, after_value, fixed_at, instance \
-             FROM reconcile_fix WHERE showtime_id = ? AND seat_no = ? ORDER BY fixed_at DESC, id DESC LIMIT ?",
-        )
-        .bind(showtime)
-        .bind(seat)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(RECENT_FIXES)
+            .bind(showtime)
+            .bind(seat)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(AuditEntry {
@@ -82,16 +103,13 @@ impl MysqlStore {
         dry_run: bool,
     ) -> Result<()> {
         // The database's clock, like finished_at, so durations are consistent.
-        sqlx::query(
-            "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \
-             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3)) ON DUPLICATE KEY UPDATE run_id = run_id",
-        )
-        .bind(run_id)
-        .bind(instance)
-        .bind(kinds)
-        .bind(dry_run)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(INSERT_RUN)
+            .bind(run_id)
+            .bind(instance)
+            .bind(kinds)
+            .bind(dry_run)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -105,17 +123,13 @@ impl MysqlStore {
         process_started: NaiveDateTime,
         stale_after: Duration,
     ) -> Result<u64> {
-        let closed = sqlx::query(
-            "UPDATE reconcile_run SET outcome = 'abandoned', finished_at = UTC_TIMESTAMP(3) \
-             WHERE outcome IS NULL AND ((instance = ? AND started_at < ?) \
-             OR started_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND)",
-        )
-        .bind(instance)
-        .bind(process_started)
-        .bind(stale_after.as_secs())
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let closed = sqlx::query(CLOSE_ABANDONED_RUNS)
+            .bind(instance)
+            .bind(process_started)
+            .bind(stale_after.as_secs())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(closed)
     }
 
@@ -124,12 +138,7 @@ impl MysqlStore {
     /// locks), at most `rounds` statements per table. Returns rows deleted.
     pub async fn prune_audit(&self, retention: Duration, batch: u64, rounds: u32) -> Result<u64> {
         let mut deleted = 0;
-        for sql in [
-            "DELETE FROM reconcile_fix WHERE fixed_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND \
-             ORDER BY fixed_at LIMIT ?",
-            "DELETE FROM reconcile_run WHERE started_at < UTC_TIMESTAMP(3) - INTERVAL ? SECOND \
-             AND outcome IS NOT NULL ORDER BY started_at LIMIT ?",
-        ] {
+        for sql in [PRUNE_FIXES, PRUNE_RUNS] {
             for _ in 0..rounds {
                 let n = sqlx::query(sql)
                     .bind(retention.as_secs())
@@ -153,16 +162,13 @@ impl MysqlStore {
         fixed: u64,
         report: &str,
     ) -> Result<()> {
-        sqlx::query(
-            "UPDATE reconcile_run SET finished_at = UTC_TIMESTAMP(3), outcome = ?, fixed = ?, report = ? \
-             WHERE run_id = ?",
-        )
-        .bind(outcome)
-        .bind(fixed)
-        .bind(report)
-        .bind(run_id)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(FINISH_RUN)
+            .bind(outcome)
+            .bind(fixed)
+            .bind(report)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -176,10 +182,7 @@ impl MysqlStore {
         if fixes.is_empty() {
             return Ok(());
         }
-        let mut q = QueryBuilder::<MySql>::new(
-            "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, order_id, \
-             before_value, after_value, fixed_at, instance) ",
-        );
+        let mut q = QueryBuilder::<MySql>::new(INSERT_FIXES);
         q.push_values(fixes, |mut b, f| {
             b.push_bind(&f.fix_id)
                 .push_bind(run_id)
@@ -193,9 +196,7 @@ impl MysqlStore {
                 .push_bind(f.at)
                 .push_bind(instance);
         });
-        // Not INSERT IGNORE: that would truncate a value too long for its
-        // column with a warning, strict mode or not (rule 17).
-        q.push(" ON DUPLICATE KEY UPDATE fix_id = fix_id");
+        q.push(FIX_ONCE);
         q.build().execute(&self.pool).await?;
         Ok(())
     }

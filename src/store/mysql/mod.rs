@@ -11,8 +11,10 @@ use sqlx::{ConnectOptions as _, Connection as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod access;
 mod audit;
 pub mod binlog;
+pub mod grants;
 mod inspect;
 mod migrations;
 mod orders;

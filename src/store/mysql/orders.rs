@@ -10,6 +10,11 @@ use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};
 use std::collections::HashMap;
 
+/// The cancel's writes, as `access.rs` prepares them too (rule 18): the
+/// order's update (the reason is bound after it) and its seats' release.
+pub(super) const CANCEL_ORDERS: &str = "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = ";
+pub(super) const END_ORDER_SEATS: &str = "UPDATE order_seat SET active = NULL WHERE active = 1";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredOrder {
     pub id: i64,
@@ -322,9 +327,7 @@ impl MysqlStore {
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
         race_window!(crate::race_window::EXPIRED_CANCEL_ROWS_LOCKED);
 
-        let mut q = QueryBuilder::<MySql>::new(
-            "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = ",
-        );
+        let mut q = QueryBuilder::<MySql>::new(CANCEL_ORDERS);
         q.push_bind(CANCEL_REASON)
             .push(" WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ")
             .push_bind(deadline);
@@ -338,14 +341,10 @@ impl MysqlStore {
                 won_ids.len()
             )));
         }
-        let mut q =
-            QueryBuilder::<MySql>::new("UPDATE order_seat SET active = NULL WHERE active = 1");
+        let mut q = QueryBuilder::<MySql>::new(END_ORDER_SEATS);
         push_in(&mut q, "order_id", &won_ids);
         q.build().execute(&mut *tx).await?;
-        let mut q = QueryBuilder::<MySql>::new(
-            "INSERT INTO reconcile_fix (fix_id, run_id, job, kind, showtime_id, seat_no, \
-             order_id, before_value, after_value, fixed_at, instance) ",
-        );
+        let mut q = QueryBuilder::<MySql>::new(super::audit::INSERT_FIXES);
         q.push_values(&won, |mut b, (id, showtime_id)| {
             b.push_bind(uuid::Uuid::new_v4().simple().to_string())
                 .push_bind(audit.run_id)
@@ -359,7 +358,7 @@ impl MysqlStore {
                 .push("UTC_TIMESTAMP(3)")
                 .push_bind(audit.instance);
         });
-        q.push(" ON DUPLICATE KEY UPDATE fix_id = fix_id");
+        q.push(super::audit::FIX_ONCE);
         q.build().execute(&mut *tx).await?;
         tx.commit().await?;
         #[cfg(feature = "failpoints")]

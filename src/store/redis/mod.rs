@@ -10,6 +10,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
 
+mod access;
 mod binlog_position;
 mod conn;
 mod cursors;
@@ -18,6 +19,7 @@ mod leases;
 mod notify;
 mod seats;
 
+pub use access::AclVerdict;
 pub use binlog_position::{PositionSave, SavedPosition, parse_saved, saved_value};
 pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
@@ -67,7 +69,9 @@ lua!(BACKLOG_ACK, "../lua/backlog_ack.lua");
 
 lua!(BINLOG_POSITION_SAVE, "../lua/binlog_position_save.lua");
 
-const ALL_SCRIPTS: [&Lua; 13] = [
+lua!(ACL_CHECK, "../lua/acl_check.lua");
+
+const ALL_SCRIPTS: [&Lua; 14] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
     &RECORD_SUSPECTS,
@@ -81,6 +85,7 @@ const ALL_SCRIPTS: [&Lua; 13] = [
     &BACKLOG_READ,
     &BACKLOG_ACK,
     &BINLOG_POSITION_SAVE,
+    &ACL_CHECK,
 ];
 
 /// One Redis server (reconnecting on its own) or a Redis Cluster.

@@ -67,7 +67,11 @@ impl Daemon {
         let start = Instant::now();
         loop {
             if let Some(status) = d.child.try_wait().expect("the daemon's status") {
-                panic!("the daemon exited ({status}) before /healthz answered");
+                let mut err = String::new();
+                if let Some(mut stderr) = d.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+                }
+                panic!("the daemon exited ({status}) before /healthz answered: {err}");
             }
             if d.get("/healthz").await.is_ok_and(|(s, _)| s == 200) {
                 return d;

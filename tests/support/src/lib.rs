@@ -490,6 +490,66 @@ impl Drop for AclUser {
     }
 }
 
+/// A MariaDB user of its own on the test's server (`'name'@'%'`, password
+/// `pw`), given `grants`; dropped on drop.
+pub struct DbUser {
+    pub name: String,
+    /// The test database's URL (as its owner): the drop connects afresh,
+    /// since the test's pool belongs to the test's runtime.
+    admin_url: String,
+}
+
+impl DbUser {
+    pub async fn create(env: &TestEnv, name: &str, grants: &[String]) -> DbUser {
+        let pool = env.ctx.mysql.pool().clone();
+        let create = format!("CREATE USER '{name}'@'%' IDENTIFIED BY 'pw'");
+        for sql in std::iter::once(&create).chain(grants) {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+                .execute(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        DbUser {
+            name: name.into(),
+            admin_url: env.db_url.clone(),
+        }
+    }
+
+    /// The test's database URL with this user's credentials.
+    pub fn url(&self, env: &TestEnv) -> String {
+        let mut u = url::Url::parse(&env.db_url).unwrap();
+        u.set_username(&self.name).unwrap();
+        u.set_password(Some("pw")).unwrap();
+        u.to_string()
+    }
+}
+
+impl Drop for DbUser {
+    fn drop(&mut self) {
+        use sqlx::Connection;
+        let (url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    let drop_user = async {
+                        let mut conn = sqlx::MySqlConnection::connect(&url).await?;
+                        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                            "DROP USER IF EXISTS '{name}'@'%'"
+                        )))
+                        .execute(&mut conn)
+                        .await
+                    };
+                    // The server may be gone (a private one dropped first).
+                    let _ = tokio::time::timeout(Duration::from_secs(10), drop_user).await;
+                })
+        })
+        .join();
+    }
+}
+
 /// The product's fixtures (seatflow's side of the data, shared with the
 /// demo) and the moves only tests make (a payment without its Redis step).
 pub struct Fx(pub Fixtures);

@@ -1,0 +1,157 @@
+//! The MySQL grants the reconciler's user needs (rule 18), table by table,
+//! as the statements an operator runs (**pure**). `access.rs` checks each
+//! by preparing (never running) a statement that needs it.
+
+/// One privilege on one table, and why it is needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub privilege: &'static str,
+    pub table: &'static str,
+    pub why: &'static str,
+}
+
+const fn grant(privilege: &'static str, table: &'static str, why: &'static str) -> Grant {
+    Grant {
+        privilege,
+        table,
+        why,
+    }
+}
+
+/// What the reconciler does with the database; `retention`: audit rows
+/// older than `audit.retention` are deleted (any value but `"0s"`).
+pub fn needed(retention: bool) -> Vec<Grant> {
+    let retained =
+        |table| retention.then(|| grant("DELETE", table, "audit retention (audit.retention)"));
+    [
+        Some(grant("SELECT", "hall_seat", "the templates")),
+        Some(grant("SELECT", "showtime", "the showtimes on sale")),
+        Some(grant("SELECT", "ticket_order", "the orders")),
+        Some(grant("UPDATE", "ticket_order", "cancelling expired orders")),
+        Some(grant("SELECT", "order_seat", "the seats orders hold")),
+        Some(grant(
+            "UPDATE",
+            "order_seat",
+            "releasing an expired order's seats",
+        )),
+        Some(grant("SELECT", "reconcile_run", "the audit: runs")),
+        Some(grant("INSERT", "reconcile_run", "the audit: runs")),
+        Some(grant(
+            "UPDATE",
+            "reconcile_run",
+            "the audit: runs' outcomes",
+        )),
+        retained("reconcile_run"),
+        Some(grant("SELECT", "reconcile_fix", "the audit: repairs")),
+        Some(grant("INSERT", "reconcile_fix", "the audit: repairs")),
+        Some(grant(
+            "UPDATE",
+            "reconcile_fix",
+            "the audit: a repair recorded twice is one",
+        )),
+        retained("reconcile_fix"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The grants a user was found to lack, and the statements that give them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantsRefused {
+    /// Each one, as `UPDATE on ticket_order (cancelling expired orders)`.
+    pub refused: Vec<String>,
+    /// One `GRANT` per table.
+    pub remedy: Vec<String>,
+}
+
+/// The binlog reader's (`changes.mysql_binlog`): server-wide, as
+/// replication is.
+pub const BINLOG_GRANT: &str = "REPLICATION SLAVE, REPLICATION CLIENT";
+
+/// `'user'@'host'` from `CURRENT_USER()`'s `user@host`.
+pub fn grantee(current_user: &str) -> String {
+    match current_user.rsplit_once('@') {
+        Some((user, host)) => format!("'{user}'@'{host}'"),
+        None => format!("'{current_user}'"),
+    }
+}
+
+/// One `GRANT` of `privileges` on `table` of `db`.
+pub fn grant_statement(privileges: &[&str], db: &str, table: &str, grantee: &str) -> String {
+    format!(
+        "GRANT {} ON `{}`.`{table}` TO {grantee};",
+        privileges.join(", "),
+        db.replace('`', "``")
+    )
+}
+
+/// The statements that give `grantee` exactly what `needed` says, one per
+/// table, and the binlog reader's when it reads the binlog.
+pub fn grant_statements(db: &str, grantee: &str, retention: bool, binlog: bool) -> Vec<String> {
+    let mut statements = statements_for(&needed(retention), db, grantee);
+    if binlog {
+        statements.push(format!("GRANT {BINLOG_GRANT} ON *.* TO {grantee};"));
+    }
+    statements
+}
+
+/// One `GRANT` per table of `grants`, in their order, with its privileges.
+pub fn statements_for(grants: &[Grant], db: &str, grantee: &str) -> Vec<String> {
+    let mut tables: Vec<&str> = Vec::new();
+    for g in grants {
+        if !tables.contains(&g.table) {
+            tables.push(g.table);
+        }
+    }
+    tables
+        .iter()
+        .map(|t| {
+            let privileges: Vec<&str> = grants
+                .iter()
+                .filter(|g| g.table == *t)
+                .map(|g| g.privilege)
+                .collect();
+            grant_statement(&privileges, db, t, grantee)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_table_gets_one_statement_with_its_privileges() {
+        assert_eq!(
+            grant_statements("seatflow", "'reconciler'@'%'", true, true),
+            [
+                "GRANT SELECT ON `seatflow`.`hall_seat` TO 'reconciler'@'%';",
+                "GRANT SELECT ON `seatflow`.`showtime` TO 'reconciler'@'%';",
+                "GRANT SELECT, UPDATE ON `seatflow`.`ticket_order` TO 'reconciler'@'%';",
+                "GRANT SELECT, UPDATE ON `seatflow`.`order_seat` TO 'reconciler'@'%';",
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON `seatflow`.`reconcile_run` TO 'reconciler'@'%';",
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON `seatflow`.`reconcile_fix` TO 'reconciler'@'%';",
+                "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'reconciler'@'%';",
+            ]
+        );
+    }
+
+    #[test]
+    fn without_retention_nothing_is_deleted_and_without_binlog_nothing_replicated() {
+        let statements = grant_statements("db", "'u'@'%'", false, false).join("\n");
+        assert!(!statements.contains("DELETE"), "{statements}");
+        assert!(!statements.contains("REPLICATION"), "{statements}");
+    }
+
+    #[test]
+    fn the_grantee_is_quoted_as_mysql_names_it() {
+        assert_eq!(grantee("reconciler@%"), "'reconciler'@'%'");
+        assert_eq!(grantee("a@b@10.0.0.1"), "'a@b'@'10.0.0.1'");
+        assert_eq!(grantee("x"), "'x'");
+        assert_eq!(
+            grant_statement(&["SELECT"], "we`ird", "t", "'u'@'%'"),
+            "GRANT SELECT ON `we``ird`.`t` TO 'u'@'%';"
+        );
+    }
+}

@@ -1,0 +1,379 @@
+//! Rule 18, least privilege proven: the daemon under exactly the documented
+//! Redis ACL and MySQL grants, with both change sources; a permission that
+//! is missing at start is named (exit 2, the rule or GRANT to run), and one
+//! lost while the daemon runs is named by `/status` and the metric.
+
+use std::process::Command;
+use std::time::Duration;
+
+use seatflow_reconciler::access::{self, check, redis_acl::RedisAccess};
+use seatflow_reconciler::config::{RedisEvents, SecretUrl, Settings};
+use seatflow_reconciler::context::Context;
+use seatflow_reconciler::store::mysql::grants as mysql_grants;
+use seatflow_test_support::daemon::{InProcessDaemon, binary, sample};
+use seatflow_test_support::servers::{self, PrivateServer};
+use seatflow_test_support::{DbUser, TestEnv};
+
+use crate::changes::{
+    binlog_dumps_become, estate_on, events_on, found, metric_reaches, metrics, post, seat_becomes,
+};
+
+/// A Redis user of the test's own server with exactly `access`'s rule.
+async fn redis_user(env: &TestEnv, name: &str, access: &RedisAccess) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(name).arg("on").arg(">pw");
+    for token in access.tokens() {
+        cmd.arg(token);
+    }
+    let _: () = env.redis(&cmd).await;
+}
+
+/// `showtimes` on the shared MariaDB and a Redis of the test's own (its
+/// ACL is changed), with a user `name` under the daemon's whole rule.
+async fn estate_with_redis_user(
+    showtimes: i64,
+    name: &str,
+) -> (PrivateServer, TestEnv, RedisAccess) {
+    let redis = servers::redis();
+    let env = estate_on(
+        &seatflow_test_support::mysql_base_url(),
+        Some(&redis),
+        showtimes,
+        |_| {},
+    )
+    .await;
+    let access = access::redis_access(&env.ctx.settings, true);
+    redis_user(&env, name, &access).await;
+    (redis, env, access)
+}
+
+/// `ACL SETUSER user rule` on the test's Redis.
+async fn acl(env: &TestEnv, user: &str, rule: &str) {
+    let _: () = env
+        .redis(redis::cmd("ACL").arg("SETUSER").arg(user).arg(rule))
+        .await;
+}
+
+fn with_user(url: &str, user: &str) -> String {
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_username(user).unwrap();
+    u.set_password(Some("pw")).unwrap();
+    u.to_string()
+}
+
+/// `env`'s settings with both stores reached as `mysql_user` and `redis_user`.
+fn as_users(env: &TestEnv, mysql: &DbUser, redis_user: &str) -> Settings {
+    let mut s = (*env.ctx.settings).clone();
+    s.mysql.url = SecretUrl::new(mysql.url(env));
+    s.redis.url = SecretUrl::new(with_user(s.redis.url.expose(), redis_user));
+    s
+}
+
+/// The documented grants (`deploy/README.md`, "MySQL grants") for `user`,
+/// with the audit's retention on (the default).
+fn documented_grants(env: &TestEnv, user: &str, binlog: bool) -> Vec<String> {
+    mysql_grants::grant_statements(&env.db, &format!("'{user}'@'%'"), true, binlog)
+}
+
+/// Exactly the documented ACL and grants, both change sources on: the start's
+/// check finds nothing missing; a pass repairs every kind of drift (leases,
+/// the audit with its runs, retention); a hold is checked from its keyspace
+/// event and a payment from the binlog; the position is saved; nothing was
+/// refused.
+#[tokio::test]
+async fn a_daemon_under_exactly_the_documented_acl_and_grants_does_all_its_work() {
+    let mysql = servers::mariadb_with_binlog();
+    let redis = servers::redis_with_keyspace_events();
+    let base = format!("mysql://root@127.0.0.1:{}", mysql.port());
+    let env = estate_on(&base, Some(&redis), 4, |s| {
+        s.changes.mysql_binlog = true;
+        s.changes.redis_events = RedisEvents::Auto;
+        s.changes.mysql_settle = Duration::from_secs(1);
+        s.audit.retention = Duration::from_secs(3600);
+    })
+    .await;
+    let access = access::redis_access(&env.ctx.settings, true);
+    redis_user(&env, "sf-least", &access).await;
+    let db_user =
+        DbUser::create(&env, "sf_least", &documented_grants(&env, "sf_least", true)).await;
+    let settings = as_users(&env, &db_user, "sf-least");
+    let ctx = Context::connect(settings.clone()).await.unwrap();
+    let missing = check::missing(
+        &ctx.mysql,
+        &ctx.redis,
+        &access,
+        access.setuser("sf-least"),
+        true,
+    )
+    .await
+    .unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+
+    // Drift of every kind, and audit rows past the retention.
+    env.fx.warm(1, &[("A-1", "1")]).await.unwrap();
+    env.fx.order(1, "PAID", &["A-3"], 600).await.unwrap();
+    env.fx.order(1, "PENDING", &["A-4"], -600).await.unwrap();
+    env.fx.warm(1, &[("A-4", "1")]).await.unwrap();
+    env.fx.warm(4, &[("A-1", "2")]).await.unwrap();
+    let _: i64 = env
+        .redis(redis::cmd("DEL").arg(env.ctx.redis.keys.seat(3)))
+        .await;
+    let paying = env.fx.order(2, "PENDING", &["A-2"], 600).await.unwrap();
+    env.fx.warm(2, &[("A-2", "1")]).await.unwrap();
+    env.sql(
+        "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at, finished_at, outcome) \
+         VALUES ('old-run', 'old', 'paid_seats', 0, UTC_TIMESTAMP(3) - INTERVAL 2 HOUR, \
+                 UTC_TIMESTAMP(3) - INTERVAL 2 HOUR, 'success'); \
+         INSERT INTO reconcile_fix (fix_id, run_id, job, kind, fixed_at, instance) \
+         VALUES ('old-fix', 'old-run', 'paid_seats', 'seat_set', UTC_TIMESTAMP(3) - INTERVAL 2 HOUR, 'old')",
+    )
+    .await;
+
+    let daemon = InProcessDaemon::start(ctx.clone()).await;
+    for job in [
+        "expired_orders",
+        "orphan_locks",
+        "paid_seats",
+        "sold_orphans",
+        "missing_hashes",
+    ] {
+        assert_eq!(
+            post(&daemon, &format!("/jobs/{job}/run")).await.0,
+            202,
+            "{job}"
+        );
+        daemon
+            .status_when(&format!("{job} ran"), |s| {
+                s["jobs"][job]["last_run"]["outcome"] == "success"
+            })
+            .await;
+    }
+    for (showtime, seat, value, what) in [
+        (1, "A-1", "0", "the orphan lock is released"),
+        (1, "A-3", "2", "the paid seat is sold"),
+        (4, "A-1", "0", "the sold orphan is released"),
+        (3, "A-1", "0", "the lost hash is rebuilt"),
+        (1, "A-4", "0", "the expired order's seat is released"),
+    ] {
+        seat_becomes(&env, showtime, seat, value, what).await;
+    }
+    events_on(&daemon).await;
+    binlog_dumps_become(&env, 1).await;
+
+    // A customer's hold nobody ordered: its keyspace event. A payment that
+    // Redis never heard of: the binlog.
+    env.fx.warm(4, &[("A-3", "1")]).await.unwrap();
+    seat_becomes(&env, 4, "A-3", "0", "the hold is released on its event").await;
+    assert!(env.fx.pay(paying).await.unwrap());
+    seat_becomes(&env, 2, "A-2", "2", "the payment is sold via the binlog").await;
+    let m = metric_reaches(
+        &daemon,
+        r#"seatflow_reconcile_change_fixes_total{kind="paid_seats",source="binlog"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_change_fixes_total{kind="orphan_locks",source="event"}"#
+        ),
+        1.0
+    );
+    let mut found_by = env.found_by().await;
+    found_by.sort();
+    assert!(
+        found_by.contains(&found("seat_set", "binlog")),
+        "{found_by:?}"
+    );
+    assert!(
+        found_by.contains(&found("seat_released", "event")),
+        "{found_by:?}"
+    );
+
+    // The position and the pass's record were written by this user.
+    let keys = &env.ctx.redis.keys;
+    servers::wait_until(
+        "the binlog position is saved",
+        Duration::from_secs(30),
+        || async {
+            env.redis::<Option<String>>(redis::cmd("GET").arg(keys.binlog_position(env.ctx.shard)))
+                .await
+                .is_some()
+        },
+    )
+    .await;
+    let record: i64 = env
+        .redis(redis::cmd("EXISTS").arg(keys.pass_record(env.ctx.shard)))
+        .await;
+    assert_eq!(record, 1, "the pass left its record");
+    // Every repair has its run; the old rows are gone.
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM reconcile_fix f LEFT JOIN reconcile_run r USING (run_id) WHERE r.run_id IS NULL",
+    )
+    .fetch_one(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
+    let old: i64 = sqlx::query_scalar(
+        "SELECT (SELECT COUNT(*) FROM reconcile_run WHERE run_id = 'old-run') + \
+                (SELECT COUNT(*) FROM reconcile_fix WHERE fix_id = 'old-fix')",
+    )
+    .fetch_one(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(old, 0, "audit retention deleted the old rows");
+    assert!(env.audit().await.len() >= 6, "{:?}", env.audit().await);
+
+    let m = metrics(&daemon).await;
+    assert!(
+        !m.contains("seatflow_reconcile_permission_denied_total{"),
+        "{m}"
+    );
+    for stage in ["mysql", "redis", "audit", "lock"] {
+        let errors: f64 = m
+            .lines()
+            .filter(|l| {
+                l.starts_with("seatflow_reconcile_errors_total{")
+                    && l.contains(&format!("stage=\"{stage}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(errors, 0.0, "{stage} errors:\n{m}");
+    }
+    let status = daemon.status_when("no permission refused", |_| true).await;
+    assert_eq!(
+        status["permissions"]["denied"],
+        serde_json::json!([]),
+        "{status}"
+    );
+    daemon.stop().await;
+    drop((mysql, redis));
+}
+
+/// A grant and an ACL command taken away while the daemon runs: the runs
+/// that need them fail, and `/status` and the metric name each.
+#[tokio::test]
+async fn a_permission_lost_while_running_is_named_by_status_and_the_metric() {
+    let (_redis, env, _) = estate_with_redis_user(2, "sf-lose").await;
+    let name = format!("sfl_{}", &env.db["sf_test_".len()..]);
+    let db_user = DbUser::create(&env, &name, &documented_grants(&env, &name, false)).await;
+    let ctx = Context::connect(as_users(&env, &db_user, "sf-lose"))
+        .await
+        .unwrap();
+    env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
+    let daemon = InProcessDaemon::start(ctx).await;
+
+    env.sql(&format!(
+        "REVOKE UPDATE ON `{}`.`ticket_order` FROM '{name}'@'%'",
+        env.db
+    ))
+    .await;
+    acl(&env, "sf-lose", "-hgetall").await;
+    assert_eq!(post(&daemon, "/jobs/expired_orders/run").await.0, 202);
+    assert_eq!(post(&daemon, "/jobs/paid_seats/run").await.0, 202);
+    let status = daemon
+        .status_when("both refusals are named", |s| {
+            let needs: Vec<&str> = s["permissions"]["denied"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d["need"].as_str())
+                .collect();
+            needs.contains(&"UPDATE on ticket_order") && needs.contains(&"+hgetall")
+        })
+        .await;
+    let denied = status["permissions"]["denied"].as_array().unwrap();
+    assert!(
+        denied.iter().all(|d| d["count"].as_u64() >= Some(1)),
+        "{status}"
+    );
+    let m = metrics(&daemon).await;
+    assert!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_permission_denied_total{need="UPDATE on ticket_order",store="mysql"}"#
+        ) >= 1.0,
+        "{m}"
+    );
+    assert!(
+        sample(
+            &m,
+            r#"seatflow_reconcile_permission_denied_total{need="+hgetall",store="redis"}"#
+        ) >= 1.0,
+        "{m}"
+    );
+    daemon.stop().await;
+}
+
+fn run_cli(args: &[&str], settings: &Settings) -> (i32, String) {
+    let out = Command::new(binary())
+        .args(args)
+        .env("SEATFLOW__MYSQL__URL", settings.mysql.url.expose())
+        .env("SEATFLOW__REDIS__URL", settings.redis.url.expose())
+        .env("SEATFLOW__REDIS__KEY_PREFIX", &settings.redis.key_prefix)
+        .env("SEATFLOW__HTTP__LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A grant and an ACL command missing at start: `once`, `check-config` and
+/// `run` stop with exit 2 before doing anything, naming the GRANT and the
+/// ACL rule to run; with them given, the same commands go on.
+#[tokio::test]
+async fn a_permission_missing_at_start_is_named_with_what_to_run() {
+    let (_redis, env, access) = estate_with_redis_user(1, "sf-short").await;
+    acl(&env, "sf-short", "-hset").await;
+    let name = format!("sfs_{}", &env.db["sf_test_".len()..]);
+    let grants: Vec<String> = documented_grants(&env, &name, false)
+        .into_iter()
+        .map(|g| g.replace("GRANT SELECT, UPDATE ON `", "GRANT SELECT ON `"))
+        .collect();
+    let db_user = DbUser::create(&env, &name, &grants).await;
+    let settings = as_users(&env, &db_user, "sf-short");
+    let runs_before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_run")
+        .fetch_one(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+
+    for args in [&["once"][..], &["check-config"], &["run"]] {
+        let (code, err) = run_cli(args, &settings);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "GRANT UPDATE ON `{}`.`ticket_order` TO '{name}'@'%';",
+                env.db
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "GRANT UPDATE ON `{}`.`order_seat` TO '{name}'@'%';",
+                env.db
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("the ACL lacks +hset"), "{args:?}: {err}");
+        assert!(err.contains(&access.setuser("sf-short")), "{args:?}: {err}");
+    }
+    let runs_after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_run")
+        .fetch_one(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+    assert_eq!(runs_after, runs_before, "no run started");
+
+    // Given what they named, the same commands go on.
+    env.sql(&format!(
+        "GRANT UPDATE ON `{0}`.`ticket_order` TO '{name}'@'%'; GRANT UPDATE ON `{0}`.`order_seat` TO '{name}'@'%'",
+        env.db
+    ))
+    .await;
+    acl(&env, "sf-short", "+hset").await;
+    let (code, err) = run_cli(&["once"], &settings);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run_cli(&["check-config"], &settings);
+    assert_eq!(code, 0, "{err}");
+}
