@@ -202,8 +202,10 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             match seatflow_reconciler::config::effective_toml(config.as_deref(), std::env::vars()) {
                 Ok(text) => {
                     println!("# configuration is valid; in effect (secrets redacted):\n{text}");
-                    let schema = check_schema(&settings).await;
-                    let access = check_config_access(&settings).await;
+                    // One connection for both checks.
+                    let mysql = seatflow_reconciler::context::connect_mysql(&settings).await;
+                    let schema = check_schema(&settings, &mysql).await;
+                    let access = check_config_access(&settings, mysql.ok().as_ref()).await;
                     // The worse of the two: a configuration error over a failure.
                     if schema == ExitCode::SUCCESS {
                         access
@@ -313,12 +315,15 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
 /// holds repairs back is exit 2. A MySQL that does not answer is said and
 /// is no error here (the configuration itself is valid); a refused login
 /// or a TLS problem is exit 2 naming the key, as for every command.
-async fn check_schema(settings: &Settings) -> ExitCode {
+async fn check_schema(
+    settings: &Settings,
+    mysql: &seatflow_reconciler::error::Result<seatflow_reconciler::store::mysql::MysqlStore>,
+) -> ExitCode {
     let url = settings.mysql.url.to_string();
-    let store = match seatflow_reconciler::context::connect_mysql(settings).await {
+    let store = match mysql {
         Ok(store) => store,
         Err(e) if e.tls_problem().is_some() || e.login_refused().is_some() => {
-            return store_failed(&e, credential_key(settings, Stage::Mysql), &url, "");
+            return store_failed(e, credential_key(settings, Stage::Mysql), &url, "");
         }
         Err(e) => {
             tracing::warn!(error = %e, "the schema was not checked: cannot reach MySQL at {url}");
@@ -508,12 +513,7 @@ async fn check_access(ctx: &Context, subscribes: bool) -> Result<(), ExitCode> {
     .await;
     match found {
         Ok(missing) if missing.is_empty() => Ok(()),
-        Ok(missing) => {
-            for m in &missing {
-                telemetry::fatal(&format!("configuration: {m}"));
-            }
-            Err(ExitCode::from(EXIT_CONFIG))
-        }
+        Ok(missing) => Err(print_missing(&missing)),
         Err(e) => {
             telemetry::fatal(&format!("could not check the stores' permissions: {e}"));
             Err(ExitCode::from(EXIT_UNREACHABLE))
@@ -521,20 +521,29 @@ async fn check_access(ctx: &Context, subscribes: bool) -> Result<(), ExitCode> {
     }
 }
 
+/// Each missing permission as a fatal line; exit 2.
+fn print_missing(missing: &[seatflow_reconciler::access::Missing]) -> ExitCode {
+    for m in missing {
+        telemetry::fatal(&format!("configuration: {m}"));
+    }
+    ExitCode::from(EXIT_CONFIG)
+}
+
 /// `check-config`'s third part: the permissions of each store the
-/// configuration reaches (as the daemon needs them). A store that does not
-/// answer is said and is no error here, as for the schema.
-async fn check_config_access(settings: &Settings) -> ExitCode {
+/// configuration reaches (as the daemon needs them; `mysql`: the store the
+/// schema's check reached, if it did). A store that does not answer is
+/// said and is no error here, as for the schema.
+async fn check_config_access(
+    settings: &Settings,
+    mysql: Option<&seatflow_reconciler::store::mysql::MysqlStore>,
+) -> ExitCode {
     use seatflow_reconciler::access;
     let mut missing = Vec::new();
-    match seatflow_reconciler::context::connect_mysql(settings).await {
-        Ok(mysql) => {
-            match access::check::mysql_missing(&mysql, !settings.audit.retention.is_zero()).await {
-                Ok(m) => missing.extend(m),
-                Err(e) => tracing::warn!(error = %e, "the MySQL grants were not checked"),
-            }
+    if let Some(mysql) = mysql {
+        match access::check::mysql_missing(mysql, !settings.audit.retention.is_zero()).await {
+            Ok(m) => missing.extend(m),
+            Err(e) => tracing::warn!(error = %e, "the MySQL grants were not checked"),
         }
-        Err(e) => tracing::debug!(error = %e, "the MySQL grants were not checked"),
     }
     match seatflow_reconciler::context::connect_redis(settings).await {
         Ok(redis) => {
@@ -545,11 +554,7 @@ async fn check_config_access(settings: &Settings) -> ExitCode {
             }
         }
         Err(e) => match seatflow_reconciler::error::Denial::of(&e) {
-            Some(d) => missing.push(access::Missing {
-                store: Stage::Redis,
-                refused: vec![d.need],
-                remedy: vec![redis_rule(settings)],
-            }),
+            Some(d) => missing.push(access::Missing::of(d, vec![redis_rule(settings)])),
             None => tracing::warn!(error = %e, "the Redis ACL was not checked: cannot reach Redis"),
         },
     }
@@ -558,10 +563,7 @@ async fn check_config_access(settings: &Settings) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!("# permissions: missing");
-    for m in &missing {
-        telemetry::fatal(&format!("configuration: {m}"));
-    }
-    ExitCode::from(EXIT_CONFIG)
+    print_missing(&missing)
 }
 
 /// The exit code and fatal line of a store that could not be used at
@@ -601,13 +603,12 @@ async fn connect(settings: Settings) -> Result<Context, ExitCode> {
     let rule = redis_rule(&settings);
     Context::connect(settings).await.map_err(|e| {
         if let Some(d) = seatflow_reconciler::error::Denial::of(&e) {
-            let remedy = if d.store == Stage::Redis { rule.clone() } else { String::new() };
-            telemetry::fatal(&format!(
-                "configuration: the {} user may not do what the reconciler needs: {}; run: {remedy}",
-                d.store.label(),
-                d.need
-            ));
-            return ExitCode::from(EXIT_CONFIG);
+            let remedy = if d.store == Stage::Redis {
+                vec![rule.clone()]
+            } else {
+                Vec::new()
+            };
+            return print_missing(&[seatflow_reconciler::access::Missing::of(d, remedy)]);
         }
         let (key, url) = if e.stage() == Stage::Mysql {
             (mysql_key, &mysql)

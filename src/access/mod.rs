@@ -20,6 +20,18 @@ pub struct Missing {
     pub remedy: Vec<String>,
 }
 
+impl Missing {
+    /// A refusal met (at connect, or by a check's own script), with what
+    /// to run.
+    pub fn of(denial: crate::error::Denial, remedy: Vec<String>) -> Missing {
+        Missing {
+            store: denial.store,
+            refused: vec![denial.need],
+            remedy,
+        }
+    }
+}
+
 impl std::fmt::Display for Missing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -202,6 +202,19 @@ async fn the_daemon_saves_its_binlog_position() {
 /// stream saves it again when the stream moves (an absent key is nobody's
 /// save, not another reader's), so a restarted daemon resumes from it and
 /// checks a commit made while no daemon ran, with no gap.
+/// A restarted daemon checks a commit it did not see via the binlog,
+/// having started from the saved position, with no position lost.
+async fn resumes_from_the_saved_position(env: &TestEnv) {
+    let daemon = restarted(env).await;
+    let m = metric_reaches_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
+    assert_eq!(sample(&m, POSITION_LOST), 0.0);
+    let status = daemon
+        .status_when("the reader reads", |s| !s["changes"]["binlog"].is_null())
+        .await;
+    assert_eq!(status["changes"]["binlog"]["started_from"], "saved");
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn a_position_redis_lost_is_saved_again_by_the_reader_that_holds_the_stream() {
     let server = servers::mariadb_with_binlog();
@@ -213,14 +226,7 @@ async fn a_position_redis_lost_is_saved_again_by_the_reader_that_holds_the_strea
     daemon.stop().await;
 
     assert!(env.fx.cancel(cancelled).await.unwrap());
-    let daemon = restarted(&env).await;
-    let m = metric_reaches_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
-    assert_eq!(sample(&m, POSITION_LOST), 0.0);
-    let status = daemon
-        .status_when("the reader reads", |s| !s["changes"]["binlog"].is_null())
-        .await;
-    assert_eq!(status["changes"]["binlog"]["started_from"], "saved");
-    daemon.stop().await;
+    resumes_from_the_saved_position(&env).await;
 }
 
 /// A payment committed while no daemon runs is read by the next one, which
@@ -234,14 +240,7 @@ async fn a_restarted_daemon_resumes_from_the_saved_position() {
     daemon.stop().await;
 
     assert!(env.fx.pay(paid).await.unwrap());
-    let daemon = restarted(&env).await;
-    let m = metric_reaches_at_least(&daemon, BINLOG_CHECKS, 1.0).await;
-    assert_eq!(sample(&m, POSITION_LOST), 0.0);
-    let status = daemon
-        .status_when("the reader reads", |s| !s["changes"]["binlog"].is_null())
-        .await;
-    assert_eq!(status["changes"]["binlog"]["started_from"], "saved");
-    daemon.stop().await;
+    resumes_from_the_saved_position(&env).await;
 }
 
 /// The saved position's file was purged while no daemon ran: the next

@@ -829,34 +829,25 @@ mod tests {
         /// its GTID, then one payload event holding its events, each with
         /// log_pos 0 and no checksum; where the payload event ends.
         fn compressed(&mut self, events: Vec<Ev>) -> u64 {
-            let gtid = self.gtid();
-            self.send(EventType::GTID_EVENT, &gtid);
-            let mut inner = Vec::new();
-            for Ev(ty, body) in events {
-                inner.extend(self.encode(ty, &body, 0, EventFlags::empty(), false));
-            }
-            let frame = zstd_frame(&inner);
-            let mut b = Vec::new();
-            TransactionPayloadEvent::new(
-                frame.len() as u64,
-                TransactionPayloadCompressionType::ZSTD,
-                inner.len() as u64,
-                frame,
-            )
-            .serialize(&mut b);
-            self.send(EventType::TRANSACTION_PAYLOAD_EVENT, &b)
+            self.payload(events, zstd_frame)
         }
 
         /// [`compressed`](Self::compressed), its payload damaged so that
         /// zstd refuses it.
         fn compressed_corrupt(&mut self, events: Vec<Ev>) -> u64 {
+            self.payload(events, |_| vec![0xEE; 32])
+        }
+
+        /// A GTID, then one payload event holding `events` as `frame` makes
+        /// their bytes; where the payload event ends.
+        fn payload(&mut self, events: Vec<Ev>, frame: impl Fn(&[u8]) -> Vec<u8>) -> u64 {
             let gtid = self.gtid();
             self.send(EventType::GTID_EVENT, &gtid);
             let mut inner = Vec::new();
             for Ev(ty, body) in events {
                 inner.extend(self.encode(ty, &body, 0, EventFlags::empty(), false));
             }
-            let frame = vec![0xEE; 32];
+            let frame = frame(&inner);
             let mut b = Vec::new();
             TransactionPayloadEvent::new(
                 frame.len() as u64,
