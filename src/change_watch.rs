@@ -19,7 +19,7 @@ use crate::changes::events::{
 };
 use crate::changes::queue::{CheckBudget, Due, Source};
 use crate::config::RedisEvents;
-use crate::jobs::{self, RunOptions};
+use crate::jobs::{self, Trigger};
 use crate::model::Kind;
 use crate::runner::{NotStarted, Runner};
 use crate::store::redis::Topology;
@@ -356,7 +356,10 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
     let chunk = ctx.settings.reconcile.scan_chunk.max(1);
     let mut budget = CheckBudget::new(ctx.settings.changes.max_checks_per_second, Instant::now());
     loop {
-        let next = changes.queue().next_due();
+        // What runs found (grace ends, reads) comes first: it may queue or
+        // drop checks.
+        changes.apply_findings();
+        let next = changes.next_due();
         let sleep = next.map_or(Duration::from_secs(3600), |due| {
             due.saturating_duration_since(Instant::now())
         });
@@ -384,17 +387,14 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
             }
             continue;
         }
-        let due = changes.queue().take_due(now, allowed);
-        changes.show_queue();
+        let due = changes.take_due(now, allowed);
         if due.is_empty() {
             continue;
         }
         budget.spend(due.len());
         if !active {
             tracing::debug!(showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(), "checks due on a standby: let go");
-            let now = Instant::now();
-            let mut q = changes.queue();
-            due.into_iter().for_each(|d| q.done(d, true, now));
+            changes.checked(due, true);
             continue;
         }
         for source in Source::ALL {
@@ -410,50 +410,22 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
 /// One check of `due`'s showtimes: the enabled seat jobs scoped to them,
 /// and `expired-orders` too for a deadline (or a retry, which may be one).
 async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec<Due>) {
-    let ctx = &runner.ctx;
-    let orders = matches!(source, Source::Deadline | Source::Retry);
-    let kinds: Vec<Kind> = Kind::ALL
-        .into_iter()
-        .filter(|k| ctx.settings.job(*k).enabled)
-        .filter(|k| orders || k.is_seat_job())
-        .collect();
-    let opts = RunOptions {
-        dry_run: ctx.settings.reconcile.dry_run,
+    let trigger = Trigger::Check {
+        source: source.label(),
         showtimes: due.iter().map(|d| d.showtime).collect(),
-        stop: runner.stopping(),
-        bad_data_reporter: kinds.iter().copied().find(|k| k.is_seat_job()),
-        check: Some(source.label()),
-        // Its reads share the pass's pace (the latency budget).
-        pacer: runner.pacer(),
-        // A check that defers an orphan queues its grace's end too.
-        changes: Some(Arc::clone(changes) as Arc<dyn jobs::ChangeSink>),
-        ..RunOptions::default()
+        orders: matches!(source, Source::Deadline | Source::Retry),
     };
+    let request = runner.request(trigger);
     // Boxed: the whole run is a deep future, kept off this task's own.
-    let report = Box::pin(jobs::run_check(ctx, &kinds, &opts)).await;
-    let ok = report.outcome() != jobs::report::Outcome::Failure;
+    let report = Box::pin(jobs::run(&runner.ctx, request)).await.report;
     tracing::debug!(
         source = source.label(),
         showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(),
         jobs = ?report.jobs.iter().map(|j| j.counts()).collect::<Vec<_>>(),
         "check done"
     );
-    for job in &report.jobs {
-        runner.metrics.record_check(job);
-        runner.ctx.denials.record_all(&job.denied);
-        changes.record_check(job, source);
-    }
-    runner.show_contract();
-    changes
-        .metrics
-        .checks
-        .with_label_values(&[source.label()])
-        .inc_by(due.len() as u64);
-    let now = Instant::now();
-    let mut q = changes.queue();
-    for d in due {
-        q.done(d, ok, now);
-    }
+    runner.record_check(&report);
+    changes.check_ended(&report, source, due);
 }
 
 /// Waits for the next tick at which this replica runs its shard's passes

@@ -5,13 +5,17 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
 use crate::config::{MysqlTlsMode, Settings};
 use crate::denials::Denials;
 use crate::error::{Error, Result, Stage};
 use crate::lease::LeaseBook;
 use crate::model::{Scope, Shard, ShowtimeId};
+use crate::pace::Pacer;
 use crate::repeats::Repeats;
 use crate::retry::with_retry;
+use crate::schedule::Schedule;
 use crate::store::mysql::binlog::{BinlogOptions, BinlogSource, Checkpoint};
 use crate::store::mysql::{MySqlSslMode, MysqlStore, MysqlTls};
 use crate::store::redis::{RedisEndpoint, RedisStore, RedisTls};
@@ -37,6 +41,12 @@ pub struct Context {
     /// `/status` lists them, `seatflow_reconcile_permission_denied_total`
     /// counts them.
     pub denials: Denials,
+    /// Paces the daemon's seat hash reads (`sweep.pace`); one per process,
+    /// so a back-off carries over from one run to the next. `once` and the
+    /// library's direct runs are unpaced.
+    pub pacer: Option<Arc<Pacer>>,
+    /// `sweep.schedule`, parsed once (None: a schedule with no fire).
+    pub pass_schedule: Option<Arc<Schedule>>,
 }
 
 impl Context {
@@ -47,13 +57,20 @@ impl Context {
         let connected_at = mysql.now_utc().await?;
         Ok(Context {
             shard: settings.shard(),
-            settings: Arc::new(settings),
             mysql,
             redis,
             leases: LeaseBook::default(),
             connected_at,
             repeats: Repeats::default(),
             denials: Denials::default(),
+            pacer: settings.sweep.pace.then(|| {
+                Arc::new(Pacer::new(
+                    settings.sweep.max_hashes_per_second,
+                    settings.sweep.hashes_per_batch,
+                ))
+            }),
+            pass_schedule: Schedule::new(&settings.sweep.schedule).ok().map(Arc::new),
+            settings: Arc::new(settings),
         })
     }
 
@@ -69,6 +86,19 @@ impl Context {
             ..BinlogOptions::default()
         };
         BinlogSource::start(s.mysql.url.expose(), &mysql_tls(s), &options, from).await
+    }
+
+    /// When a pass fired for `slot` must stop scanning: shortly before the
+    /// next fire, so that it never overlaps the next pass (None: the
+    /// schedule has no next fire).
+    pub fn pass_deadline(&self, slot: DateTime<Utc>) -> Option<tokio::time::Instant> {
+        let next = self.pass_schedule.as_ref()?.next_after(slot)?;
+        let interval = (next - slot).to_std().ok()?;
+        // Room for the pass's tail (audit flush, cursors): a twentieth of
+        // the interval, at most 2 s.
+        let margin = (interval / 20).min(std::time::Duration::from_secs(2));
+        let left = (next - Utc::now()).to_std().unwrap_or_default();
+        Some(tokio::time::Instant::now() + left.saturating_sub(margin))
     }
 
     /// The same connections, sweeping another shard's showtimes.

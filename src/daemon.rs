@@ -139,11 +139,7 @@ pub async fn run_on(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let enabled: Vec<Kind> = Kind::ALL
-        .into_iter()
-        .filter(|k| ctx.settings.job(*k).enabled)
-        .collect();
-    let metrics = Metrics::for_jobs(&enabled);
+    let metrics = Metrics::for_jobs(&ctx.settings.enabled_jobs());
     metrics.set_dry_run(ctx.settings.reconcile.dry_run);
     metrics.register(vec![Box::new(ctx.denials.counter())]);
     // Rule 17: the schema judged at start (and again before every pass).
@@ -155,11 +151,7 @@ pub async fn run_on(
     // start-up before anything else runs.
     let schedules = Schedules::new().await?;
     let settings = &ctx.settings;
-    let pass_jobs: Vec<&str> = Kind::SEAT_JOBS
-        .into_iter()
-        .filter(|k| settings.job(*k).enabled)
-        .map(Kind::label)
-        .collect();
+    let pass_jobs: Vec<&str> = settings.pass_jobs().into_iter().map(Kind::label).collect();
     if !pass_jobs.is_empty() {
         let schedule = &settings.sweep.schedule;
         schedule_fire(&schedules, &runner, Fire::Pass, schedule).await?;

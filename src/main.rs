@@ -8,9 +8,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::error::Stage;
-use seatflow_reconciler::jobs::{self, RunOptions};
+use seatflow_reconciler::jobs::{self, RunRequest, Trigger};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::{demo, push, telemetry};
+use tokio_util::sync::CancellationToken;
 
 /// Exit codes of `once` (and of every command that connects).
 const EXIT_FAILED: u8 = 1;
@@ -283,17 +284,16 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             if let Err(code) = check_access(&ctx, false).await {
                 return code;
             }
-            let opts = RunOptions {
+            let trigger = Trigger::Once {
+                kinds,
                 dry_run,
                 showtimes,
                 progress: std::io::stderr().is_terminal(),
-                ..RunOptions::default()
             };
             // The seat jobs take their shard's pass lease: while a daemon
             // (or another `once`) sweeps it, they stand by.
-            let report = jobs::pass_run::run_with_pass(&ctx, &kinds, &opts, 0)
-                .await
-                .report;
+            let request = RunRequest::new(&ctx, trigger, CancellationToken::new(), None);
+            let report = jobs::run(&ctx, request).await.report;
             match output {
                 Output::Json => println!("{}", report.to_json()),
                 Output::Text => print!("{}", report.to_text()),

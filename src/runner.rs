@@ -16,12 +16,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::changes::Changes;
 use crate::context::Context;
-use crate::jobs::pass_run::{PassOutcome, run_with_pass};
+use crate::jobs::pass_run::PassOutcome;
 use crate::jobs::report::{JobReport, Outcome, RunReport};
-use crate::jobs::{self, RunOptions};
+use crate::jobs::{self, RunRequest, Trigger};
 use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
-use crate::pace::Pacer;
 use crate::pass_fit::{self, PassFit};
 use crate::schedule::Schedule;
 
@@ -85,14 +84,11 @@ pub enum Fire {
 }
 
 impl Fire {
-    /// The jobs this fire runs: the pass serves every enabled seat job.
-    fn kinds(self, settings: &crate::config::Settings) -> Vec<Kind> {
+    /// What asks for the run: the pass for `slot`, or the job.
+    fn trigger(self, slot: DateTime<Utc>) -> Trigger {
         match self {
-            Fire::Pass => Kind::SEAT_JOBS
-                .into_iter()
-                .filter(|k| settings.job(*k).enabled)
-                .collect(),
-            Fire::Job(kind) => vec![kind],
+            Fire::Pass => Trigger::Pass { slot: Some(slot) },
+            Fire::Job(kind) => Trigger::Job { kind },
         }
     }
 
@@ -110,11 +106,6 @@ pub struct Runner {
     pub ctx: Context,
     pub metrics: Metrics,
     pass_metrics: PassMetrics,
-    /// Paces the passes' reads (`sweep.pace`); one per process, so that a
-    /// back-off carries over from one pass to the next.
-    pacer: Option<Arc<Pacer>>,
-    /// `sweep.schedule`, parsed once: each scheduled pass's deadline.
-    pass_schedule: Option<Schedule>,
     /// Each enabled job's schedule, parsed once, for `/status`'s next fire.
     schedules: BTreeMap<Kind, Schedule>,
     stop: CancellationToken,
@@ -196,28 +187,22 @@ impl Runner {
             .collect();
         let total = settings.sharding.total;
         let shards = (0..total).map(|i| (i, ShardStatus::default())).collect();
-        let pacer = settings.sweep.pace.then(|| {
-            Arc::new(Pacer::new(
-                settings.sweep.max_hashes_per_second,
-                settings.sweep.hashes_per_batch,
-            ))
-        });
         let pass_metrics = PassMetrics::new(total);
-        if !Fire::Pass.kinds(settings).is_empty() {
+        let has_pass = !settings.pass_jobs().is_empty();
+        if has_pass {
             metrics.export_passes(&pass_metrics);
         }
         pass_metrics
             .pace
-            .set(pacer.as_ref().map_or(0.0, |p| p.rate()));
-        let pass_schedule = Schedule::new(&settings.sweep.schedule).ok();
-        if let Some(interval) = pass_schedule
+            .set(ctx.pacer.as_ref().map_or(0.0, |p| p.rate()));
+        if let Some(interval) = ctx
+            .pass_schedule
             .as_ref()
             .and_then(|s| s.interval_after(Utc::now()))
         {
             pass_metrics.interval.set(interval.as_secs_f64());
         }
-        let changes =
-            (!Fire::Pass.kinds(settings).is_empty()).then(|| Arc::new(Changes::new(settings)));
+        let changes = has_pass.then(|| Arc::new(Changes::new(settings)));
         if let Some(c) = &changes {
             metrics.export_changes(&c.metrics);
         }
@@ -225,8 +210,6 @@ impl Runner {
             ctx,
             metrics,
             pass_metrics,
-            pacer,
-            pass_schedule,
             schedules,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -247,6 +230,7 @@ impl Runner {
         let interval = match &fallback {
             Some(f) => Some(f.every),
             None => self
+                .ctx
                 .pass_schedule
                 .as_ref()
                 .and_then(|s| s.interval_after(Utc::now())),
@@ -282,7 +266,7 @@ impl Runner {
 
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
     pub fn pace(&self) -> Option<(f64, crate::pace::Backoffs)> {
-        self.pacer.as_ref().map(|p| (p.rate(), p.backoffs()))
+        self.ctx.pacer.as_ref().map(|p| (p.rate(), p.backoffs()))
     }
 
     /// The change-driven checks, when the daemon has a pass.
@@ -290,9 +274,10 @@ impl Runner {
         self.changes.as_ref()
     }
 
-    /// The pacer of the passes' reads (None: unpaced), shared by the checks.
-    pub fn pacer(&self) -> Option<Arc<Pacer>> {
-        self.pacer.clone()
+    /// The run `trigger` asks for, as the daemon runs it: stopped with the
+    /// daemon, telling its findings to the change queue.
+    pub fn request(&self, trigger: Trigger) -> RunRequest {
+        RunRequest::new(&self.ctx, trigger, self.stop.clone(), self.outbox())
     }
 
     /// Cancelled when the daemon shuts down.
@@ -318,12 +303,7 @@ impl Runner {
 
     /// A pass now, outside the schedule (after a gap in change detection).
     pub fn start_pass_now(self: &Arc<Self>) -> Result<(), NotStarted> {
-        self.start_run(self.pass_kinds(), None, false)
-    }
-
-    /// The enabled seat jobs: the pass's.
-    fn pass_kinds(&self) -> Vec<Kind> {
-        Fire::Pass.kinds(&self.ctx.settings)
+        self.start_run(Trigger::Pass { slot: None }, false)
     }
 
     /// A scheduled fire (the pass, or `expired-orders`) for the schedule
@@ -333,11 +313,12 @@ impl Runner {
         reason = "the status map holds every kind from the start"
     )]
     pub fn fire(self: &Arc<Self>, fire: Fire, slot: DateTime<Utc>) {
-        let kinds = fire.kinds(&self.ctx.settings);
+        let trigger = fire.trigger(slot);
+        let kinds = self.request(trigger.clone()).kinds;
         if kinds.is_empty() {
             return;
         }
-        if let Err(NotStarted::AlreadyRunning) = self.start_run(kinds.clone(), Some(slot), true) {
+        if let Err(NotStarted::AlreadyRunning) = self.start_run(trigger, true) {
             for k in &kinds {
                 self.metrics.record_skipped_overlap(*k);
                 lock(&self.status)
@@ -357,18 +338,16 @@ impl Runner {
     /// Starts a run of `kind` now (the admin endpoint): a seat job runs as
     /// a pass of its own, outside the schedule.
     pub fn start(self: &Arc<Self>, kind: Kind, jitter: bool) -> Result<(), NotStarted> {
-        self.start_run(vec![kind], None, jitter)
+        self.start_run(Trigger::Admin { kind }, jitter)
     }
 
-    fn start_run(
-        self: &Arc<Self>,
-        kinds: Vec<Kind>,
-        slot: Option<DateTime<Utc>>,
-        jitter: bool,
-    ) -> Result<(), NotStarted> {
+    /// Starts the run `trigger` asks for in the background, unless one of
+    /// its schedule's job (the pass, or `expired-orders`) still goes.
+    fn start_run(self: &Arc<Self>, trigger: Trigger, jitter: bool) -> Result<(), NotStarted> {
         if self.stop.is_cancelled() {
             return Err(NotStarted::ShuttingDown);
         }
+        let kinds = self.request(trigger.clone()).kinds;
         let is_pass = kinds.iter().any(|k| k.is_seat_job());
         let guard = if is_pass {
             &self.pass_guard
@@ -391,11 +370,11 @@ impl Runner {
                 }
             }
             if is_pass {
-                this.run_pass(&kinds, slot).await;
+                this.run_pass(&trigger, &kinds).await;
             } else {
                 let started_at = Utc::now();
-                let report = jobs::run_once(&this.ctx, &kinds, &this.options(None)).await;
-                this.record(report, started_at);
+                let result = jobs::run(&this.ctx, this.request(trigger)).await;
+                this.record(result.report, started_at);
             }
             this.set_running(&kinds, false);
             drop(guard);
@@ -414,38 +393,20 @@ impl Runner {
         }
     }
 
-    fn options(&self, deadline: Option<tokio::time::Instant>) -> RunOptions {
-        let settings = &self.ctx.settings;
-        RunOptions {
-            dry_run: settings.reconcile.dry_run,
-            stop: self.stop.clone(),
-            // The daemon's pass reports bad data once, by its first job.
-            bad_data_reporter: self.pass_kinds().first().copied(),
-            pacer: self.pacer.clone(),
-            deadline,
-            changes: self
-                .changes
-                .clone()
-                .map(|c| c as Arc<dyn crate::jobs::ChangeSink>),
-            ..RunOptions::default()
-        }
-    }
-
     /// One pass: this process's own shard first, then (for a scheduled
     /// pass of a sharded estate) every other shard that nobody ran within
     /// `sweep.takeover_after`. Stops at the next fire at the latest.
-    async fn run_pass(&self, kinds: &[Kind], slot: Option<DateTime<Utc>>) {
+    async fn run_pass(&self, trigger: &Trigger, kinds: &[Kind]) {
         let settings = &self.ctx.settings;
         let own = settings.shard();
-        // From this fire to the next: what the pass must end within.
-        let next_fire = slot
-            .zip(self.pass_schedule.as_ref())
-            .and_then(|(s, schedule)| {
-                let next = schedule.next_after(s)?;
-                Some((next, (next - s).to_std().ok()?))
-            });
-        let deadline = next_fire.map(|(next, interval)| pass_deadline(next, interval));
-        let interval = next_fire.map(|(_, interval)| interval);
+        let slot = match trigger {
+            Trigger::Pass { slot } => *slot,
+            _ => None,
+        };
+        // From this fire to the next: what the pass's fit is judged by.
+        let interval = slot
+            .zip(self.ctx.pass_schedule.as_ref())
+            .and_then(|(s, schedule)| (schedule.next_after(s)? - s).to_std().ok());
         // Dry runs take no pass lease, so they keep to their own shard.
         let shards = if slot.is_some() && !settings.reconcile.dry_run {
             own.all_from_here()
@@ -471,22 +432,17 @@ impl Runner {
                 }
             }
             let started_at = Utc::now();
-            let slot_ms = slot.map_or(0, |s| s.timestamp_millis());
-            let run = run_with_pass(&ctx, kinds, &self.options(deadline), slot_ms).await;
-            ran_any |= !matches!(run.outcome, PassOutcome::StoodBy { .. });
-            self.record_pass(shard, &run.outcome, &run.report, interval);
-            if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.outcome)
+            if let Some(changes) = self.changes.as_ref().filter(|_| shard == own) {
+                changes.pass_starts();
+            }
+            let request = RunRequest::new(&ctx, trigger.clone(), self.stop.clone(), self.outbox());
+            let run = jobs::run(&ctx, request).await;
+            ran_any |= !matches!(run.pass, PassOutcome::StoodBy { .. });
+            self.record_pass(shard, &run.pass, &run.report, interval);
+            if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.pass)
                 && shard == own
             {
-                // What a check due within seconds would have repaired, the
-                // pass only came first to: not missed.
-                let fixed: Vec<(Kind, u64)> = run
-                    .report
-                    .jobs
-                    .iter()
-                    .map(|j| (j.kind, j.fixed - j.fixed_with_check_due))
-                    .collect();
-                changes.pass_ended(&fixed);
+                changes.pass_ended(&run.report);
             }
             self.record(run.report, started_at);
         }
@@ -501,7 +457,7 @@ impl Runner {
                 }
             }
         }
-        if let Some(p) = &self.pacer {
+        if let Some(p) = &self.ctx.pacer {
             // Between passes the pace is the budget's alone.
             p.need(0.0);
         }
@@ -654,6 +610,22 @@ impl Runner {
             .show_contract(&crate::jobs::contract::DeviationReport::all(&state));
     }
 
+    /// Where the daemon's runs tell the change queue what they find.
+    fn outbox(&self) -> Option<crate::jobs::Outbox> {
+        self.changes.as_ref().map(|c| c.outbox())
+    }
+
+    /// A change-driven check's report: its jobs' metrics (no `/status`
+    /// last run: that is the passes'), refused permissions, the schema's
+    /// verdict.
+    pub fn record_check(&self, report: &RunReport) {
+        for job in &report.jobs {
+            self.metrics.record_check(job);
+            self.ctx.denials.record_all(&job.denied);
+        }
+        self.show_contract();
+    }
+
     /// Metrics and `/status` of each job in a run's report.
     #[allow(
         clippy::expect_used,
@@ -713,32 +685,23 @@ impl Runner {
     }
 }
 
-/// When a pass must stop scanning: shortly before the `next` fire, so that
-/// it never overlaps the next pass.
-fn pass_deadline(next: DateTime<Utc>, interval: Duration) -> tokio::time::Instant {
-    // Room for the pass's tail (audit flush, cursors): a twentieth of the
-    // interval, at most 2 s.
-    let margin = (interval / 20).min(Duration::from_secs(2));
-    let left = (next - Utc::now()).to_std().unwrap_or_default();
-    tokio::time::Instant::now() + left.saturating_sub(margin)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
 
     #[test]
-    fn the_pass_fires_every_enabled_seat_job_and_a_job_fires_itself() {
-        let vars = [("SEATFLOW__JOBS__MISSING_HASHES__ENABLED", "false")];
-        let env = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        let settings = Settings::load_with_env(None, env).unwrap();
-        assert_eq!(
-            Fire::Pass.kinds(&settings),
-            [Kind::PaidSeats, Kind::OrphanLocks, Kind::SoldOrphans]
-        );
+    fn a_fire_asks_for_its_pass_or_its_job() {
+        let slot = Utc::now();
+        let pass = Fire::Pass.trigger(slot);
+        assert!(matches!(pass, Trigger::Pass { slot: Some(s) } if s == slot));
         let expired = Fire::Job(Kind::ExpiredOrders);
-        assert_eq!(expired.kinds(&settings), [Kind::ExpiredOrders]);
+        let job = expired.trigger(slot);
+        assert!(matches!(
+            job,
+            Trigger::Job {
+                kind: Kind::ExpiredOrders
+            }
+        ));
         assert_eq!(Fire::Pass.label(), "pass");
         assert_eq!(expired.label(), "expired_orders");
     }

@@ -7,7 +7,7 @@ use super::{ROLE_EVERY, back_off};
 use crate::changes::queue::Source;
 use crate::changes::{BinlogStatus, Changes};
 use crate::error::Stage;
-use crate::model::{Kind, Shard};
+use crate::model::Shard;
 use crate::runner::Runner;
 use crate::store::mysql::binlog::{BinlogSource, Checkpoint, StartedFrom};
 use crate::store::redis::{PositionSave, SavedPosition, saved_value};
@@ -213,12 +213,7 @@ async fn saved_position(runner: &Runner, shard: Shard) -> crate::error::Result<O
 /// job that reports bad data (the first enabled seat job) and a WARN naming
 /// the key.
 fn own_key(runner: &Runner, key: &str, problem: &str) {
-    let settings = &runner.ctx.settings;
-    let enabled = || Kind::ALL.into_iter().filter(|k| settings.job(*k).enabled);
-    if let Some(kind) = enabled()
-        .find(|k| k.is_seat_job())
-        .or_else(|| enabled().next())
-    {
+    if let Some(kind) = runner.ctx.settings.bad_data_reporter() {
         runner
             .metrics
             .errors

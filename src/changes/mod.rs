@@ -15,17 +15,20 @@
 pub mod events;
 pub mod queue;
 
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::mpsc::UnboundedReceiver;
+
 use crate::config::Settings;
-use crate::jobs::ChangeSink;
-use crate::jobs::report::JobReport;
+use crate::jobs::report::{JobReport, RunReport};
+use crate::jobs::{Finding, Outbox};
 use crate::metrics::ChangeMetrics;
 use crate::model::{Kind, ShowtimeId};
 use events::{EventsState, Probe};
-use queue::{Added, Limits, Source, WorkQueue};
+use queue::{Added, Due, Limits, Source, WorkQueue};
 
 /// A grace period's check runs this long after it ends: the seat's suspect
 /// record and the clocks that judge it are Redis' and ours, a little apart.
@@ -36,7 +39,7 @@ const GRACE_MARGIN: Duration = Duration::from_millis(500);
 pub struct Changes {
     queue: Mutex<WorkQueue>,
     /// Wakes the worker when something is queued.
-    wake: tokio::sync::Notify,
+    wake: Arc<tokio::sync::Notify>,
     /// Set by a gap; the runner starts a pass and clears it.
     gap: AtomicBool,
     /// Every configured source was on, with no gap, since the last pass of
@@ -56,30 +59,23 @@ pub struct Changes {
     /// made before it (or a grace that just ended): the longer settle, and
     /// a second.
     check_soon: Duration,
+    /// Where runs send what they find (given to every run the daemon
+    /// starts), and its receiving end, drained by [`Changes::apply_findings`].
+    outbox: Outbox,
+    findings: Mutex<UnboundedReceiver<Finding>>,
+    /// The current pass's accounting of what it only came first to.
+    pass: Mutex<PassBeat>,
     pub metrics: ChangeMetrics,
 }
 
-impl ChangeSink for Changes {
-    /// A sweep deferred seats of `showtime` whose grace ends in `in_ms`
-    /// (Redis' clock, as the sweep judged it): check it then.
-    fn grace_ends(&self, showtime: ShowtimeId, in_ms: i64) {
-        let wait = Duration::from_millis(in_ms.max(0) as u64) + GRACE_MARGIN;
-        self.ask(showtime, Instant::now() + wait, Source::Grace);
-    }
-
-    fn swept(&self, showtimes: &[ShowtimeId], read_at: Instant) -> Vec<ShowtimeId> {
-        let mut q = lock(&self.queue);
-        let by = read_at + self.check_soon;
-        let due: Vec<ShowtimeId> = showtimes
-            .iter()
-            .copied()
-            .filter(|s| q.check_due_by(*s, by))
-            .collect();
-        for s in showtimes {
-            q.swept(*s, read_at);
-        }
-        due
-    }
+/// Of the pass of this replica's shard under way: the showtimes it read
+/// when a check of them was due within seconds ([`Changes::check_soon`]),
+/// and its repairs of those by job: the pass came first to them; the
+/// checks did not miss them.
+#[derive(Debug, Default)]
+struct PassBeat {
+    due_at_read: HashSet<ShowtimeId>,
+    beaten: BTreeMap<Kind, u64>,
 }
 
 impl std::fmt::Debug for Changes {
@@ -129,15 +125,14 @@ impl Changes {
             mysql_settle: settings.mysql_settle,
             ..Limits::default()
         };
-        let enabled: Vec<Kind> = Kind::ALL
-            .into_iter()
-            .filter(|k| all.job(*k).enabled)
-            .collect();
+        let enabled = all.enabled_jobs();
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let (outbox, findings) = Outbox::new(Arc::clone(&wake));
         let sources = Source::ALL.map(Source::label);
         let metrics = ChangeMetrics::new(&enabled, &sources);
         let changes = Changes {
             queue: Mutex::new(WorkQueue::new(limits)),
-            wake: tokio::sync::Notify::new(),
+            wake,
             gap: AtomicBool::new(false),
             watching: AtomicBool::new(false),
             binlog_configured: settings.mysql_binlog,
@@ -147,10 +142,68 @@ impl Changes {
             binlog: Mutex::new(None),
             events_note: Mutex::new(None),
             check_soon: settings.event_settle.max(settings.mysql_settle) + Duration::from_secs(1),
+            outbox,
+            findings: Mutex::new(findings),
+            pass: Mutex::new(PassBeat::default()),
             metrics,
         };
         changes.show_events();
         changes
+    }
+
+    /// Where the daemon's runs send what they find.
+    pub fn outbox(&self) -> Outbox {
+        self.outbox.clone()
+    }
+
+    /// Acts on what runs found since the last call: a grace end is a check
+    /// then; a read drops the checks it did the work of (and, by a pass,
+    /// notes those due within seconds); a pass's repair of one of those is
+    /// one the checks did not miss.
+    pub fn apply_findings(&self) {
+        let mut findings = lock(&self.findings);
+        while let Ok(finding) = findings.try_recv() {
+            match finding {
+                Finding::GraceEnds { showtime, at } => {
+                    self.ask(showtime, at + GRACE_MARGIN, Source::Grace)
+                }
+                Finding::Read {
+                    showtimes,
+                    at,
+                    by_pass,
+                } => {
+                    let mut q = lock(&self.queue);
+                    if by_pass {
+                        let by = at + self.check_soon;
+                        let mut pass = lock(&self.pass);
+                        for s in showtimes.iter().filter(|s| q.check_due_by(**s, by)) {
+                            pass.due_at_read.insert(*s);
+                        }
+                    }
+                    for s in showtimes {
+                        q.swept(s, at);
+                    }
+                }
+                Finding::Repaired {
+                    showtime,
+                    kind,
+                    by_pass: true,
+                } => {
+                    let mut pass = lock(&self.pass);
+                    if pass.due_at_read.contains(&showtime) {
+                        *pass.beaten.entry(kind).or_default() += 1;
+                    }
+                }
+                Finding::Repaired { by_pass: false, .. } => {}
+            }
+        }
+    }
+
+    /// A pass of this replica's own shard starts: its accounting starts
+    /// afresh (another shard's pass came between).
+    pub fn pass_starts(&self) {
+        self.apply_findings();
+        *lock(&self.pass) = PassBeat::default();
     }
 
     /// A check's job report, by what asked for the check.
@@ -166,13 +219,29 @@ impl Changes {
         }
     }
 
-    /// A pass of this replica's shard ran and repaired `fixed` (per job).
-    /// If every source was on with no gap since the last one, its repairs
-    /// are what the change-driven checks missed: counted by kind (with
-    /// Redis events alone, MySQL-only changes among them, which they cannot
-    /// see; now and then a pass also beats a check queued for a moment
-    /// later).
-    pub fn pass_ended(&self, fixed: &[(Kind, u64)]) {
+    /// A pass of this replica's shard ran with `report`. If every source
+    /// was on with no gap since the last one, its repairs are what the
+    /// change-driven checks missed, but for those it only came first to (a
+    /// check was due within seconds of its read): counted by kind (with
+    /// Redis events alone, MySQL-only changes among them, which they
+    /// cannot see).
+    pub fn pass_ended(&self, report: &RunReport) {
+        self.apply_findings();
+        let beaten = std::mem::take(&mut *lock(&self.pass)).beaten;
+        let fixed: Vec<(Kind, u64)> = report
+            .jobs
+            .iter()
+            .map(|j| {
+                let first_to = beaten.get(&j.kind).copied().unwrap_or(0);
+                (j.kind, j.fixed.saturating_sub(first_to))
+            })
+            .collect();
+        self.count_missed(&fixed);
+    }
+
+    /// `fixed` (per job) by a pass: missed by the checks if every source
+    /// was on with no gap since the last pass.
+    fn count_missed(&self, fixed: &[(Kind, u64)]) {
         let on = self.covered();
         if self.watching.swap(on, Ordering::SeqCst) {
             for (kind, n) in fixed {
@@ -269,9 +338,39 @@ impl Changes {
         lock(&self.probe)
     }
 
-    /// The queue (the worker's).
-    pub fn queue(&self) -> std::sync::MutexGuard<'_, WorkQueue> {
-        lock(&self.queue)
+    /// When the soonest waiting check is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        lock(&self.queue).next_due()
+    }
+
+    /// Hands out up to `max` checks due now (in flight until [`Changes::checked`]).
+    pub fn take_due(&self, now: Instant, max: usize) -> Vec<Due> {
+        let due = lock(&self.queue).take_due(now, max);
+        self.show_queue();
+        due
+    }
+
+    /// The checks of `due` ended, `ok` or failed (then tried again after a
+    /// backoff).
+    pub fn checked(&self, due: Vec<Due>, ok: bool) {
+        let now = Instant::now();
+        let mut q = lock(&self.queue);
+        due.into_iter().for_each(|d| q.done(d, ok, now));
+    }
+
+    /// A check of `due` by `source` ended with `report`: its repairs and
+    /// drift ages by source, and the queue's bookkeeping.
+    pub fn check_ended(&self, report: &RunReport, source: Source, due: Vec<Due>) {
+        for job in &report.jobs {
+            self.record_check(job, source);
+        }
+        self.metrics
+            .checks
+            .with_label_values(&[source.label()])
+            .inc_by(due.len() as u64);
+        let ok = report.outcome() != crate::jobs::report::Outcome::Failure;
+        self.checked(due, ok);
+        self.show_queue();
     }
 
     /// Waits until something is queued (or a while has passed).
@@ -339,26 +438,26 @@ mod tests {
         let c = changes();
         let fixed = [(Kind::PaidSeats, 3)];
         // Events not known on: nothing was watched.
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 0);
         // On from here: the pass that starts the watch counts nothing, the
         // next one counts its repairs.
         events_on(&c);
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 0);
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 3);
         // A gap since the last pass: what the pass finds may be the gap's.
         c.gap("connection_lost");
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 3);
         // Events that left `on` between two passes end the watch too.
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 6);
         c.probe().lost();
         c.show_events();
         events_on(&c);
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 6);
     }
 
@@ -373,18 +472,18 @@ mod tests {
             !c.covered(),
             "events alone do not cover the binlog's changes"
         );
-        c.pass_ended(&fixed);
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 0);
         c.binlog_streams(true);
         assert!(c.covered());
-        c.pass_ended(&fixed);
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 2);
         // The stream stopped between two passes: no watch.
         c.binlog_streams(false);
         c.binlog_streams(true);
-        c.pass_ended(&fixed);
+        c.count_missed(&fixed);
         assert_eq!(missed(&c), 2);
     }
 }

@@ -338,6 +338,32 @@ impl Settings {
         }
     }
 
+    /// The enabled jobs, in the contract's order: what the daemon runs,
+    /// exports series for and checks changes with.
+    pub fn enabled_jobs(&self) -> Vec<Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| self.job(*k).enabled)
+            .collect()
+    }
+
+    /// The enabled seat jobs: the pass's jobs.
+    pub fn pass_jobs(&self) -> Vec<Kind> {
+        Kind::SEAT_JOBS
+            .into_iter()
+            .filter(|k| self.job(*k).enabled)
+            .collect()
+    }
+
+    /// The job that counts and logs bad data in the daemon, whatever it
+    /// runs (so one bad value is always counted under one job): the first
+    /// enabled seat job, else the first enabled job.
+    pub fn bad_data_reporter(&self) -> Option<Kind> {
+        let enabled = self.enabled_jobs();
+        let seat = enabled.iter().copied().find(|k| k.is_seat_job());
+        seat.or_else(|| enabled.first().copied())
+    }
+
     /// The schedule a job runs on in the daemon: its own for
     /// `expired_orders`, the shared pass's for the seat jobs.
     pub fn schedule(&self, kind: Kind) -> &str {

@@ -8,7 +8,8 @@ use anyhow::Context as _;
 use crate::config::Settings;
 use crate::context::Context;
 use crate::fixtures::Fixtures;
-use crate::jobs::{self, RunOptions};
+use crate::jobs::report::RunReport;
+use crate::jobs::{self, RunOptions, RunRequest};
 use crate::model::Kind;
 
 use super::GRACE;
@@ -67,22 +68,13 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<()> {
 
     let all = Kind::ALL;
     println!("\n-- 1. dry run: what is wrong (nothing written) --");
-    let dry = jobs::run_once(
-        &ctx,
-        &all,
-        &RunOptions {
-            dry_run: true,
-            showtimes: vec![],
-            ..Default::default()
-        },
-    )
-    .await;
+    let dry = run_jobs(&ctx, &all, true).await;
     print!("{}", dry.to_text());
 
     println!(
         "\n-- 2. repair: orphans are only suspects until seen for {GRACE:?} (grace period) --"
     );
-    let first = jobs::run_once(&ctx, &all, &RunOptions::default()).await;
+    let first = run_jobs(&ctx, &all, false).await;
     print!("{}", first.to_text());
     anyhow::ensure!(
         fx.order_status(expired).await? == "CANCELLED",
@@ -96,11 +88,11 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<()> {
     println!(
         "\n-- 3. repair again: orphans seen past the grace period are released; C-5 is kept --"
     );
-    let second = jobs::run_once(&ctx, &all, &RunOptions::default()).await;
+    let second = run_jobs(&ctx, &all, false).await;
     print!("{}", second.to_text());
 
     println!("\n-- 4. once more: a converged state needs nothing --");
-    let third = jobs::run_once(&ctx, &all, &RunOptions::default()).await;
+    let third = run_jobs(&ctx, &all, false).await;
     print!("{}", third.to_text());
     print_map(&ctx, &fx, 101).await?;
 
@@ -140,4 +132,15 @@ async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Resul
         println!("{line}");
     }
     Ok(())
+}
+
+/// A run of `kinds` as the tour shows it, outside any pass.
+async fn run_jobs(ctx: &Context, kinds: &[Kind], dry_run: bool) -> RunReport {
+    let opts = RunOptions {
+        dry_run,
+        ..RunOptions::default()
+    };
+    jobs::run(ctx, RunRequest::direct(ctx, kinds, opts))
+        .await
+        .report
 }

@@ -6,6 +6,7 @@ pub mod expired_orders;
 pub mod pass_run;
 pub mod progress;
 pub mod report;
+pub mod request;
 pub mod seat_sweep;
 pub mod strict;
 
@@ -19,6 +20,7 @@ use crate::context::Context;
 use crate::error::Stage;
 use crate::model::{Kind, ShowtimeId};
 use report::{JobReport, Outcome, RunReport};
+pub use request::{Finding, Outbox, RunRequest, RunResult, Trigger};
 
 /// What one run is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -52,27 +54,22 @@ pub struct RunOptions {
     /// label is kept in the run's report (`reconcile_run.report`, `check`),
     /// so the audit tells which source found each repair; none: a pass.
     pub check: Option<&'static str>,
-    /// What a sweep tells the daemon's change-driven checks (its own, a
-    /// pass's or a check's).
-    pub changes: Option<Arc<dyn ChangeSink>>,
-}
-
-/// What a sweep tells the daemon's change-driven checks.
-pub trait ChangeSink: Send + Sync + std::fmt::Debug {
-    /// Deferred seats of `showtime` are ready in `in_ms` (Redis' clock):
-    /// check it then rather than a pass later.
-    fn grace_ends(&self, showtime: ShowtimeId, in_ms: i64);
-    /// `showtimes` were read from `read_at` on: what changed before is seen,
-    /// and no check needs to wait for it. Returns those a check was due for
-    /// within seconds of the read (a pass's repairs there beat the check:
-    /// the checks did not miss them).
-    fn swept(&self, showtimes: &[ShowtimeId], read_at: std::time::Instant) -> Vec<ShowtimeId>;
+    /// Where the run tells the daemon's change queue what it found (grace
+    /// ends, reads, repairs), as it goes; None outside the daemon.
+    pub outbox: Option<Outbox>,
 }
 
 impl RunOptions {
     /// False once the pass lease this run holds may be someone else's.
     pub fn fenced_out(&self) -> bool {
         self.fence.as_ref().is_some_and(|f| !f.holds())
+    }
+
+    /// Tells the change queue, if any, what the run found.
+    pub fn tell(&self, finding: impl FnOnce() -> Finding) {
+        if let Some(outbox) = &self.outbox {
+            outbox.send(finding());
+        }
     }
 }
 
@@ -258,31 +255,38 @@ pub fn run_span(run_id: &str) -> tracing::Span {
     tracing::info_span!("run", run_id)
 }
 
-/// Runs `kinds` in order (the contract's order when all five) and records
-/// the run in `reconcile_run` unless dry.
-pub async fn run_once(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunReport {
+/// The one entry point of every run: `request` says what to run and how
+/// (built by [`RunRequest::new`]); the seat jobs take their shard's pass
+/// lease first when the request says so. The run is recorded in
+/// `reconcile_run` unless dry; every line logged on the way, the pass
+/// claim's included, carries its `run_id`.
+pub async fn run(ctx: &Context, request: RunRequest) -> RunResult {
     let run_id = new_run_id();
     let span = run_span(&run_id);
-    run_once_as(ctx, kinds, opts, run_id, Vec::new())
-        .instrument(span)
-        .await
-}
-
-/// A change-driven check of `opts.showtimes`: a run of `kinds` of its own
-/// (recorded in `reconcile_run`, audited), without the housekeeping.
-pub async fn run_check(ctx: &Context, kinds: &[Kind], opts: &RunOptions) -> RunReport {
-    let run_id = new_run_id();
-    let span = run_span(&run_id);
-    run_once_as(ctx, kinds, opts, run_id, Vec::new())
-        .instrument(span)
-        .await
+    let RunRequest {
+        kinds,
+        opts,
+        pass_slot_ms,
+        ..
+    } = request;
+    let run = async move {
+        match pass_slot_ms {
+            Some(slot_ms) => pass_run::under_pass_lease(ctx, &kinds, &opts, slot_ms, run_id).await,
+            None => RunResult {
+                report: run_as(ctx, &kinds, &opts, run_id, Vec::new()).await,
+                pass: pass_run::PassOutcome::NotNeeded,
+            },
+        }
+    };
+    // Boxed: a run is a deep future; its callers' futures stay small.
+    Box::pin(run.instrument(span)).await
 }
 
 /// Runs `kinds` as run `run_id` (the caller's span carries it). `failed`:
 /// jobs of the run that failed before they could start (a pass that could
 /// not be claimed); they are recorded with the run, in its row's kinds and
 /// outcome, after the jobs that ran.
-pub(crate) async fn run_once_as(
+pub(crate) async fn run_as(
     ctx: &Context,
     kinds: &[Kind],
     opts: &RunOptions,

@@ -1,14 +1,13 @@
 //! A run whose seat jobs take their shard's pass lease first (`pass.rs`), so
 //! that reconcilers on the same data never sweep a shard at the same time:
-//! the daemon's scheduled passes, its admin runs, and `once`. Dry runs and
-//! runs of given showtimes take no pass lease (they write nothing, or are an
-//! operator's targeted repair under the showtime lease).
-
-use tracing::Instrument as _;
+//! the daemon's passes, its admin runs, and `once`. Which runs do is the
+//! request's to say (`RunRequest::pass_slot_ms`): dry runs and runs of given
+//! showtimes take none (they write nothing, or are an operator's targeted
+//! repair under the showtime lease).
 
 use crate::context::Context;
 use crate::jobs::report::{JobReport, RunReport, SkipReason, SkippedJob};
-use crate::jobs::{RunOptions, new_run_id, run_once_as, run_span};
+use crate::jobs::{RunOptions, RunResult, run_as};
 use crate::model::Kind;
 use crate::pass::{self, Claimed};
 use crate::store::redis::PassRecord;
@@ -41,41 +40,15 @@ pub enum PassOutcome {
     },
 }
 
-pub struct PassRun {
-    pub report: RunReport,
-    pub outcome: PassOutcome,
-}
-
-/// Runs `kinds` once; the seat jobs only if this process gets the pass of
-/// its context's shard for `slot_ms` (0: outside the schedule). Every line
-/// logged on the way, the claim's included, carries the run's `run_id`.
-pub async fn run_with_pass(
-    ctx: &Context,
-    kinds: &[Kind],
-    opts: &RunOptions,
-    slot_ms: i64,
-) -> PassRun {
-    let run_id = new_run_id();
-    let span = run_span(&run_id);
-    run_with_pass_as(ctx, kinds, opts, slot_ms, run_id)
-        .instrument(span)
-        .await
-}
-
-async fn run_with_pass_as(
+/// Runs `kinds` as run `run_id`; the seat jobs only if this process gets
+/// the pass of its context's shard for `slot_ms` (0: outside the schedule).
+pub(super) async fn under_pass_lease(
     ctx: &Context,
     kinds: &[Kind],
     opts: &RunOptions,
     slot_ms: i64,
     run_id: String,
-) -> PassRun {
-    let seat_jobs = kinds.iter().any(|k| k.is_seat_job());
-    if !seat_jobs || opts.dry_run || !opts.showtimes.is_empty() {
-        return PassRun {
-            report: run_once_as(ctx, kinds, opts, run_id, Vec::new()).await,
-            outcome: PassOutcome::NotNeeded,
-        };
-    }
+) -> RunResult {
     let shard = ctx.shard;
     let me = &ctx.settings.reconcile.instance;
     let claimed = match pass::claim(ctx, shard, slot_ms, &opts.stop).await {
@@ -95,9 +68,9 @@ async fn run_with_pass_as(
                     failed
                 })
                 .collect();
-            return PassRun {
-                report: run_once_as(ctx, &others(kinds), opts, run_id, failed).await,
-                outcome: PassOutcome::ClaimFailed,
+            return RunResult {
+                report: run_as(ctx, &others(kinds), opts, run_id, failed).await,
+                pass: PassOutcome::ClaimFailed,
             };
         }
     };
@@ -142,7 +115,7 @@ async fn run_with_pass_as(
         stop: pass.stop_token(),
         ..opts.clone()
     };
-    let report = run_once_as(ctx, kinds, &fenced, run_id, Vec::new()).await;
+    let report = run_as(ctx, kinds, &fenced, run_id, Vec::new()).await;
     let completed = !fenced.stop.is_cancelled()
         && report
             .jobs
@@ -169,9 +142,9 @@ async fn run_with_pass_as(
         pass.release().await;
         false
     };
-    PassRun {
+    RunResult {
         report,
-        outcome: PassOutcome::Ran {
+        pass: PassOutcome::Ran {
             took_over_from,
             last,
             recorded,
@@ -195,7 +168,7 @@ async fn stand_by(
     opts: &RunOptions,
     run_id: String,
     by: StoodBy,
-) -> PassRun {
+) -> RunResult {
     let StoodBy {
         holder,
         since_ms,
@@ -227,7 +200,7 @@ async fn stand_by(
     let mut report = if others.is_empty() {
         RunReport::new(run_id, opts.dry_run, Vec::new(), 0)
     } else {
-        run_once_as(ctx, &others, opts, run_id, Vec::new()).await
+        run_as(ctx, &others, opts, run_id, Vec::new()).await
     };
     let reason = if already_done {
         SkipReason::PassDone
@@ -245,9 +218,9 @@ async fn stand_by(
             since: since_ms.and_then(chrono::DateTime::from_timestamp_millis),
         })
         .collect();
-    PassRun {
+    RunResult {
         report,
-        outcome: PassOutcome::StoodBy {
+        pass: PassOutcome::StoodBy {
             holder,
             since_ms,
             already_done,

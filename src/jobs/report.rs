@@ -87,11 +87,6 @@ pub struct JobReport {
     pub drift: u64,
     /// Repairs applied.
     pub fixed: u64,
-    /// Among them, repairs a pass made in showtimes a change-driven check
-    /// was due for within seconds (the pass came first): not what the
-    /// checks missed. Not part of the report's JSON.
-    #[serde(skip)]
-    pub fixed_with_check_due: u64,
     /// Suspects waiting out the grace period.
     pub deferred: u64,
     /// Showtimes skipped because another holder had their showtime lease.
@@ -182,7 +177,6 @@ impl JobReport {
             scanned: 0,
             drift: 0,
             fixed: 0,
-            fixed_with_check_due: 0,
             deferred: 0,
             skipped_busy: 0,
             stuck_leases: 0,

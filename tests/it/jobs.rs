@@ -469,10 +469,10 @@ async fn showtime_filter_limits_the_run() {
         env.fx.showtime(id, 1, 60, "ON_SALE").await.unwrap();
         env.fx.warm_all(id, &seats, &[("A-1", "1")]).await.unwrap();
     }
-    let r = seatflow_reconciler::jobs::run_once(
+    let r = seatflow_test_support::run(
         &env.ctx,
         &[Kind::OrphanLocks],
-        &seatflow_reconciler::jobs::RunOptions {
+        seatflow_reconciler::jobs::RunOptions {
             dry_run: false,
             showtimes: vec![91],
             ..Default::default()
@@ -509,10 +509,10 @@ async fn shards_cover_every_showtime_exactly_once() {
             let shard = seatflow_reconciler::context::Context::connect(settings)
                 .await
                 .unwrap();
-            let r = seatflow_reconciler::jobs::run_once(
+            let r = seatflow_test_support::run(
                 &shard,
                 &[Kind::ExpiredOrders, Kind::OrphanLocks],
-                &Default::default(),
+                Default::default(),
             )
             .await;
             assert_eq!(r.exit_code(), 0, "{}", r.to_text());

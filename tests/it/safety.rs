@@ -680,12 +680,7 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
     let ctx = seatflow_reconciler::context::Context::connect(settings)
         .await
         .unwrap();
-    let report = seatflow_reconciler::jobs::run_once(
-        &ctx,
-        &[Kind::OrphanLocks],
-        &seatflow_reconciler::jobs::RunOptions::default(),
-    )
-    .await;
+    let report = seatflow_test_support::run(&ctx, &[Kind::OrphanLocks], Default::default()).await;
     let r = &report.jobs[0];
     assert_eq!(
         (r.outcome, r.fixed, r.errors),

@@ -3,7 +3,7 @@
 //! suspect records, then the repairs in parts of the pace's batch.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::model::{Kind, SeatRepair, ShowtimeId};
@@ -11,7 +11,7 @@ use crate::plan::{self, HashObservation, ShowtimeInput};
 use crate::store::mysql::ShowtimeRow;
 use crate::store::redis::{HashRead, ShowtimeRead, SuspectOp};
 
-use super::super::strict;
+use super::super::{Finding, strict};
 use super::notices::wrong_type_problem;
 use super::read::{Fetched, WhatToRead};
 use super::{ChunkWork, Planned, Sweep, TEMPLATE_CACHE_HALLS};
@@ -63,11 +63,12 @@ impl<'a> Sweep<'a, '_> {
         }
         let ctx = self.ctx;
         let (now_ms, reads, occupancy) = reads?;
-        if let Some(sink) = &self.opts.changes {
-            // Read, so planned here: checks asked for before need not wait.
-            let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
-            self.checks_due = sink.swept(&ids, read_at).into_iter().collect();
-        }
+        // Read, so planned here: checks asked for before need not wait.
+        self.opts.tell(|| Finding::Read {
+            showtimes: page.iter().map(|s| s.id).collect(),
+            at: read_at,
+            by_pass: self.opts.check.is_none(),
+        });
         self.load_templates(&page).await?;
         let occupancy = strict::name_seats(ctx, &page, &self.templates, occupancy).await?;
         self.unknown(&occupancy.unknown);
@@ -158,10 +159,10 @@ impl<'a> Sweep<'a, '_> {
                         true => g.known_ends_in_ms,
                         false => g.ends_in_ms,
                     };
-                    if let (Some(sink), Some(in_ms)) = (&self.opts.changes, ends_in_ms)
-                        && !self.opts.dry_run
-                    {
-                        sink.grace_ends(showtime.id, in_ms);
+                    if let Some(in_ms) = ends_in_ms.filter(|_| !self.opts.dry_run) {
+                        let at = Instant::now() + Duration::from_millis(in_ms.max(0) as u64);
+                        let showtime = showtime.id;
+                        self.opts.tell(|| Finding::GraceEnds { showtime, at });
                     }
                     ops.extend(suspect_changes(job.kind, &g, read));
                     if recheck_deferred {

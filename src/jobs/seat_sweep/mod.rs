@@ -18,7 +18,7 @@
 //! the scan loop); `read.rs` reads a chunk; `chunk.rs` plans it; `repair.rs`
 //! writes its repairs; `notices.rs` reports what is left alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::Error;
@@ -185,7 +185,6 @@ async fn run_with_reporter<'a>(
         bad_data: BadDataLog::new(reporter, ctx.repeats.clone()),
         own_keys: OwnKeys::default(),
         unknown_rows: UnknownRows::new(opts.reported.clone(), ctx.repeats.clone()),
-        checks_due: HashSet::new(),
     };
     for (kind, key) in wrong_cursors {
         let action = if opts.dry_run {
@@ -253,9 +252,6 @@ struct Sweep<'a, 'o> {
     bad_data: BadDataLog,
     own_keys: OwnKeys,
     unknown_rows: UnknownRows,
-    /// The chunk's showtimes a change-driven check was due for within
-    /// seconds of its read ([`crate::jobs::ChangeSink::swept`]).
-    checks_due: HashSet<ShowtimeId>,
 }
 
 impl<'a> Sweep<'a, '_> {

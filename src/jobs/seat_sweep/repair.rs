@@ -11,6 +11,7 @@ use crate::plan;
 use crate::store::mysql::{FixRecord, SeatHistory};
 use crate::store::redis::{Fenced, Replied, SeatBatch, SuspectOp};
 
+use super::super::Finding;
 use super::notices::log_stuck_lease;
 use super::{ChunkWork, Planned, Sweep};
 
@@ -97,11 +98,10 @@ impl<'a> Sweep<'a, '_> {
             })
             .await?;
         self.replaced(&replaced);
-        if let Some(sink) = &self.opts.changes {
-            let grace_ms = ctx.settings.reconcile.orphan_grace.as_millis() as i64;
-            for (id, _) in &ops {
-                sink.grace_ends(*id, grace_ms);
-            }
+        let at = std::time::Instant::now() + ctx.settings.reconcile.orphan_grace;
+        for (showtime, _) in &ops {
+            let showtime = *showtime;
+            self.opts.tell(|| Finding::GraceEnds { showtime, at });
         }
         Ok(())
     }
@@ -236,12 +236,17 @@ impl<'a> Sweep<'a, '_> {
             self.replaced(&replaced);
             match reply {
                 Ok(Fenced::Done(applied)) => {
-                    let check_due = self.checks_due.contains(&id);
                     for (r, ok) in batch.repairs.iter().zip(applied) {
                         if ok {
+                            let (showtime, kind) = (id, r.kind);
+                            let by_pass = self.opts.check.is_none();
+                            self.opts.tell(|| Finding::Repaired {
+                                showtime,
+                                kind,
+                                by_pass,
+                            });
                             let job = self.job(r.kind);
                             job.report.fixed += 1;
-                            job.report.fixed_with_check_due += check_due as u64;
                             let (seen_ms, order_id) = first_seen
                                 .get(&(id, r.seat.clone()))
                                 .copied()
@@ -365,12 +370,19 @@ impl<'a> Sweep<'a, '_> {
                 }
                 Err(e) => Err(e),
             };
-            let check_due = self.checks_due.contains(&id);
+            if let Ok(Fenced::Done(true)) = result {
+                let (showtime, kind) = (id, Kind::MissingHashes);
+                let by_pass = self.opts.check.is_none();
+                self.opts.tell(|| Finding::Repaired {
+                    showtime,
+                    kind,
+                    by_pass,
+                });
+            }
             let job = self.job(Kind::MissingHashes);
             match result {
                 Ok(Fenced::Done(true)) => {
                     job.report.fixed += 1;
-                    job.report.fixed_with_check_due += check_due as u64;
                     job.report.observe_drift_since(seen_ms);
                     job.audit
                         .push(FixRecord {

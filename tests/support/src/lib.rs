@@ -18,7 +18,7 @@ use seatflow_reconciler::config::{SecretUrl, Settings};
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::fixtures::{self, Fixtures};
 use seatflow_reconciler::jobs::report::{JobReport, RunReport};
-use seatflow_reconciler::jobs::{self, RunOptions};
+use seatflow_reconciler::jobs::{self, RunOptions, RunRequest};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::plan;
 
@@ -125,7 +125,7 @@ impl TestEnv {
     }
 
     pub async fn once(&self, kinds: &[Kind]) -> RunReport {
-        jobs::run_once(&self.ctx, kinds, &RunOptions::default()).await
+        run(&self.ctx, kinds, RunOptions::default()).await
     }
 
     pub async fn job(&self, kind: Kind) -> JobReport {
@@ -133,16 +133,11 @@ impl TestEnv {
     }
 
     pub async fn dry(&self, kinds: &[Kind]) -> RunReport {
-        jobs::run_once(
-            &self.ctx,
-            kinds,
-            &RunOptions {
-                dry_run: true,
-                showtimes: vec![],
-                ..Default::default()
-            },
-        )
-        .await
+        let dry = RunOptions {
+            dry_run: true,
+            ..Default::default()
+        };
+        run(&self.ctx, kinds, dry).await
     }
 
     /// Audit rows, sorted.
@@ -646,4 +641,12 @@ pub fn run_line_jobs(line: &serde_json::Value) -> Vec<BTreeMap<String, String>> 
             m
         })
         .collect()
+}
+
+/// A run of `kinds` with `opts`, as a library caller makes one: outside any
+/// pass (no pass lease).
+pub async fn run(ctx: &Context, kinds: &[Kind], opts: RunOptions) -> RunReport {
+    jobs::run(ctx, RunRequest::direct(ctx, kinds, opts))
+        .await
+        .report
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::context::Context;
+use seatflow_reconciler::jobs::RunOptions;
 use seatflow_reconciler::jobs::report::RunReport;
-use seatflow_reconciler::jobs::{self, RunOptions};
 use seatflow_reconciler::model::Kind;
 
 /// Only a guard against a test that hangs; no test waits this long when it passes.
@@ -160,7 +160,7 @@ impl BackgroundRun {
                 .unwrap();
             rt.block_on(async move {
                 let ctx = Context::connect(settings).await.expect("connect");
-                let report = jobs::run_once(&ctx, &kinds, &RunOptions::default()).await;
+                let report = crate::run(&ctx, &kinds, RunOptions::default()).await;
                 let _ = tx.send(report);
             });
         });

@@ -1,0 +1,225 @@
+//! The one way into a run: what asked for it (a [`Trigger`]) turned into a
+//! [`RunRequest`] in one place, which resolves the jobs, the options, the
+//! pace, the bad-data reporter, the deadline and whether the run takes its
+//! shard's pass lease. `jobs::run` takes the request and returns a
+//! [`RunResult`]; what the change queue needs from a run (grace ends to
+//! check, what it read and when, what it repaired) leaves the run one way,
+//! through the request's [`Outbox`], as the run goes: nothing comes back in.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::RunOptions;
+use super::pass_run::PassOutcome;
+use super::report::RunReport;
+use crate::context::Context;
+use crate::model::{Kind, ShowtimeId};
+
+/// What asked for a run.
+#[derive(Debug, Clone)]
+pub enum Trigger {
+    /// The enabled seat jobs' pass: fired by `sweep.schedule` for `slot`
+    /// (it stops before the next fire), or started outside it (`None`: a
+    /// gap, the daemon's start, a source down).
+    Pass { slot: Option<DateTime<Utc>> },
+    /// `expired-orders` fired by its own schedule.
+    Job { kind: Kind },
+    /// The admin endpoint: one job now (a seat job runs as a pass of its own).
+    Admin { kind: Kind },
+    /// A change-driven check of `showtimes`, named by its source's label
+    /// (`event`, `binlog`, `grace`, `deadline`, `retry`); `orders`: the
+    /// source may be an order's deadline, so `expired-orders` runs too.
+    Check {
+        source: &'static str,
+        showtimes: Vec<ShowtimeId>,
+        orders: bool,
+    },
+    /// The CLI's `once`: the jobs it names, under the shard's pass lease.
+    Once {
+        kinds: Vec<Kind>,
+        dry_run: bool,
+        showtimes: Vec<ShowtimeId>,
+        progress: bool,
+    },
+    /// A caller of the library (the demo's tour, the tests): these jobs
+    /// with these options, outside any pass (no pass lease).
+    Direct { kinds: Vec<Kind>, opts: RunOptions },
+}
+
+impl Trigger {
+    /// For log lines: `pass`, `check`, `once`, `admin`, the job's label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Trigger::Pass { .. } => "pass",
+            Trigger::Job { kind } => kind.label(),
+            Trigger::Admin { .. } => "admin",
+            Trigger::Check { .. } => "check",
+            Trigger::Once { .. } => "once",
+            Trigger::Direct { .. } => "direct",
+        }
+    }
+}
+
+/// A run, fully described: built by [`RunRequest::new`] alone.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub trigger: Trigger,
+    /// The jobs, in the contract's order (`expired-orders` first).
+    pub kinds: Vec<Kind>,
+    pub opts: RunOptions,
+    /// The pass lease's slot (Unix ms; 0 outside the schedule) when the
+    /// seat jobs take their shard's pass lease first; None when they take
+    /// none (a dry run, named showtimes, a check, a library caller).
+    pub pass_slot_ms: Option<i64>,
+}
+
+impl RunRequest {
+    /// The one place a trigger becomes a run. `stop` is cancelled when the
+    /// process stops; `outbox` receives what a change queue needs (the
+    /// daemon's; None elsewhere).
+    pub fn new(
+        ctx: &Context,
+        trigger: Trigger,
+        stop: CancellationToken,
+        outbox: Option<Outbox>,
+    ) -> RunRequest {
+        let settings = &ctx.settings;
+        let enabled = settings.enabled_jobs();
+        // A run the daemon starts: its settings' dry run, its pace, one
+        // bad-data reporter whatever it runs.
+        let daemon = |deadline, check, showtimes: &[ShowtimeId]| RunOptions {
+            dry_run: settings.reconcile.dry_run,
+            showtimes: showtimes.to_vec(),
+            stop: stop.clone(),
+            bad_data_reporter: settings.bad_data_reporter(),
+            pacer: ctx.pacer.clone(),
+            deadline,
+            check,
+            outbox: outbox.clone(),
+            ..RunOptions::default()
+        };
+        let (kinds, opts) = match &trigger {
+            Trigger::Pass { slot } => {
+                let seat_jobs = enabled.iter().copied().filter(|k| k.is_seat_job());
+                let deadline = slot.and_then(|s| ctx.pass_deadline(s));
+                (seat_jobs.collect(), daemon(deadline, None, &[]))
+            }
+            Trigger::Job { kind } | Trigger::Admin { kind } => {
+                (vec![*kind], daemon(None, None, &[]))
+            }
+            Trigger::Check {
+                source,
+                showtimes,
+                orders,
+            } => {
+                let kinds = enabled.iter().copied();
+                let kinds = kinds.filter(|k| *orders || k.is_seat_job()).collect();
+                (kinds, daemon(None, Some(*source), showtimes))
+            }
+            Trigger::Once {
+                kinds,
+                dry_run,
+                showtimes,
+                progress,
+            } => {
+                let opts = RunOptions {
+                    dry_run: *dry_run || settings.reconcile.dry_run,
+                    showtimes: showtimes.clone(),
+                    progress: *progress,
+                    stop: stop.clone(),
+                    ..RunOptions::default()
+                };
+                (kinds.clone(), opts)
+            }
+            Trigger::Direct { kinds, opts } => (kinds.clone(), opts.clone()),
+        };
+        // Seat jobs run under their shard's pass lease, so reconcilers on
+        // the same data never sweep a shard at once; a dry run writes none,
+        // named showtimes are an operator's repair under the showtime
+        // lease, a check runs only on the shard's active replica.
+        let under_pass = match &trigger {
+            Trigger::Pass { .. } | Trigger::Admin { .. } | Trigger::Once { .. } => {
+                kinds.iter().any(|k| k.is_seat_job()) && !opts.dry_run && opts.showtimes.is_empty()
+            }
+            Trigger::Job { .. } | Trigger::Check { .. } | Trigger::Direct { .. } => false,
+        };
+        let slot_ms = match &trigger {
+            Trigger::Pass { slot: Some(s) } => s.timestamp_millis(),
+            _ => 0,
+        };
+        RunRequest {
+            trigger,
+            kinds,
+            opts,
+            pass_slot_ms: under_pass.then_some(slot_ms),
+        }
+    }
+
+    /// A library caller's run of `kinds` with `opts` (no pass lease).
+    pub fn direct(ctx: &Context, kinds: &[Kind], opts: RunOptions) -> RunRequest {
+        let trigger = Trigger::Direct {
+            kinds: kinds.to_vec(),
+            opts: opts.clone(),
+        };
+        RunRequest::new(ctx, trigger, opts.stop, None)
+    }
+}
+
+/// What a run came to: its report, and for a run under the pass lease
+/// what the claim found.
+#[derive(Debug)]
+pub struct RunResult {
+    pub report: RunReport,
+    pub pass: PassOutcome,
+}
+
+/// What a run tells a change queue as it goes (one way: nothing is
+/// answered).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// Deferred seats of `showtime` are ready at `at`: check it then
+    /// rather than a pass later.
+    GraceEnds { showtime: ShowtimeId, at: Instant },
+    /// `showtimes` were read from `at` on: what changed before, this run
+    /// sees (a check waiting for it need not run).
+    Read {
+        showtimes: Vec<ShowtimeId>,
+        at: Instant,
+        /// Read by a pass (whose repairs the checks may have missed).
+        by_pass: bool,
+    },
+    /// `kind` repaired a seat (or the hash) of `showtime`.
+    Repaired {
+        showtime: ShowtimeId,
+        kind: Kind,
+        by_pass: bool,
+    },
+}
+
+/// Where a run's [`Finding`]s go: a channel the change queue drains, and a
+/// wake-up for the task that drains it.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    tx: tokio::sync::mpsc::UnboundedSender<Finding>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Outbox {
+    /// An outbox and its receiving end.
+    pub fn new(
+        wake: Arc<tokio::sync::Notify>,
+    ) -> (Outbox, tokio::sync::mpsc::UnboundedReceiver<Finding>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Outbox { tx, wake }, rx)
+    }
+
+    pub fn send(&self, finding: Finding) {
+        // The queue is gone only when the daemon stops: nothing to tell.
+        if self.tx.send(finding).is_ok() {
+            self.wake.notify_one();
+        }
+    }
+}
