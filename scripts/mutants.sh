@@ -26,6 +26,10 @@
 # missed.txt, timeout.txt, unviable.txt, logs/). Then verdict.py updates
 # scripts/mutants/summary.md (commit it) and exits non-zero when a mutant
 # survived that scripts/mutants/survivors.txt does not list with a reason.
+# The list keys a mutant by its file, function and mutation, not by line and
+# column (`src/pass.rs: replace < with <= in PassFence::holds`), so edits
+# elsewhere do not unlist it; verdict.py's docstring says how the key is
+# made, and `python3 scripts/mutants/verdict.py --self-test` checks it.
 #
 # The integration tests are two test targets: `it` (tests/it/) and
 # `failpoints` (tests/failpoints/, the tests that arm failpoints). A test is

@@ -22,7 +22,13 @@ calls the SQL a syntax error or names a column it does not have).
 
 Results go to mutants.out/<group>/mutants.out/ (caught.txt, missed.txt,
 timeout.txt, unviable.txt, logs/), laid out as cargo-mutants lays out its
-own, so one verdict (verdict.py) reads both. `--iterate` skips what an
+own, so one verdict (verdict.py) reads both. A mutant's name is
+`path:line:col: what [in ITEM] at `LINE``: ITEM is the Rust function or
+constant whose SQL it mutates, LINE the mutated source line (trimmed,
+whitespace collapsed, the mutated text marked « »), and `#n` after it
+tells apart the same mutation on identical lines of one file. verdict.py
+keys survivors by the name without line and column, so what identifies a
+mutant is its item and its own line, which edits elsewhere do not change. `--iterate` skips what an
 earlier run caught or found unviable and keeps it (previously_caught.txt),
 as cargo-mutants' `--iterate` does, and keeps its timeouts too (the same
 tests would hang again; cargo-mutants tests those again). The unmutated
@@ -115,11 +121,26 @@ class Mutant:
     old: str
     new: str
     what: str
+    # The Rust item (fn or const) whose string literal an SQL mutant is in.
+    # A Lua mutant has none: a script is one chunk, mostly without functions
+    # of its own, so its place is the mutated line (`at` below) alone.
+    item: str = ""
 
-    def name(self, text):
+    def name(self, text, nth=0):
+        """`path:line:col: what [in item] at `line``: the line and column as
+        cargo-mutants gives them; the item and the mutated line (the text
+        marked « ») name the mutant wherever the line moves to (verdict.py
+        keys survivors by all but the line and column). `nth` (from 1) tells
+        apart the same mutation on identical lines of one file."""
         line = text.count("\n", 0, self.offset) + 1
-        col = self.offset - (text.rfind("\n", 0, self.offset) + 1) + 1
-        return f"{self.path}:{line}:{col}: {self.what}"
+        start = text.rfind("\n", 0, self.offset) + 1
+        col = self.offset - start + 1
+        end = text.find("\n", self.offset)
+        end = len(text) if end < 0 else end
+        stop = min(self.offset + len(self.old), end)
+        marked = text[start : self.offset] + "«" + text[self.offset : stop] + "»" + text[stop:end]
+        place = f" in {self.item}" if self.item else ""
+        return f"{self.path}:{line}:{col}: {self.what}{place} at `{' '.join(marked.split())}`" + (f" #{nth}" if nth else "")
 
     def apply(self, text):
         assert text[self.offset : self.offset + len(self.old)] == self.old
@@ -281,7 +302,7 @@ SQL_SWAPS = [
 ]
 
 
-def sql_conjunct_removals(path, text, a, b):
+def sql_conjunct_removals(path, text, a, b, item):
     """` AND x` dropped, x running to the next top-level AND/OR, a closing
     parenthesis of an outer group, or the end of the literal."""
     out = []
@@ -303,13 +324,14 @@ def sql_conjunct_removals(path, text, a, b):
             i += 1
         old = text[a + m.start() : i]
         if depth == 0:
-            out.append(Mutant(path, a + m.start(), old, "", f"delete `{short(old.strip())}`"))
+            out.append(Mutant(path, a + m.start(), old, "", f"delete `{short(old.strip())}`", item))
     return out
 
 
 def sql_mutants(path, text, functions):
     out = []
     for header in functions:
+        item = header.split()[-1]  # `fn cancel_expired` -> cancel_expired
         fa, fb = item_body(text, header)
         for a, b in rust_string_contents(text, fa, fb):
             for x, y in sql_code_spans(text, a, b):
@@ -317,9 +339,30 @@ def sql_mutants(path, text, functions):
                     for m in re.finditer(pattern, text[x:y]):
                         old = m.group(0)
                         what = f"replace `{old.strip()}` with `{new.strip()}`" if new else f"delete `{old.strip()}`"
-                        out.append(Mutant(path, x + m.start(), old, new, what))
-            out.extend(sql_conjunct_removals(path, text, a, b))
+                        out.append(Mutant(path, x + m.start(), old, new, what, item))
+            out.extend(sql_conjunct_removals(path, text, a, b, item))
     return out
+
+
+def names(mutants, text):
+    """Each mutant's name, `#n` added where two would be alike (the same
+    mutation on identical lines of one file), in the order of the text."""
+    plain = [m.name(text) for m in mutants]
+    by_key = {}  # the name without path, line and column: what verdict.py keys by
+    for m, n in zip(mutants, plain):
+        by_key.setdefault(n.split(": ", 1)[1], []).append(m.offset)
+    out = []
+    for m, n in zip(mutants, plain):
+        same = sorted(by_key[n.split(": ", 1)[1]])
+        out.append(m.name(text, same.index(m.offset) + 1) if len(same) > 1 else n)
+    return out
+
+
+def target_names(target, text=None):
+    """(mutant, name) of every mutant of a target, from its file as it is."""
+    text = (ROOT / target.path).read_text() if text is None else text
+    ms = sql_mutants(target.path, text, target.functions) if target.functions else lua_mutants(target.path, text)
+    return list(zip(ms, names(ms, text)))
 
 
 def short(s):
@@ -398,11 +441,10 @@ def main():
     plan = []
     for t in GROUPS[args.group]:
         text = (ROOT / t.path).read_text()
-        ms = sql_mutants(t.path, text, t.functions) if t.functions else lua_mutants(t.path, text)
-        plan += [(t, m, text) for m in ms if (not args.only or args.only in m.name(text)) and m.name(text) not in skip]
+        plan += [(t, m, n, text) for m, n in target_names(t, text) if (not args.only or args.only in n) and n not in skip]
     if args.list:
-        for _, m, text in plan:
-            print(m.name(text))
+        for _, _, n, _ in plan:
+            print(n)
         return 0
 
     if logs.exists():
@@ -420,11 +462,11 @@ def main():
         "unviable": earlier.get("unviable", []),
     }
     results["previously_caught"] = earlier.get("caught", []) + earlier.get("previously_caught", [])
-    for n, (t, m, text) in enumerate(plan, 1):
+    for n, (t, m, name, text) in enumerate(plan, 1):
         started = time.monotonic()
         outcome = judge(t, m, text, logs / f"{n:03}.log")
-        results[outcome].append(m.name(text))
-        print(f"[{n}/{len(plan)}] {outcome:8} {m.name(text)} ({time.monotonic() - started:.0f} s)", flush=True)
+        results[outcome].append(name)
+        print(f"[{n}/{len(plan)}] {outcome:8} {name} ({time.monotonic() - started:.0f} s)", flush=True)
     for outcome, names in results.items():
         (out / f"{outcome}.txt").write_text("".join(f"{x}\n" for x in names))
     return 0
