@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Checks the dependency rules of ARCHITECTURE.md ("Dependency rules") from
-the code's own `crate::` paths, so the document cannot drift from the code:
+"""Checks the dependency and layout rules of ARCHITECTURE.md ("Dependency
+rules") from the code itself, so the document cannot drift from the code:
 
+- every top-level module of the product has a layer in `LAYERS` (a new
+  module must be placed), and imports (its `crate::` paths) only from
+  layers below its own;
 - no import circle among the top-level modules of the product crate, nor of
   the benchmark crate, the test support crate or the simulator;
 - the stores (`store`) import only `model` and `error` (and the race-window
   names, which any layer may use);
 - the pure modules import no I/O: `model` imports nothing of the crate,
-  `plan` and `pace` only `model`, `pass_fit` nothing.
+  `plan` and `pace` only `model`, `pass_fit` nothing;
+- rooms fit one sitting: no file of the product has more than `ROOM_LINES`
+  lines outside its unit-test module.
 
 Run from the repository root: `python3 scripts/check_deps.py` (CI does).
 Prints the module graph with `--graph`. Exit 1 names every broken rule.
@@ -26,6 +31,22 @@ ALLOWED = {
     "pace": {"model"},
     "pass_fit": set(),
 }
+# The product's layers, lowest first, as ARCHITECTURE.md lists them: a
+# module imports only from the layers before its own.
+LAYERS = [
+    {"model", "error", "pace", "pass_fit", "schedule", "repeats", "process_metrics"},
+    {"plan", "store", "config"},
+    {"retry", "telemetry", "denials", "lease", "fixtures"},
+    {"context"},
+    {"pass"},
+    {"jobs"},
+    {"inspect", "metrics"},
+    {"changes"},
+    {"push", "runner", "access"},
+    {"http", "change_watch", "demo"},
+    {"daemon"},
+]
+ROOM_LINES = 600
 CRATES = ["src", "benches/seatflow-bench/src", "tests/support/src", "tests/simulator/src"]
 ROOTS = {"lib.rs", "main.rs"}
 
@@ -76,8 +97,43 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def main() -> int:
+def layer_problems(edges: dict[str, set[str]]) -> list[str]:
+    layer = {m: i for i, names in enumerate(LAYERS) for m in names}
     problems = []
+    for module in sorted(set(edges) - set(layer) - ANY_LAYER):
+        problems.append(f"src/{module} has no layer: place it in LAYERS (scripts/check_deps.py) "
+                        "and in ARCHITECTURE.md's dependency rules")
+    for module, used in sorted(edges.items()):
+        if module not in layer:
+            continue
+        for up in sorted(u for u in used - ANY_LAYER if layer.get(u, -1) >= layer[module]):
+            problems.append(f"src/{module} (layer {layer[module]}) imports src/{up} "
+                            f"(layer {layer[up]}): only layers below may be imported")
+    return problems
+
+
+def outside_tests(path: Path) -> int:
+    """Lines of a file before its unit-test module, comments included."""
+    lines = path.read_text().split("\n")
+    for i, line in enumerate(lines[:-1]):
+        if line.strip() == "#[cfg(test)]" and re.match(r"\s*(pub(\(\w+\))? )?mod \w+ \{", lines[i + 1]):
+            lines = lines[:i]
+            break
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return len(lines)
+
+
+def room_problems() -> list[str]:
+    return [
+        f"{path}: {n} lines outside its unit tests (a room holds at most {ROOM_LINES}): split it by concern"
+        for path in sorted(Path("src").rglob("*.rs"))
+        if (n := outside_tests(path)) > ROOM_LINES
+    ]
+
+
+def main() -> int:
+    problems = room_problems()
     for crate in CRATES:
         root = Path(crate)
         edges = graph(root)
@@ -88,6 +144,7 @@ def main() -> int:
         for c in circles(edges):
             problems.append(f"{crate}: import circle {' -> '.join(c)}")
         if crate == "src":
+            problems += layer_problems(edges)
             for module, allowed in ALLOWED.items():
                 extra = edges.get(module, set()) - allowed - ANY_LAYER
                 if extra:
@@ -98,8 +155,8 @@ def main() -> int:
     for p in problems:
         print(p, file=sys.stderr)
     if not problems:
-        print("dependency rules hold: no import circle; stores import only model and error; "
-              "model, plan, pace and pass_fit are pure")
+        print("dependency rules hold: every module in its layer, no import circle; stores import "
+              f"only model and error; model, plan, pace and pass_fit are pure; rooms within {ROOM_LINES} lines")
     return 1 if problems else 0
 
 

@@ -10,15 +10,15 @@
 # - planner: src/plan/ and the strict reading of rows (src/model/contract.rs,
 #   occupancy.rs), by the unit and property tests and the integration tests
 #   that run the planner end to end.
-# - repair-path: the sweep's lease → re-check → script, the expired-orders
+# - repair-path: the sweep's lease → confirmation → script, the expired-orders
 #   cancel chain, the showtime lease, the conditional MySQL writes and the
-#   re-check's reading (with the decoding of a seat row and its order's
+#   confirmation's reading (with the decoding of a seat row and its order's
 #   dates, rule 16).
 # - store-scripts: the store functions that call the Lua scripts (repairs,
 #   rebuilds, suspects, leases) and decode their replies.
 # - pass: the daemon's pass lease (src/pass.rs and its Redis calls).
 # - lua: every Lua script (src/store/lua/), by scripts/mutants/guards.py.
-# - sql: the SQL text of the conditional cancel and of the re-check before
+# - sql: the SQL text of the conditional cancel and of the confirmation before
 #   a write, by scripts/mutants/guards.py.
 #
 # Each group runs its tests unmutated first and stops the run when they
@@ -76,13 +76,13 @@ for group in "${groups[@]}"; do
     repair-path)
       rust repair-path races::,safety::,own_keys::,strict_reading::,jobs:: \
         --file src/jobs/seat_sweep/repair.rs --file src/jobs/expired_orders.rs \
-        --file src/lease.rs --file src/store/mysql/orders.rs --file src/store/mysql/recheck.rs \
+        --file src/lease.rs --file src/store/mysql/orders.rs --file src/store/mysql/confirm.rs \
         --file src/store/mysql/sql.rs \
         --re "Sweep<'a, '_>::(apply|repair_seats|rebuild)\b" \
         --re '\b(seat_row_facts|order_dates)\b' \
         --re '\b(cancel_chunk|cancel_locked)\b' \
         --re 'RunLeases::(acquire|renew_due|release)\b' \
-        --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|seat_history|seats_named)\b' \
+        --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|confirm_seats|seats_named)\b' \
         --re '\bpush_position\b' \
         --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
     store-scripts)

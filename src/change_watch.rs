@@ -394,7 +394,7 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
         budget.spend(due.len());
         if !active {
             tracing::debug!(showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(), "checks due on a standby: let go");
-            changes.checked(due, true);
+            changes.done(due, true);
             continue;
         }
         for source in Source::ALL {

@@ -75,7 +75,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
     let read = reads.remove(0);
     let lease_held = ctx
         .redis
-        .get_string(&ctx.redis.keys.lease(id))
+        .get_string(&ctx.redis.keys.showtime_lease(id))
         .await?
         .is_some();
 

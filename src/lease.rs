@@ -1,7 +1,7 @@
 //! The showtime lease (the spec's per-showtime mutex, safety rule 2): `SET
 //! PX` with a random token where no lease is (a lease key of another type is
 //! nobody's lease and is replaced, rule 13), renewed while a batch runs,
-//! released by compare-and-delete. Every repair script re-checks the token
+//! released by compare-and-delete. Every repair script checks the token again
 //! itself, so a holder that paused past its lease writes nothing even if it
 //! does not know yet.
 

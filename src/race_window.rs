@@ -8,10 +8,10 @@
 //! release build `race_window!` expands to nothing.
 
 /// Seat jobs: the showtimes are scanned, planned and leased; next, the seats
-/// to repair are re-read in MySQL (rule 4's re-check).
-pub const SEAT_BEFORE_RECHECK: &str = "seat-sweep-before-recheck";
+/// to repair are re-read in MySQL (rule 4's confirmation).
+pub const SEAT_BEFORE_CONFIRM: &str = "seat-sweep-before-confirm";
 
-/// Seat jobs: the re-check passed and the showtime leases were renewed; next,
+/// Seat jobs: the confirmation passed and the showtime leases were renewed; next,
 /// the fenced compare-and-set script (rules 1, 2 and 13).
 pub const SEAT_BEFORE_REPAIR: &str = "seat-sweep-before-repair";
 
@@ -30,7 +30,7 @@ pub const EXPIRED_BEFORE_CANCEL: &str = "expired-orders-before-cancel";
 /// UPDATE. seatflow's payment of one of them waits for the commit here.
 pub const EXPIRED_CANCEL_ROWS_LOCKED: &str = "expired-orders-cancel-rows-locked";
 
-/// expired-orders: the cancel is committed; next, the re-check of its seats
+/// expired-orders: the cancel is committed; next, the confirmation of its seats
 /// in MySQL (rule 15) and their `"1"` → `"0"` in Redis, still under the
 /// showtime leases (rules 1 and 2).
 pub const EXPIRED_AFTER_CANCEL: &str = "expired-orders-after-cancel";

@@ -69,7 +69,7 @@ fn whole_seconds(t: DateTime<Utc>) -> Option<DateTime<Utc>> {
 }
 
 /// Why a schedule is not usable, in words for a configuration error.
-pub fn check(raw: &str) -> Result<(), String> {
+pub fn validate(raw: &str) -> Result<(), String> {
     let fields = raw.split_whitespace().count();
     if fields != 6 {
         return Err(format!(
@@ -101,10 +101,10 @@ mod tests {
 
     #[test]
     fn six_fields_seconds_first() {
-        assert!(check("0 * * * * *").is_ok());
-        assert!(check("* * * * *").unwrap_err().contains("6 fields"));
-        assert!(check("0 0 25 * * *").unwrap_err().contains("invalid cron"));
-        assert!(check("0 0 0 30 2 *").unwrap_err().contains("never fires"));
+        assert!(validate("0 * * * * *").is_ok());
+        assert!(validate("* * * * *").unwrap_err().contains("6 fields"));
+        assert!(validate("0 0 25 * * *").unwrap_err().contains("invalid cron"));
+        assert!(validate("0 0 0 30 2 *").unwrap_err().contains("never fires"));
         assert!(Schedule::new("nonsense").is_err());
         let parsed = Schedule::new("0 * * * * *").unwrap();
         let t = at("2026-12-03T10:00:00Z");

@@ -3,7 +3,7 @@
 
 cargo-mutants mutates Rust. The compare-and-set, fencing and type checks live
 in Lua (`src/store/lua/*.lua`, compiled in with `include_str!`) and the
-conditional cancel and the re-check before a lowering live in SQL text
+conditional cancel and the confirmation before a lowering live in SQL text
 (string literals in `src/store/mysql/`). This mutates those texts:
 
 - comparisons (`==`/`~=`, `=`/`<>`, `<`/`<=`, `>`/`>=`),
@@ -96,11 +96,11 @@ GROUPS = {
             ["races::", "safety::", "jobs::", "strict_reading::", "bad_data::"],
             ("fn cancel_expired", "fn cancelled_by_us_since"),
         ),
-        # The re-check right before a write (rules 4 and 15).
+        # The confirmation right before a write (rules 4 and 15).
         Target(
-            "src/store/mysql/recheck.rs",
+            "src/store/mysql/confirm.rs",
             SEAT_TESTS,
-            ("fn push_position", "fn history_query", "fn seats_named", "fn seat_history"),
+            ("fn push_position", "fn confirm_query", "fn seats_named", "fn confirm_seats"),
         ),
         # What every read of seat rows selects, and the dates that decode
         # where SQL filters by them (the rows' own dates are checked in Rust:

@@ -4,7 +4,7 @@
 //! the safety net for what no source saw, and starts at once after a gap.
 //!
 //! A check of a showtime is the pass's own code scoped to it
-//! (`RunOptions::showtimes`): same reads, planner, lease, re-check, scripts
+//! (`RunOptions::showtimes`): same reads, planner, lease, confirmation, scripts
 //! and audit. Only the active holder of its shard's pass lease checks, so
 //! replicas never double the work.
 //!
@@ -343,7 +343,7 @@ impl Changes {
         lock(&self.queue).next_due()
     }
 
-    /// Hands out up to `max` checks due now (in flight until [`Changes::checked`]).
+    /// Hands out up to `max` checks due now (in flight until [`Changes::done`]).
     pub fn take_due(&self, now: Instant, max: usize) -> Vec<Due> {
         let due = lock(&self.queue).take_due(now, max);
         self.show_queue();
@@ -352,7 +352,7 @@ impl Changes {
 
     /// The checks of `due` ended, `ok` or failed (then tried again after a
     /// backoff).
-    pub fn checked(&self, due: Vec<Due>, ok: bool) {
+    pub fn done(&self, due: Vec<Due>, ok: bool) {
         let now = Instant::now();
         let mut q = lock(&self.queue);
         due.into_iter().for_each(|d| q.done(d, ok, now));
@@ -369,7 +369,7 @@ impl Changes {
             .with_label_values(&[source.label()])
             .inc_by(due.len() as u64);
         let ok = report.outcome() != crate::jobs::report::Outcome::Failure;
-        self.checked(due, ok);
+        self.done(due, ok);
         self.show_queue();
     }
 

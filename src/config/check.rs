@@ -15,7 +15,7 @@ use crate::schedule;
 impl Settings {
     /// Checks every rule and fills what defaults to the host: the instance
     /// name and, with `sharding.index = -1`, the StatefulSet ordinal.
-    pub(super) fn checked(mut self, hostname: Option<&str>) -> Result<Settings, ConfigError> {
+    pub(super) fn validated(mut self, hostname: Option<&str>) -> Result<Settings, ConfigError> {
         for (key, d) in self.durations() {
             at_most_a_year(key, d)?;
         }
@@ -120,14 +120,14 @@ impl Settings {
             check_job(kind, self.job(kind))?;
         }
         let expired = self.schedule(Kind::ExpiredOrders);
-        schedule::check(expired)
+        schedule::validate(expired)
             .map_err(|reason| ConfigError::new("jobs.expired_orders.schedule", reason))?;
         if self.sweep.schedule.trim().eq_ignore_ascii_case("auto") {
             let both = self.changes.both_sources();
             self.sweep.schedule = if both { COVERED_SWEEP } else { MINUTE_SWEEP }.into();
             self.sweep.while_uncovered = both.then_some(UNCOVERED_PASS_EVERY);
         }
-        self.sweep.checked()?;
+        self.sweep.validated()?;
         in_range(
             "changes.queue_capacity",
             self.changes.queue_capacity,
@@ -201,8 +201,8 @@ impl Settings {
 }
 
 impl SweepSettings {
-    fn checked(&self) -> Result<(), ConfigError> {
-        schedule::check(&self.schedule)
+    fn validated(&self) -> Result<(), ConfigError> {
+        schedule::validate(&self.schedule)
             .map_err(|reason| ConfigError::new("sweep.schedule", reason))?;
         in_range(
             "sweep.max_hashes_per_second",

@@ -418,7 +418,7 @@ impl Settings {
         let settings: Settings = merged
             .try_deserialize()
             .map_err(|e| ConfigError::new(sources::error_key(&e), e.to_string()))?;
-        settings.checked(hostname)?.checked_tls_files()
+        settings.validated(hostname)?.validated_tls_files()
     }
 }
 

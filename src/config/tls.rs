@@ -114,7 +114,7 @@ impl Settings {
     /// Every TLS file exists and parses; a client certificate comes with
     /// its key and matches it; TLS files are not set for a plain-text
     /// connection.
-    pub(super) fn checked_tls_files(self) -> Result<Settings, ConfigError> {
+    pub(super) fn validated_tls_files(self) -> Result<Settings, ConfigError> {
         let m = &self.mysql;
         check_files("mysql", m.tls_ca(), m.tls_cert(), m.tls_key())?;
         let has_files = m.tls_ca().is_some() || m.tls_cert().is_some();

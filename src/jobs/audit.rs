@@ -4,7 +4,7 @@
 //!
 //! A full batch is written in the background while the sweep goes on (at
 //! most one batch in flight per job); `flush` waits for it and writes the
-//! rest, so a settled job's audit is complete or its failures are counted.
+//! rest, so a closed job's audit is complete or its failures are counted.
 //!
 //! Eventually complete: a batch MySQL does not take is kept in Redis
 //! (`{prefix}reconcile:audit-backlog`), and the next run writes it before

@@ -21,7 +21,7 @@ pub const CHECK_FRESH: Duration = Duration::from_secs(60);
 
 /// The verdict a run acts on: read now, or for a check (`check`) the last
 /// one when it is fresh enough.
-pub async fn checked(ctx: &Context, check: bool) -> Result<Arc<ContractState>, Error> {
+pub async fn judged(ctx: &Context, check: bool) -> Result<Arc<ContractState>, Error> {
     if check && let Some(state) = ctx.mysql.contract_within(CHECK_FRESH) {
         return Ok(state);
     }

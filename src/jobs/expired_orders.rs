@@ -3,7 +3,7 @@
 //! `active = NULL` in one transaction (rule 3), then the seats of the
 //! order's own `order_seat` rows, each in the row's showtime, `"1"` → `"0"`
 //! by fenced compare-and-set under the showtime lease of the row's
-//! showtime, where a fresh re-check shows that nothing else holds the seat
+//! showtime, where a fresh confirmation shows that nothing else holds the seat
 //! (rule 15).
 
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> 
         ctx.settings.reconcile.lock_ttl,
         ctx.leases.clone(),
     );
-    if let Err(e) = sweep(ctx, opts, audit, &mut report, &leases, &mut unknown).await {
+    if let Err(e) = cancel_expired(ctx, opts, audit, &mut report, &leases, &mut unknown).await {
         tracing::error!(kind = "expired_orders", error = %e, "job stopped");
         report.fail(&e);
     }
@@ -42,7 +42,8 @@ pub async fn run(ctx: &Context, opts: &RunOptions, audit: &mut AuditLog<'_>) -> 
     report
 }
 
-async fn sweep(
+/// Pages through the expired PENDING orders and cancels each chunk.
+async fn cancel_expired(
     ctx: &Context,
     opts: &RunOptions,
     audit: &mut AuditLog<'_>,
@@ -319,16 +320,13 @@ async fn cancel_locked(
         .map(|(s, seat, _)| (*s, seat.clone(), true))
         .collect();
     let (fresh, rows) = ctx
-        .retry("re-check seats", || ctx.mysql.seat_history(&asked))
+        .retry("confirm seats", || ctx.mysql.confirm_seats(&asked))
         .await?;
     unknown.report(report, &rows);
     let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();
     let shape = ctx.mysql.contract().shape.clone();
-    for ((showtime, seat, order), history) in releases.into_iter().zip(fresh) {
-        if !history
-            .truth
-            .allows(Some(SeatState::Locked), SeatState::Free)
-        {
+    for ((showtime, seat, order), now) in releases.into_iter().zip(fresh) {
+        if !now.truth.allows(Some(SeatState::Locked), SeatState::Free) {
             tracing::info!(
                 showtime_id = showtime,
                 seat = %seat,
@@ -418,7 +416,7 @@ async fn cancel_locked(
 /// lease; the acquisition replaced them. Each is reported once per run.
 fn replaced_leases(ctx: &Context, report: &mut JobReport, opts: &RunOptions, ids: &[ShowtimeId]) {
     for id in ids {
-        let key = ctx.redis.keys.lease(*id);
+        let key = ctx.redis.keys.showtime_lease(*id);
         if !opts.reported.first(&key) {
             continue;
         }

@@ -73,7 +73,7 @@ impl RunOptions {
     }
 }
 
-/// Runs jobs once and returns their settled reports: `expired-orders`
+/// Runs jobs once and returns their closed reports: `expired-orders`
 /// first, then the seat jobs, which share one sweep (each hash read once;
 /// `duration_ms` is then that sweep's for each of them).
 pub async fn run_jobs(
@@ -95,7 +95,7 @@ pub async fn run_jobs(
         let report = expired_orders::run(ctx, opts, &mut audit)
             .instrument(span.clone())
             .await;
-        out.push(settle(report, audit, started, opts).instrument(span).await);
+        out.push(close_job(report, audit, started, opts).instrument(span).await);
     }
     if !seats.is_empty() {
         // The seat jobs share one sweep: its lines carry `kinds`, and a line
@@ -112,7 +112,7 @@ pub async fn run_jobs(
             .await
         {
             out.push(
-                settle(report, audit, started, opts)
+                close_job(report, audit, started, opts)
                     .instrument(span.clone())
                     .await,
             );
@@ -123,8 +123,8 @@ pub async fn run_jobs(
     out
 }
 
-/// Writes what is left of a job's audit and settles its outcome.
-async fn settle(
+/// Closes a job of a run: writes what is left of its audit and sets its outcome.
+async fn close_job(
     mut report: JobReport,
     mut audit: audit::AuditLog<'_>,
     started: Instant,
@@ -142,7 +142,7 @@ async fn settle(
 }
 
 /// One line per run: its outcome and totals, and each job's counts of its
-/// final report (logged once the run has settled everything, audit errors
+/// final report (logged once the run has closed every job, audit errors
 /// included). A run that found, changed and met nothing is logged at INFO
 /// once a minute at most (DEBUG otherwise), so an idle daemon writes about
 /// one line a minute.
@@ -312,7 +312,7 @@ pub(crate) async fn run_as(
         close_earlier_runs(ctx).await
     };
     // Rule 17: the schema as MySQL has it, judged before the jobs read.
-    let (mut jobs, deviations) = match contract::checked(ctx, opts.check.is_some()).await {
+    let (mut jobs, deviations) = match contract::judged(ctx, opts.check.is_some()).await {
         Ok(state) => (
             run_jobs(ctx, kinds, opts, &run_id, &run_row).await,
             contract::DeviationReport::all(&state),

@@ -166,10 +166,10 @@ impl Holds {
 /// How the store's reads adapt to the schema MySQL has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadShape {
-    /// `order_seat.showtime_id` may be NULL: the re-check also reads the
+    /// `order_seat.showtime_id` may be NULL: the confirmation also reads the
     /// rows with none (an index range) and holds their seats.
     pub null_showtime_rows: bool,
-    /// `order_seat.seat_no` may be NULL: the re-check also reads a
+    /// `order_seat.seat_no` may be NULL: the confirmation also reads a
     /// showtime's rows with none (they may hold any of its seats).
     pub null_seat_rows: bool,
     /// `showtime.id` is unsigned: pages stop at BIGINT's end.

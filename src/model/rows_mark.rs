@@ -1,7 +1,7 @@
 //! A seat's `order_seat` rows (and their orders) as MySQL showed them, in
 //! 64 bits: rule 4's "continuously" asked in MySQL's own terms. A suspect
 //! record that carries the mark its first sighting read is still orphaned
-//! throughout while a re-check reads the same mark, whatever the clocks of
+//! throughout while a confirmation reads the same mark, whatever the clocks of
 //! the application (order times) and of Redis (first sightings) say.
 //!
 //! Every order write of the contract changes a row's mark: a new order adds
@@ -12,7 +12,7 @@ use std::hash::Hasher;
 
 use crate::model::contract::SeatRowFacts;
 
-/// A seat's rows as a re-check reads them now.
+/// A seat's rows as a confirmation reads them now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SeatRows {
     /// The latest time of any order on the seat (the application's clock;

@@ -36,7 +36,7 @@ impl Suspect {
         }
     }
 
-    /// A record started over by a re-check that read `rows`, at `now_ms`:
+    /// A record started over by a confirmation that read `rows`, at `now_ms`:
     /// a Redis time taken *after* that read, so that every order write the
     /// mark does not show came after the first sighting and changes it.
     pub fn seen_with(state: SeatState, now_ms: i64, rows: &SeatRows) -> Suspect {
@@ -49,7 +49,7 @@ impl Suspect {
 }
 
 /// A suspect record: the orphaned value first seen at `first_seen_ms`
-/// (Redis server time), and the mark of the seat's rows when a re-check
+/// (Redis server time), and the mark of the seat's rows when a confirmation
 /// read them before that time. Stored in `{prefix}reconcile:suspect:{S}` as
 /// `"<value>@<ms>"`, or `"<value>@<ms>@<mark>"` (16 hex digits). A reader
 /// that does not know the mark reads the record as unreadable and starts

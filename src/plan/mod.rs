@@ -305,7 +305,7 @@ pub use grace::{CLOCK_SLACK_MS, GracePlan, Suspect, apply_grace, suspect_state};
 /// right before the write): the fresh truth wants the planned target, the
 /// same job owns the drift, and a lowering write finds no row of any kind
 /// that may hold the seat.
-pub fn still_valid(repair: &SeatRepair, fresh: &SeatTruth) -> bool {
+pub fn confirms(repair: &SeatRepair, fresh: &SeatTruth) -> bool {
     fresh.allows(repair.observed, repair.target)
         && classify(repair.observed, fresh.expected()) == Some(repair.kind)
 }
@@ -560,21 +560,18 @@ mod tests {
     }
 
     #[test]
-    fn recheck_rejects_a_seat_whose_order_committed_meanwhile() {
-        assert!(still_valid(&orphan("A-1"), &truth(None)));
-        assert!(!still_valid(
+    fn confirmation_rejects_a_seat_whose_order_committed_meanwhile() {
+        assert!(confirms(&orphan("A-1"), &truth(None)));
+        assert!(!confirms(
             &orphan("A-1"),
             &truth(Some(OrderStatus::Pending))
         ));
-        assert!(!still_valid(
-            &orphan("A-1"),
-            &truth(Some(OrderStatus::Paid))
-        ));
+        assert!(!confirms(&orphan("A-1"), &truth(Some(OrderStatus::Paid))));
         let unknown = SeatTruth {
             valid: None,
             unknown: true,
         };
-        assert!(!still_valid(&orphan("A-1"), &unknown));
+        assert!(!confirms(&orphan("A-1"), &unknown));
     }
 
     fn truth(valid: Option<OrderStatus>) -> SeatTruth {
@@ -589,16 +586,16 @@ mod tests {
     /// another customer's PENDING order, is still paid-seats drift ("0"
     /// should be "1"), but marking it sold would be wrong.
     #[test]
-    fn recheck_wants_the_planned_target_not_just_the_same_kind_of_drift() {
+    fn confirmation_wants_the_planned_target_not_just_the_same_kind_of_drift() {
         let mark_sold = SeatRepair {
             kind: Kind::PaidSeats,
             seat: "A-1".into(),
             observed: Some(Free),
             target: Sold,
         };
-        assert!(still_valid(&mark_sold, &truth(Some(OrderStatus::Paid))));
-        assert!(!still_valid(&mark_sold, &truth(Some(OrderStatus::Pending))));
-        assert!(!still_valid(&mark_sold, &truth(None)));
+        assert!(confirms(&mark_sold, &truth(Some(OrderStatus::Paid))));
+        assert!(!confirms(&mark_sold, &truth(Some(OrderStatus::Pending))));
+        assert!(!confirms(&mark_sold, &truth(None)));
     }
 
     /// An orphan lock's release of `seat` (the grace tests use it too).

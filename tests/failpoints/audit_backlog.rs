@@ -5,7 +5,7 @@
 
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
-    AUDIT_BACKLOG_ACK_LOST, AUDIT_BACKLOG_READ_LOST, SEAT_BEFORE_RECHECK,
+    AUDIT_BACKLOG_ACK_LOST, AUDIT_BACKLOG_READ_LOST, SEAT_BEFORE_CONFIRM,
 };
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::races::Races;
@@ -112,7 +112,7 @@ async fn fixes(env: &TestEnv) -> i64 {
 
 /// MySQL refuses the run's row as the run begins (the table away), and
 /// takes it again before the run's repairs (the run paused before its
-/// re-check): the run records itself before its first repair, and the
+/// confirmation): the run records itself before its first repair, and the
 /// audit query finds every repair with its run. Refused for good: no
 /// repair is made at all (the seats stay as they were), an audit error.
 #[tokio::test]
@@ -131,7 +131,7 @@ async fn every_audit_row_has_its_run() {
     let report = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::OrphanLocks],
             async || {
                 env.sql("RENAME TABLE reconcile_run_away TO reconcile_run")

@@ -9,7 +9,7 @@ use std::time::Duration;
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::{Outcome, RunReport};
 use seatflow_reconciler::model::Kind;
-use seatflow_reconciler::race_window::{SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR};
+use seatflow_reconciler::race_window::{SEAT_BEFORE_CONFIRM, SEAT_BEFORE_REPAIR};
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock};
 use seatflow_test_support::races::Races;
@@ -98,7 +98,7 @@ async fn assert_the_next_run_replaces_the_key_and_repairs(env: &TestEnv, lock: &
 }
 
 /// Rule 13 in `repair_seats.lua`: the showtime lease key's type is checked
-/// before the script reads it. Between the re-check and the script the lock
+/// before the script reads it. Between the confirmation and the script the lock
 /// key becomes a list: the lease is no longer ours, so the script answers
 /// "not our lease" with nothing written (no seat, no done record), where a
 /// GET on the list would have failed the script instead. The run counts a
@@ -109,7 +109,7 @@ async fn a_lock_key_turned_into_a_list_before_the_repair_is_a_lost_lease() {
     let env = TestEnv::new().await;
     orphan_lock(&env).await;
     let keys = &env.ctx.redis.keys;
-    let lock = keys.lease(1);
+    let lock = keys.showtime_lease(1);
     let races = Races::new();
     let mut members = Vec::new();
     let report = races
@@ -161,7 +161,7 @@ async fn assert_a_lost_lease_and_the_seat_untouched(
 }
 
 /// Rule 13 in `lease_renew.lua`: the key's type is checked before the
-/// script reads it. A run stalls before its re-check long enough for its
+/// script reads it. A run stalls before its confirmation long enough for its
 /// lease to be due for renewal, and meanwhile the lock key becomes a list.
 /// The renewal answers "not ours" (nothing written: the list keeps its
 /// members and gets no expiry), so the run drops the showtime as a lost
@@ -175,13 +175,13 @@ async fn a_lock_key_turned_into_a_list_before_its_renewal_is_a_lost_lease() {
     let env = TestEnv::with(|s| s.reconcile.lock_ttl = TTL).await;
     orphan_lock(&env).await;
     let keys = &env.ctx.redis.keys;
-    let lock = keys.lease(1);
+    let lock = keys.showtime_lease(1);
     let races = Races::new();
     let mut members = Vec::new();
     let report = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::OrphanLocks],
             async || {
                 // The run renews a lease once a third of its TTL has passed

@@ -14,7 +14,7 @@ use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
     CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, EXPIRED_CANCEL_ROWS_LOCKED,
-    SEAT_BEFORE_REBUILD, SEAT_BEFORE_RECHECK, SEAT_BEFORE_REPAIR,
+    SEAT_BEFORE_CONFIRM, SEAT_BEFORE_REBUILD, SEAT_BEFORE_REPAIR,
 };
 use seatflow_test_support::races::{BackgroundRun, Races};
 use seatflow_test_support::{TestEnv, seed_expired};
@@ -96,7 +96,7 @@ async fn assert_every_valid_order_keeps_its_seats(env: &TestEnv) {
     }
 }
 
-/// Rule 4's re-check. An orphan lock is scanned (no order; zero grace), and
+/// Rule 4's confirmation. An orphan lock is scanned (no order; zero grace), and
 /// the customer's order commits before the write: the seat stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
@@ -106,7 +106,7 @@ async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
     let report = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::OrphanLocks],
             async || {
                 env.fx.order(5, "PENDING", &["A-1"], 900).await.unwrap();
@@ -118,10 +118,10 @@ async fn an_order_committed_after_the_scan_keeps_its_held_seat() {
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
-/// Rule 4's re-check, of several showtimes in one statement (one chunk):
+/// Rule 4's confirmation, of several showtimes in one statement (one chunk):
 /// orphan locks on two seats of two showtimes, and an order commits on a
 /// different seat of each before the write. Each showtime's ordered seat
-/// stays held and only its other seat is released: the re-check finds each
+/// stays held and only its other seat is released: the confirmation finds each
 /// showtime's rows by its own seats, whichever showtime of the chunk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_committed_after_the_scan_keep_their_seats_in_every_showtime_of_the_chunk() {
@@ -136,7 +136,7 @@ async fn orders_committed_after_the_scan_keep_their_seats_in_every_showtime_of_t
     let report = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::OrphanLocks],
             async || {
                 env.fx.order(5, "PENDING", &["A-2"], 900).await.unwrap();
@@ -157,7 +157,7 @@ async fn orders_committed_after_the_scan_keep_their_seats_in_every_showtime_of_t
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
-/// Rules 4 and 15 at the re-check, for rows the contract cannot read: an
+/// Rules 4 and 15 at the confirmation, for rows the contract cannot read: an
 /// order of this showtime whose seat row sits in another showtime, or a
 /// seat row whose order does not exist, written after the scan. MySQL does
 /// not show the seat free in terms the contract explains, so the orphan
@@ -171,7 +171,7 @@ async fn a_row_the_contract_cannot_read_written_after_the_scan_keeps_the_seat() 
         let report = races
             .run_with_move(
                 &env.ctx.settings,
-                SEAT_BEFORE_RECHECK,
+                SEAT_BEFORE_CONFIRM,
                 &[Kind::OrphanLocks],
                 async || {
                     let pool = env.ctx.mysql.pool();
@@ -204,7 +204,7 @@ async fn a_row_the_contract_cannot_read_written_after_the_scan_keeps_the_seat() 
     }
 }
 
-/// Rule 4's re-check, for the paid-seats job: a PAID order's seat shown free
+/// Rule 4's confirmation, for the paid-seats job: a PAID order's seat shown free
 /// is scanned; the order is refunded before the write. The seat stays free
 /// rather than showing sold with no paid order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,7 +216,7 @@ async fn a_seat_refunded_after_the_scan_is_not_marked_sold() {
     let report = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::PaidSeats],
             async || {
                 // seatflow's refund: PAID → REFUNDED and the occupancy ends, in one transaction.
@@ -228,11 +228,11 @@ async fn a_seat_refunded_after_the_scan_is_not_marked_sold() {
     assert_left_alone(&env, &report, 5, "A-1", "0").await;
 }
 
-/// Rule 1: compare-and-set. The re-check passed; then the customer's order
+/// Rule 1: compare-and-set. The confirmation passed; then the customer's order
 /// commits and is paid, and seatflow marks the seat sold, before the
 /// script runs. The script sees "2", not the "1" it was told, and leaves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_payment_between_recheck_and_write_keeps_the_seat_sold() {
+async fn a_payment_between_confirmation_and_write_keeps_the_seat_sold() {
     let races = Races::new();
     let env = TestEnv::new().await;
     showtime_with(&env, &[("A-1", "1")]).await;
@@ -252,7 +252,7 @@ async fn a_payment_between_recheck_and_write_keeps_the_seat_sold() {
     assert_every_valid_order_keeps_its_seats(&env).await;
 }
 
-/// Rule 2: fencing. Between the re-check and the script the run's lock
+/// Rule 2: fencing. Between the confirmation and the script the run's lock
 /// passes to another reconciler (it expired while the run was stalled, and
 /// the other one took it). The script checks the token and writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,7 +260,7 @@ async fn a_run_whose_lock_passed_to_another_reconciler_writes_nothing() {
     let races = Races::new();
     let env = TestEnv::new().await;
     showtime_with(&env, &[("A-1", "1")]).await;
-    let lock = env.ctx.redis.keys.lease(5);
+    let lock = env.ctx.redis.keys.showtime_lease(5);
     let report = races
         .run_with_move(
             &env.ctx.settings,
@@ -294,7 +294,7 @@ async fn a_run_whose_lock_passed_to_another_reconciler_writes_nothing() {
 }
 
 /// Rule 2: the showtime lease. Run A holds the locks of three showtimes
-/// and is paused before its re-check; run B (another process's connections)
+/// and is paused before its confirmation; run B (another process's connections)
 /// runs from start to end inside that pause, on the same showtimes. B sees
 /// the same drift, skips every showtime as busy and writes nothing; A then
 /// repairs every seat, each audited once, all by A.
@@ -311,14 +311,14 @@ async fn two_reconcilers_overlap_on_the_same_showtimes_and_only_the_lock_holder_
     let a = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::OrphanLocks],
             async || {
                 let locked: Vec<Option<String>> = env
                     .redis(
                         redis::cmd("MGET").arg(
                             (1..=3)
-                                .map(|id| env.ctx.redis.keys.lease(id))
+                                .map(|id| env.ctx.redis.keys.showtime_lease(id))
                                 .collect::<Vec<_>>(),
                         ),
                     )
@@ -539,7 +539,7 @@ async fn a_cancel_releases_its_seats_before_anyone_else_touches_them() {
 
 /// Rule 2: a lease is renewed before the write once a third of its TTL is
 /// used, so a slow batch keeps its showtimes. The run stalls before its
-/// re-check until the renewal is due; there the test takes the lock's
+/// confirmation until the renewal is due; there the test takes the lock's
 /// expiry away (`PERSIST`, token kept). At the run's next window, just
 /// before the script, the lock has an expiry again: only the run's renewal
 /// (`PEXPIRE` in `lease_renew.lua`) sets one. Judged by that event, not by
@@ -550,7 +550,7 @@ async fn a_run_that_stalls_renews_its_locks_before_writing() {
     let races = Races::new();
     let env = TestEnv::with(|s| s.reconcile.lock_ttl = TTL).await;
     showtime_with(&env, &[("A-1", "1")]).await;
-    let lock = env.ctx.redis.keys.lease(5);
+    let lock = env.ctx.redis.keys.showtime_lease(5);
     // The lock's token and PTTL, read together.
     let token_and_pttl = async || -> (Option<String>, i64) {
         let mut pipe = redis::pipe();
@@ -558,11 +558,11 @@ async fn a_run_that_stalls_renews_its_locks_before_writing() {
         let mut c = env.ctx.redis.connection();
         pipe.query_async(&mut c).await.unwrap()
     };
-    let mut before_recheck = races.pause_once(SEAT_BEFORE_RECHECK);
+    let mut before_confirm = races.pause_once(SEAT_BEFORE_CONFIRM);
     let mut before_repair = races.pause_once(SEAT_BEFORE_REPAIR);
     let mut run = BackgroundRun::start((*env.ctx.settings).clone(), &[Kind::OrphanLocks]);
 
-    run.paused_in(&mut before_recheck).await;
+    run.paused_in(&mut before_confirm).await;
     // The run took the lock before this window; once a third of its TTL
     // has passed since (the run is paused meanwhile), the renewal is due.
     // This wait makes it due; nothing is judged by it.
@@ -572,7 +572,7 @@ async fn a_run_that_stalls_renews_its_locks_before_writing() {
     let (token, pttl) = token_and_pttl().await;
     assert!(token.is_some());
     assert_eq!(pttl, -1, "no expiry until someone sets one");
-    before_recheck.resume();
+    before_confirm.resume();
 
     run.paused_in(&mut before_repair).await;
     let (token_now, pttl) = token_and_pttl().await;
@@ -689,9 +689,9 @@ async fn a_cancel_whose_reply_was_lost_counts_and_audits_once() {
     );
 }
 
-/// Rule 15's re-check asks MySQL in its own terms. An orphan lock is
+/// Rule 15's confirmation asks MySQL in its own terms. An orphan lock is
 /// scanned; before the write, an order commits on the seat spelled `a-1`,
-/// which `uq_occupancy` takes for `A-1`. A re-check keyed by bytes would
+/// which `uq_occupancy` takes for `A-1`. A confirmation keyed by bytes would
 /// miss it and free the seat; the seat stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_the_collation_matches_after_the_scan_keeps_the_seat() {
@@ -701,7 +701,7 @@ async fn a_row_the_collation_matches_after_the_scan_keeps_the_seat() {
     let report = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::OrphanLocks],
             async || {
                 env.fx.order(5, "PENDING", &["a-1"], 900).await.unwrap();
@@ -712,7 +712,7 @@ async fn a_row_the_collation_matches_after_the_scan_keeps_the_seat() {
     assert_left_alone(&env, &report, 5, "A-1", "1").await;
 }
 
-/// Rule 15 for the cancel chain: its release re-checks the seat. The
+/// Rule 15 for the cancel chain: its release confirms the seat. The
 /// expired order is cancelled; before its seat is released, another order
 /// takes the seat in MySQL (the cancelled row no longer holds it). The
 /// release leaves the seat held instead of freeing the new order's seat.
@@ -780,21 +780,21 @@ async fn refunded_sold_orphan(env: &TestEnv) {
     env.fx.order(5, "REFUNDED", &["A-1"], 900).await.unwrap();
 }
 
-/// Rule 4's re-check, for sold orphans: the seat shows sold again by the
+/// Rule 4's confirmation, for sold orphans: the seat shows sold again by the
 /// time of the write, but not for the same customer. A sold orphan (its
-/// order refunded) is scanned; before the re-check, seatflow's refund
+/// order refunded) is scanned; before the confirmation, seatflow's refund
 /// frees the seat, and a new customer holds it, orders and pays, so it
-/// shows `"2"` again, the value the scan saw. The re-check finds the PAID
+/// shows `"2"` again, the value the scan saw. The confirmation finds the PAID
 /// order and the new customer's seat stays sold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_seat_sold_again_before_the_recheck_is_not_released() {
+async fn a_seat_sold_again_before_the_confirmation_is_not_released() {
     let races = Races::new();
     let env = TestEnv::new().await;
     refunded_sold_orphan(&env).await;
     let report = races
         .run_with_move(
             &env.ctx.settings,
-            SEAT_BEFORE_RECHECK,
+            SEAT_BEFORE_CONFIRM,
             &[Kind::SoldOrphans],
             async || {
                 env.fx.warm(5, &[("A-1", "0")]).await.unwrap();
@@ -810,7 +810,7 @@ async fn a_seat_sold_again_before_the_recheck_is_not_released() {
 }
 
 /// Rule 1: compare-and-set, for sold orphans. A sold orphan (its order
-/// refunded) passed the re-check; before the script, seatflow's refund
+/// refunded) passed the confirmation; before the script, seatflow's refund
 /// frees the seat and a new customer holds it, their order committing.
 /// The script sees `"1"`, not the `"2"` it was told, and leaves the new
 /// customer's hold.
@@ -840,7 +840,7 @@ async fn a_sold_orphan_held_again_before_the_write_is_not_released() {
 /// its lease, which another reconciler takes: it releases the seat (an
 /// orphan lock now: the order is cancelled) and lets the lease go, and a
 /// new customer holds the seat, their order still being written. The run
-/// goes on: its re-check finds no order on the seat, and its `"1"` → `"0"`
+/// goes on: its confirmation finds no order on the seat, and its `"1"` → `"0"`
 /// would wipe out the new hold; the script finds the lease not the run's
 /// and writes nothing. What the contract asks for after the cancel (the
 /// seat released) was done once, by the other reconciler; the customer
@@ -854,7 +854,7 @@ async fn a_cancel_whose_lease_passed_on_leaves_the_seats_to_the_new_holder() {
     let races = Races::new();
     let env = TestEnv::with(|s| s.reconcile.lock_ttl = Duration::from_secs(600)).await;
     let order = seed_expired(&env).await;
-    let lock = env.ctx.redis.keys.lease(1);
+    let lock = env.ctx.redis.keys.showtime_lease(1);
     let report = races
         .run_with_move(
             &env.ctx.settings,
@@ -910,16 +910,16 @@ async fn a_cancel_whose_lease_passed_on_leaves_the_seats_to_the_new_holder() {
 }
 
 /// The premise of the `1 → 0 → 1` argument (ARCHITECTURE.md, "What a
-/// compare-and-set cannot see"): between a run's re-check and its script,
+/// compare-and-set cannot see"): between a run's confirmation and its script,
 /// no reconciler can free the seat for a new customer to hold, so the
 /// script cannot find "its" `"1"` put back by someone else's release. Run
-/// A has re-checked an orphan lock (A-1) and is about to write; in that
+/// A has confirmed an orphan lock (A-1) and is about to write; in that
 /// window another reconciler runs every job (it also finds an expired
 /// order on A-2, of the same showtime): it skips the showtime as busy and
 /// writes nothing, and a new customer's hold of A-1 is refused, the seat
 /// still showing `"1"`. Then A releases A-1, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_reconciler_frees_a_seat_between_the_recheck_and_the_write() {
+async fn no_reconciler_frees_a_seat_between_the_confirmation_and_the_write() {
     let races = Races::new();
     let env = TestEnv::new().await;
     showtime_with(&env, &[("A-1", "1"), ("A-2", "1")]).await;

@@ -388,12 +388,12 @@ async fn the_first_pass_runs_at_start_and_the_checks_begin_with_it() {
     daemon.stop().await;
 }
 
-/// A suspect whose grace restarts at the re-check (an order came and went
+/// A suspect whose grace restarts at the confirmation (an order came and went
 /// on the seat after it was first seen, a crash between the cancel's commit
 /// and its `"0"`: MySQL only, no event) gets a grace check of its own for
 /// the new grace's end, not a pass later.
 #[tokio::test]
-async fn a_grace_that_restarts_at_the_recheck_is_checked_at_its_new_end() {
+async fn a_grace_that_restarts_at_the_confirmation_is_checked_at_its_new_end() {
     let (_redis, env, daemon) = daemon_with_events(Duration::from_secs(3)).await;
 
     env.fx.warm(1, &[("A-2", "1")]).await.unwrap();
@@ -974,7 +974,7 @@ async fn suspect_seen_ms(env: &TestEnv, showtime: i64, seat: &str) -> Option<i64
 /// activity since its first sighting: its grace restarts at that check,
 /// so the seat is released a grace after the cancel, not at the old
 /// grace's end plus a whole new one. (Any check that finds a deferred
-/// seat does this MySQL re-check; the binlog's is the one that comes.)
+/// seat does this MySQL confirmation; the binlog's is the one that comes.)
 #[tokio::test]
 async fn a_check_that_finds_order_activity_on_a_deferred_seat_restarts_its_grace_at_once() {
     let server = servers::mariadb_with_binlog();
@@ -1091,7 +1091,7 @@ async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_ba
 /// seconds after the cancel. The check marks the record with the seat's
 /// rows as it reads them, so the grace counts from that sighting: by the
 /// order times alone (the cancel within the clocks' slack before it) the
-/// re-check at the grace's end would start a second grace, or the grace
+/// confirmation at the grace's end would start a second grace, or the grace
 /// would have to start past the slack.
 #[tokio::test]
 async fn a_suspect_first_seen_just_after_an_order_ended_counts_its_grace_from_that_sighting() {

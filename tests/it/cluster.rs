@@ -106,7 +106,12 @@ async fn own_keys_of_the_wrong_type_are_handled_in_their_slot() {
     env.fx.warm_all(1, &seats, &[("A-1", "1")]).await.unwrap();
     let keys = &env.ctx.redis.keys;
     let _: () = env
-        .redis(redis::cmd("HSET").arg(keys.lease(1)).arg("a").arg("b"))
+        .redis(
+            redis::cmd("HSET")
+                .arg(keys.showtime_lease(1))
+                .arg("a")
+                .arg("b"),
+        )
         .await;
     let backlog = keys.audit_backlog();
     let _: () = env.redis(redis::cmd("SADD").arg(&backlog).arg("m")).await;

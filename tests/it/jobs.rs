@@ -601,7 +601,7 @@ async fn a_run_that_ends_exactly_at_the_scan_limit_starts_over_next_time() {
 
 #[tokio::test]
 async fn reading_the_next_chunk_ahead_needs_no_second_mysql_connection() {
-    // The sweep reads chunk k + 1 while it re-checks, repairs and audits
+    // The sweep reads chunk k + 1 while it confirms, repairs and audits
     // chunk k. With a single pooled connection that must queue, never wait on
     // itself: a chunk holding a connection while it awaits the read-ahead
     // would time out here.

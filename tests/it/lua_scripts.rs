@@ -60,7 +60,7 @@ async fn leased(env: &TestEnv) -> (String, String, String, String, String) {
     let _: () = env
         .redis(
             redis::cmd("SET")
-                .arg(k.lease(SHOWTIME))
+                .arg(k.showtime_lease(SHOWTIME))
                 .arg(TOKEN)
                 .arg("PX")
                 .arg(60_000),
@@ -68,7 +68,7 @@ async fn leased(env: &TestEnv) -> (String, String, String, String, String) {
         .await;
     (
         k.seat(SHOWTIME),
-        k.lease(SHOWTIME),
+        k.showtime_lease(SHOWTIME),
         k.suspect(SHOWTIME),
         k.done(SHOWTIME),
         k.writing(SHOWTIME),
@@ -196,7 +196,7 @@ async fn record_suspects_refuses_a_ttl_that_is_not_positive() {
 #[tokio::test]
 async fn leases_refuse_an_empty_token_or_a_ttl_that_is_not_positive() {
     let env = TestEnv::new().await;
-    let lease = [env.ctx.redis.keys.lease(SHOWTIME)];
+    let lease = [env.ctx.redis.keys.showtime_lease(SHOWTIME)];
     for args in [["", "5000"], [TOKEN, "0"], [TOKEN, "-1"], [TOKEN, "soon"]] {
         let err = refused(eval(&env, LEASE_ACQUIRE, &lease, &args).await);
         assert!(err.contains("bad arguments"), "{args:?}: {err}");

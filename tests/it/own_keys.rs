@@ -196,26 +196,32 @@ async fn scripts_check_every_key_type_before_their_first_write() {
     // A lock key of another type is nobody's lease: replaced by ours. A
     // string is someone's lease, even without expiry: left alone.
     let _: () = env
-        .redis(redis::cmd("SADD").arg(redis.keys.lease(5)).arg("x"))
+        .redis(
+            redis::cmd("SADD")
+                .arg(redis.keys.showtime_lease(5))
+                .arg("x"),
+        )
         .await;
-    corrupt(&env, &redis.keys.lease(6)).await;
+    corrupt(&env, &redis.keys.showtime_lease(6)).await;
     assert_eq!(
         redis.acquire_leases("me", &[5, 6], 10_000).await.unwrap(),
         vec![LeaseTake::Replaced, LeaseTake::Busy]
     );
     assert_eq!(
         redis
-            .get_string(&redis.keys.lease(5))
+            .get_string(&redis.keys.showtime_lease(5))
             .await
             .unwrap()
             .as_deref(),
         Some("me")
     );
-    let pttl: i64 = env.redis(redis::cmd("PTTL").arg(redis.keys.lease(5))).await;
+    let pttl: i64 = env
+        .redis(redis::cmd("PTTL").arg(redis.keys.showtime_lease(5)))
+        .await;
     assert!(pttl > 0, "{pttl}");
     assert_eq!(
         redis
-            .get_string(&redis.keys.lease(6))
+            .get_string(&redis.keys.showtime_lease(6))
             .await
             .unwrap()
             .as_deref(),
@@ -388,11 +394,11 @@ async fn a_lease_without_expiry_is_reported_as_stuck_and_left_alone() {
         env.fx.showtime(id, 1, 10 * id, "ON_SALE").await.unwrap();
         env.fx.warm_all(id, &seats, &[("A-1", "1")]).await.unwrap();
     }
-    let stuck = env.ctx.redis.keys.lease(1);
+    let stuck = env.ctx.redis.keys.showtime_lease(1);
     let _: () = env
         .redis(redis::cmd("SET").arg(&stuck).arg("other-version"))
         .await;
-    let busy = env.ctx.redis.keys.lease(2);
+    let busy = env.ctx.redis.keys.showtime_lease(2);
     let _: () = env
         .redis(
             redis::cmd("SET")
@@ -464,7 +470,7 @@ async fn a_lease_without_expiry_is_reported_as_stuck_and_left_alone() {
 async fn a_lock_key_of_another_type_is_replaced_and_the_repair_goes_on() {
     let env = TestEnv::new().await;
     orphan_lock(&env).await;
-    let lock = env.ctx.redis.keys.lease(1);
+    let lock = env.ctx.redis.keys.showtime_lease(1);
     for (n, (wrong, write)) in other_types(&lock).into_iter().enumerate() {
         env.fx.warm(1, &[("A-1", "1")]).await.unwrap();
         let _: redis::Value = env.redis(&write).await;
@@ -509,7 +515,7 @@ async fn a_lock_key_of_another_type_is_replaced_and_the_repair_goes_on() {
 async fn an_expired_order_whose_lock_key_is_a_hash_is_cancelled() {
     let env = TestEnv::new().await;
     let order = seed_expired(&env).await;
-    let lock = env.ctx.redis.keys.lease(1);
+    let lock = env.ctx.redis.keys.showtime_lease(1);
     let _: () = env
         .redis(redis::cmd("HSET").arg(&lock).arg("a").arg("b"))
         .await;
@@ -549,7 +555,10 @@ async fn wrong_typed_lock_and_backlog_keys_are_reported_and_the_run_goes_on() {
     }
     // Showtime 1: an expired hold; showtime 2: an orphan lock.
     let order = env.fx.order(1, "PENDING", &["A-1"], -600).await.unwrap();
-    let locks = [env.ctx.redis.keys.lease(1), env.ctx.redis.keys.lease(2)];
+    let locks = [
+        env.ctx.redis.keys.showtime_lease(1),
+        env.ctx.redis.keys.showtime_lease(2),
+    ];
     for lock in &locks {
         let _: () = env
             .redis(redis::cmd("HSET").arg(lock).arg("a").arg("b"))

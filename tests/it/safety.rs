@@ -85,7 +85,7 @@ async fn a_showtime_locked_by_another_token_is_skipped_and_counted() {
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(5, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(5, &seats, &[("A-1", "1")]).await.unwrap();
-    let lock = env.ctx.redis.keys.lease(5);
+    let lock = env.ctx.redis.keys.showtime_lease(5);
     let _: () = env
         .redis(
             redis::cmd("SET")
@@ -128,7 +128,7 @@ async fn a_holder_whose_lease_expired_cannot_write() {
     // The old holder pauses past its lease: Redis lets it expire.
     wait_until("the old lease expires", Duration::from_secs(60), || async {
         let left: i64 = env
-            .redis(redis::cmd("EXISTS").arg(redis.keys.lease(7)))
+            .redis(redis::cmd("EXISTS").arg(redis.keys.showtime_lease(7)))
             .await;
         left == 0
     })
@@ -168,7 +168,9 @@ async fn a_holder_whose_lease_expired_cannot_write() {
         redis.release_leases("old", &[7]).await.unwrap(),
         vec![false]
     );
-    let holder: Option<String> = env.redis(redis::cmd("GET").arg(redis.keys.lease(7))).await;
+    let holder: Option<String> = env
+        .redis(redis::cmd("GET").arg(redis.keys.showtime_lease(7)))
+        .await;
     assert_eq!(holder.as_deref(), Some("new"));
 }
 
@@ -183,7 +185,10 @@ async fn a_holder_whose_lease_expired_cannot_write() {
 async fn a_release_meeting_a_lease_key_of_another_type_deletes_nothing() {
     let env = TestEnv::new().await;
     let redis = &env.ctx.redis;
-    let leases = [redis.keys.lease(7), redis.keys.pass_lease(Shard::ALL)];
+    let leases = [
+        redis.keys.showtime_lease(7),
+        redis.keys.pass_lease(Shard::ALL),
+    ];
     for key in &leases {
         let _: () = env
             .redis(redis::cmd("HSET").arg(key).arg("token").arg("me"))
@@ -207,7 +212,7 @@ async fn a_release_meeting_a_lease_key_of_another_type_deletes_nothing() {
 async fn a_rebuild_meeting_a_lease_key_of_another_type_writes_nothing() {
     let env = TestEnv::new().await;
     let redis = &env.ctx.redis;
-    let lease = redis.keys.lease(8);
+    let lease = redis.keys.showtime_lease(8);
     assert_eq!(
         redis.acquire_leases("me", &[8], 10_000).await.unwrap(),
         vec![LeaseTake::Taken]
@@ -599,7 +604,7 @@ async fn cancelled_order_dated(env: &TestEnv, showtime: i64, seat: &str, ago: [i
 }
 
 /// Rule 4's "continuously" in MySQL's own terms: a record marked with the
-/// seat's rows (as a re-check writes it) is continuous while the rows are
+/// seat's rows (as a confirmation writes it) is continuous while the rows are
 /// as marked, whatever the clocks say. A-1: an order came and went since,
 /// written by an application whose clock is twenty minutes behind (every
 /// time it wrote is older than the record): not continuous, the grace

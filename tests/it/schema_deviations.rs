@@ -113,11 +113,11 @@ async fn a_seat_row_with_no_showtime_never_has_its_seat_lowered() {
     assert_eq!(seat(&env, 1, "A-2").await.as_deref(), Some("2"));
 }
 
-/// The data check runs once a pass; the re-check right before a lowering
+/// The data check runs once a pass; the confirmation right before a lowering
 /// reads the rows with no showtime itself: one written after the check
 /// (a NULL-able column, no NULL yet) still holds its seat.
 #[tokio::test]
-async fn the_recheck_reads_rows_with_no_showtime_written_after_the_schema_check() {
+async fn the_confirmation_reads_rows_with_no_showtime_written_after_the_schema_check() {
     let env = TestEnv::new().await;
     env.sql("ALTER TABLE order_seat MODIFY showtime_id BIGINT NULL")
         .await;
@@ -132,7 +132,7 @@ async fn the_recheck_reads_rows_with_no_showtime_written_after_the_schema_check(
     let (history, unknown) = env
         .ctx
         .mysql
-        .seat_history(&[(1, "A-2".into(), true), (1, "A-3".into(), true)])
+        .confirm_seats(&[(1, "A-2".into(), true), (1, "A-3".into(), true)])
         .await
         .unwrap();
     assert!(history[0].truth.unknown, "{history:?}");

@@ -90,7 +90,7 @@ async fn a_seat_named_only_by_the_collation_is_never_lowered() {
             }
             assert!(invalid(&report) >= 1, "{}", report.to_text());
             // The sweep's own read names the row's seat (no repair is even
-            // planned): the re-check is the second line, not the only one.
+            // planned): the confirmation is the second line, not the only one.
             let planned: u64 = report.jobs.iter().map(|j| j.drift).sum();
             assert_eq!(planned, 0, "{status} {spelling:?}: {}", report.to_text());
 

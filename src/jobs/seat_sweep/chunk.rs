@@ -78,8 +78,8 @@ impl<'a> Sweep<'a, '_> {
         let mut work = ChunkWork::default();
         let mut suspect_ops: Vec<(ShowtimeId, Vec<SuspectOp>)> = Vec::new();
         // A check re-reads MySQL for the seats it defers
-        // (`recheck_deferred`); a pass, which defers many, does not.
-        let recheck_deferred = self.opts.check.is_some();
+        // (`confirm_deferred`); a pass, which defers many, does not.
+        let confirm_deferred = self.opts.check.is_some();
         let mut deferred: Vec<(ShowtimeId, Vec<Planned>)> = Vec::new();
         // What the schema's deviations hold (rule 17).
         let holds = ctx.mysql.contract();
@@ -154,8 +154,8 @@ impl<'a> Sweep<'a, '_> {
                     job.report.deferred += g.deferred.len() as u64;
                     // Checked when its grace ends, not a pass later. A check
                     // asks for those it records now once it has marked them
-                    // (`recheck_deferred`, a few ms later): not twice.
-                    let ends_in_ms = match recheck_deferred {
+                    // (`confirm_deferred`, a few ms later): not twice.
+                    let ends_in_ms = match confirm_deferred {
                         true => g.known_ends_in_ms,
                         false => g.ends_in_ms,
                     };
@@ -165,9 +165,9 @@ impl<'a> Sweep<'a, '_> {
                         self.opts.tell(|| Finding::GraceEnds { showtime, at });
                     }
                     ops.extend(suspect_changes(job.kind, &g, read));
-                    if recheck_deferred {
+                    if confirm_deferred {
                         // Those recorded now go without their record: the
-                        // re-check marks it with the rows it reads.
+                        // confirmation marks it with the rows it reads.
                         let seen: Vec<Planned> = g
                             .deferred
                             .iter()
@@ -217,7 +217,7 @@ impl<'a> Sweep<'a, '_> {
             self.replaced(&replaced);
         }
         if !deferred.is_empty() {
-            self.recheck_deferred(deferred).await?;
+            self.confirm_deferred(deferred).await?;
         }
         if work.rebuilds.is_empty() && work.seats.is_empty() {
             return Ok(());
@@ -292,7 +292,7 @@ fn describe(key: &str, c: &SeatRepair) -> String {
     )
 }
 
-/// A seat to repair (or re-check), with its suspect record when the repair
+/// A seat to repair (or to confirm), with its suspect record when the repair
 /// is its kind's: an orphan's, of the value it watches. A raise waits for no
 /// grace, even on a seat whose hold was a suspect before its order came
 /// (the order's activity would otherwise restart a grace on the raise).

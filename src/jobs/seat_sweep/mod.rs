@@ -9,7 +9,7 @@
 //!
 //! Per chunk: 1 SQL page + 1 SQL template read (new halls only) + 1 SQL
 //! occupancy read + 1 Redis pipeline of HGETALLs; then, only where there is
-//! something to repair, 1 pipeline of showtime leases, 1 SQL re-check, 1
+//! something to repair, 1 pipeline of showtime leases, 1 SQL confirmation, 1
 //! pipeline of repair scripts and 1 pipeline of lease releases. The next
 //! chunk's page, hashes and occupancy are read while the current chunk is
 //! planned and repaired.
@@ -200,7 +200,7 @@ async fn run_with_reporter<'a>(
         None => Ok(None),
     };
     if let Err(e) = match cursor {
-        Ok(cursor) => sweep.sweep(cursor).await,
+        Ok(cursor) => sweep.walk(cursor).await,
         Err(e) => Err(e),
     } {
         let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
@@ -270,7 +270,9 @@ impl<'a> Sweep<'a, '_> {
         self.jobs.iter().map(|j| j.report.fixed).sum()
     }
 
-    async fn sweep(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
+    /// The sweep's walk over its scope: the showtimes starting within
+    /// `sweep.soonest_window` first, then onwards from the cursors.
+    async fn walk(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
         let ctx = self.ctx;
         // Rule 17: a schema whose reading of every showtime is in doubt
         // (a type the reads do not take, a missing table) holds every

@@ -178,7 +178,7 @@ impl OwnKeys {
 /// operator decides.
 /// Logged once an hour per lease, with the passes since that skipped it.
 pub(crate) fn log_stuck_lease(ctx: &Context, showtime_id: ShowtimeId) {
-    let key = ctx.redis.keys.lease(showtime_id);
+    let key = ctx.redis.keys.showtime_lease(showtime_id);
     let Some(unlogged) = ctx.repeats.sighting(&key, PROBLEM_EVERY) else {
         return;
     };

@@ -1,5 +1,5 @@
 //! The writes of a sweep, under showtime leases (rule 2): the MySQL
-//! re-check of exactly the planned seats in MySQL's own terms (rules 4 and
+//! confirmation of exactly the planned seats in MySQL's own terms (rules 4 and
 //! 15), the fenced compare-and-set scripts (rules 1 and 13), rebuilds of
 //! missing hashes, and their audit (rule 10).
 
@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use crate::error::Error;
 use crate::model::{FixAction, Kind, SeatNo, SeatRows, SeatState, ShowtimeId};
 use crate::plan;
-use crate::store::mysql::{FixRecord, SeatHistory};
+use crate::store::mysql::{FixRecord, SeatConfirmation};
 use crate::store::redis::{Fenced, Replied, SeatBatch, SuspectOp};
 
 use super::super::Finding;
@@ -16,7 +16,7 @@ use super::notices::log_stuck_lease;
 use super::{ChunkWork, Planned, Sweep};
 
 impl<'a> Sweep<'a, '_> {
-    /// A check's MySQL re-check of the seats it defers (rule 4). A record
+    /// A check's MySQL confirmation of the seats it defers (rule 4). A record
     /// this check wrote just now is started over with the mark of the rows
     /// it reads (from then on, "orphaned throughout" is asked of MySQL, not
     /// of clocks: a customer who cancelled a second before the sighting
@@ -25,26 +25,26 @@ impl<'a> Sweep<'a, '_> {
     /// cancelled or refunded with the seat write lost) was not orphaned
     /// throughout: its grace restarts at once, not at its end plus a whole
     /// new grace. A check reads a few showtimes; a pass, which defers many
-    /// seats, leaves this to the re-check before the repair.
-    pub(super) async fn recheck_deferred(
+    /// seats, leaves this to the confirmation before the repair.
+    pub(super) async fn confirm_deferred(
         &mut self,
         deferred: Vec<(ShowtimeId, Vec<Planned>)>,
     ) -> Result<(), Error> {
         let mut fresh = self
-            .seat_history("re-check deferred seats", &deferred)
+            .confirm_seats("confirm deferred seats", &deferred)
             .await?;
         let mut restart = Restarts::default();
         for (id, planned) in deferred {
             for p in planned {
-                let history = fresh.next().unwrap_or_default();
-                if !plan::still_valid(&p.repair, &history.truth) {
+                let now = fresh.next().unwrap_or_default();
+                if !plan::confirms(&p.repair, &now.truth) {
                     continue;
                 }
                 match p.suspect {
-                    None => restart.seat(id, &p, history.rows),
-                    Some(s) if !s.orphaned_throughout(&history.rows) => {
+                    None => restart.seat(id, &p, now.rows),
+                    Some(s) if !s.orphaned_throughout(&now.rows) => {
                         tracing::info!(kind = p.repair.kind.label(), showtime_id = id, seat = %p.repair.seat, "order activity on a deferred seat since it was first seen orphaned; grace period restarts now");
-                        restart.seat(id, &p, history.rows);
+                        restart.seat(id, &p, now.rows);
                     }
                     Some(_) => {}
                 }
@@ -53,15 +53,15 @@ impl<'a> Sweep<'a, '_> {
         self.restart_graces(restart).await
     }
 
-    /// The MySQL re-check of exactly the `planned` seats, in MySQL's own
+    /// The MySQL confirmation of exactly the `planned` seats, in MySQL's own
     /// terms (a lowering write also in the other showtimes its showtime's
-    /// orders may hold rows in): one history per seat, in order; the rows
+    /// orders may hold rows in): one confirmation per seat, in order; the rows
     /// outside the contract among them are reported.
-    async fn seat_history(
+    async fn confirm_seats(
         &mut self,
         what: &'static str,
         planned: &[(ShowtimeId, Vec<Planned>)],
-    ) -> Result<std::vec::IntoIter<SeatHistory>, Error> {
+    ) -> Result<std::vec::IntoIter<SeatConfirmation>, Error> {
         let ctx = self.ctx;
         let seats: Vec<(ShowtimeId, SeatNo, bool)> = planned
             .iter()
@@ -72,12 +72,12 @@ impl<'a> Sweep<'a, '_> {
                 })
             })
             .collect();
-        let (fresh, unknown) = ctx.retry(what, || ctx.mysql.seat_history(&seats)).await?;
+        let (fresh, unknown) = ctx.retry(what, || ctx.mysql.confirm_seats(&seats)).await?;
         self.unknown(&unknown);
         Ok(fresh.into_iter())
     }
 
-    /// Writes restarted suspect records, marked with the rows the re-check
+    /// Writes restarted suspect records, marked with the rows the confirmation
     /// read and first seen at Redis' time *after* that read (so that every
     /// order write the mark does not show came later, and changes it). Their
     /// grace starts over, so each showtime is checked when it ends, not a
@@ -114,7 +114,12 @@ impl<'a> Sweep<'a, '_> {
             .retry("acquire leases", || self.leases.acquire(&ids))
             .await?;
         for id in &acquired.replaced {
-            self.own_key(None, &ctx.redis.keys.lease(*id), "lease", "replaced");
+            self.own_key(
+                None,
+                &ctx.redis.keys.showtime_lease(*id),
+                "lease",
+                "replaced",
+            );
         }
         for id in &acquired.busy {
             let stuck = acquired.stuck.contains(id);
@@ -160,14 +165,14 @@ impl<'a> Sweep<'a, '_> {
         now_ms: i64,
     ) -> Result<(), Error> {
         let ctx = self.ctx;
-        race_window!(crate::race_window::SEAT_BEFORE_RECHECK);
+        race_window!(crate::race_window::SEAT_BEFORE_CONFIRM);
         // Rules 4 and 15: re-read exactly these seats right before writing.
-        let mut fresh = self.seat_history("re-check seats", &work).await?;
+        let mut fresh = self.confirm_seats("confirm seats", &work).await?;
         let mut batches: Vec<SeatBatch> = Vec::new();
         let mut restart = Restarts::default();
         // When each seat's drift was first seen (its suspect record, else
         // this scan: drift age, first sighting → repair), and the order the
-        // re-check found holding it (for the audit).
+        // confirmation found holding it (for the audit).
         let mut first_seen: HashMap<(ShowtimeId, SeatNo), (i64, Option<i64>)> = HashMap::new();
         let shape = ctx.mysql.contract().shape.clone();
         for (id, planned) in work {
@@ -175,29 +180,26 @@ impl<'a> Sweep<'a, '_> {
             for p in planned {
                 let seat = &p.repair.seat;
                 let kind = p.repair.kind.label();
-                let history = fresh.next().unwrap_or_default();
-                if !plan::still_valid(&p.repair, &history.truth) {
+                let now = fresh.next().unwrap_or_default();
+                if !plan::confirms(&p.repair, &now.truth) {
                     tracing::info!(kind, showtime_id = id, seat = %seat, "seat changed in MySQL since the scan; not repaired");
                 } else if let Err(e) = fits_audit(&shape, id, seat) {
                     // Rules 10 and 17: no write without its whole audit row.
                     tracing::warn!(kind, showtime_id = id, error = %e, "repair not made");
                     self.job(p.repair.kind).report.error(&e);
                 } else if let Some(s) = p.suspect
-                    && !s.orphaned_throughout(&history.rows)
+                    && !s.orphaned_throughout(&now.rows)
                 {
                     // An order came or went on this seat since it was first
                     // seen orphaned: the orphanhood was not continuous, so
                     // the grace period starts over.
                     tracing::info!(kind, showtime_id = id, seat = %seat, "order activity on the seat since it was first seen orphaned; grace period restarts");
                     self.job(p.repair.kind).report.deferred += 1;
-                    restart.seat(id, &p, history.rows);
+                    restart.seat(id, &p, now.rows);
                 } else {
                     first_seen.insert(
                         (id, p.repair.seat.clone()),
-                        (
-                            p.suspect.map_or(now_ms, |s| s.first_seen_ms),
-                            history.order_id,
-                        ),
+                        (p.suspect.map_or(now_ms, |s| s.first_seen_ms), now.order_id),
                     );
                     keep.push(p.repair);
                 }
@@ -323,7 +325,7 @@ impl<'a> Sweep<'a, '_> {
                 .map(|seat| (id, seat.clone(), true))
                 .collect();
             let (fresh, unknown) = ctx
-                .retry("re-check seats", || ctx.mysql.seat_history(&seats))
+                .retry("confirm seats", || ctx.mysql.confirm_seats(&seats))
                 .await?;
             self.unknown(&unknown);
             let fields: Vec<(SeatNo, SeatState)> = template
@@ -465,7 +467,7 @@ pub(super) fn kinds_in(batch: &SeatBatch) -> Vec<Kind> {
     kinds
 }
 
-/// Suspect records to start over: each seat with the rows its re-check read.
+/// Suspect records to start over: each seat with the rows its confirmation read.
 #[derive(Default)]
 struct Restarts {
     seats: Vec<(ShowtimeId, SeatNo, SeatState, SeatRows)>,

@@ -14,19 +14,19 @@ use std::time::Duration;
 mod access;
 mod audit;
 pub mod binlog;
+mod confirm;
 pub mod grants;
 mod inspect;
 mod migrations;
 mod orders;
-mod recheck;
 pub mod schema;
 mod sql;
 mod sweep;
 
 pub use audit::{AuditEntry, FixRecord, RunIdentity};
+pub use confirm::{SeatConfirmation, SeatNameAsk};
 pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
 pub use orders::{CancelledOrder, Cancels, ExpiredOrder, ExpiredPage};
-pub use recheck::{SeatHistory, SeatNameAsk};
 pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
 
 /// Every connection's `sql_mode`, whatever the server's (rule 17): strict,

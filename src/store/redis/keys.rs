@@ -28,7 +28,7 @@ impl Keys {
 
     /// The showtime lease (the spec's per-showtime mutex; the key name
     /// `reconcile:lock:` is seatflow's interface and stays).
-    pub fn lease(&self, s: ShowtimeId) -> String {
+    pub fn showtime_lease(&self, s: ShowtimeId) -> String {
         format!("{}reconcile:lock:{{{s}}}", self.prefix)
     }
 

@@ -123,7 +123,7 @@ impl RedisStore {
         let cmds: Vec<Cmd> = ids
             .iter()
             .map(|&id| {
-                let mut c = evalsha(&LEASE_ACQUIRE, &[self.keys.lease(id)]);
+                let mut c = evalsha(&LEASE_ACQUIRE, &[self.keys.showtime_lease(id)]);
                 c.arg(token).arg(ttl_ms);
                 c
             })
@@ -148,7 +148,7 @@ impl RedisStore {
     pub async fn lease_pttls(&self, ids: &[ShowtimeId]) -> Result<Vec<i64>> {
         let cmds: Vec<Cmd> = ids
             .iter()
-            .map(|&id| redis::cmd("PTTL").arg(self.keys.lease(id)).clone())
+            .map(|&id| redis::cmd("PTTL").arg(self.keys.showtime_lease(id)).clone())
             .collect();
         if cmds.is_empty() {
             return Ok(Vec::new());
@@ -169,7 +169,7 @@ impl RedisStore {
     ) -> Result<Vec<bool>> {
         let cmds: Vec<Cmd> = ids
             .iter()
-            .map(|&id| renew(self.keys.lease(id), token, ttl_ms))
+            .map(|&id| renew(self.keys.showtime_lease(id), token, ttl_ms))
             .collect();
         self.int_results(&cmds).await
     }
@@ -178,7 +178,7 @@ impl RedisStore {
     pub async fn release_leases(&self, token: &str, ids: &[ShowtimeId]) -> Result<Vec<bool>> {
         let cmds: Vec<Cmd> = ids
             .iter()
-            .map(|&id| release(self.keys.lease(id), token))
+            .map(|&id| release(self.keys.showtime_lease(id), token))
             .collect();
         self.int_results(&cmds).await
     }

@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
 
 mod access;
+mod audit_backlog;
 mod binlog_position;
 mod conn;
 mod cursors;
@@ -176,7 +177,7 @@ mod tests {
             redis::cmd("HGETALL").arg(k.seat(1)).clone(),
             redis::cmd("HGETALL").arg(k.suspect(1)).clone(),
             redis::cmd("HGETALL").arg(k.seat(2)).clone(),
-            evalsha(&REPAIR_SEATS, &[k.seat(2), k.lease(2)]),
+            evalsha(&REPAIR_SEATS, &[k.seat(2), k.showtime_lease(2)]),
             redis::cmd("GET").arg(k.cursor("paid_seats")).clone(),
         ];
         assert_eq!(
@@ -258,7 +259,7 @@ mod tests {
     fn keys_of_one_showtime_share_its_hash_tag() {
         let k = Keys::new("seatflow:");
         assert_eq!(k.seat(42), "seatflow:seat:{42}");
-        assert_eq!(k.lease(42), "seatflow:reconcile:lock:{42}");
+        assert_eq!(k.showtime_lease(42), "seatflow:reconcile:lock:{42}");
         assert_eq!(k.suspect(42), "seatflow:reconcile:suspect:{42}");
     }
 }

@@ -230,7 +230,7 @@ impl RedisStore {
                     &REPAIR_SEATS,
                     &[
                         self.keys.seat(id),
-                        self.keys.lease(id),
+                        self.keys.showtime_lease(id),
                         self.keys.suspect(id),
                         self.keys.done(id),
                         self.keys.writing(id),
@@ -287,7 +287,7 @@ impl RedisStore {
             &REBUILD_HASH,
             &[
                 self.keys.seat(showtime),
-                self.keys.lease(showtime),
+                self.keys.showtime_lease(showtime),
                 self.keys.done(showtime),
                 self.keys.writing(showtime),
             ],

@@ -319,7 +319,7 @@ impl HandsOff {
                 out.push(format!("showtime {id}: {rows} audit rows"));
             }
             let keys = &env.ctx.redis.keys;
-            for key in [keys.lease(*id), keys.suspect(*id), keys.done(*id)] {
+            for key in [keys.showtime_lease(*id), keys.suspect(*id), keys.done(*id)] {
                 let exists: i64 = env.redis(redis::cmd("EXISTS").arg(&key)).await;
                 if exists > 0 {
                     out.push(format!("showtime {id}: the reconciler's key {key} exists"));

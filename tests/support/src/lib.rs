@@ -238,13 +238,13 @@ impl TestEnv {
         plan::Suspect::decode(&raw?)
     }
 
-    /// Writes a seat's suspect record as a re-check writes it: marked with
+    /// Writes a seat's suspect record as a confirmation writes it: marked with
     /// the seat's rows as MySQL shows them now, first seen `age` ago.
     pub async fn mark_suspect(&self, showtime: i64, seat: &str, state: &str, age: Duration) {
         let (history, _) = self
             .ctx
             .mysql
-            .seat_history(&[(showtime, seat.into(), true)])
+            .confirm_seats(&[(showtime, seat.into(), true)])
             .await
             .unwrap();
         let now = self.ctx.redis.server_time_ms().await.unwrap();

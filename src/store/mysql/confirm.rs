@@ -1,4 +1,4 @@
-//! The re-check right before a write, asked in MySQL's own terms (rules 4
+//! The confirmation right before a write, asked in MySQL's own terms (rules 4
 //! and 15): exactly the planned seats, compared with the column's collation.
 
 use super::sql::*;
@@ -9,9 +9,9 @@ use crate::model::holds::SeatHold;
 use crate::model::{OrderStatus, SeatNo, SeatRows, SeatTruth, ShowtimeId};
 use sqlx::{MySql, QueryBuilder};
 
-/// A seat as the re-check sees it, asked in MySQL's own terms.
+/// A seat as the confirmation sees it, asked in MySQL's own terms.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SeatHistory {
+pub struct SeatConfirmation {
     /// The valid occupancy, and whether a row outside the contract may hold it.
     pub truth: SeatTruth,
     /// Every row on the seat, as read: the latest created/paid/cancelled
@@ -44,12 +44,12 @@ fn push_position(
     q.push(" ELSE 0 END");
 }
 
-/// One statement of the re-check: the rows MySQL's comparison takes for
+/// One statement of the confirmation: the rows MySQL's comparison takes for
 /// the `asked` seats, in their showtime (`elsewhere` false), or the rows of
 /// their showtime's orders that sit in another showtime (true). Either
 /// returns `asked_showtime` and `pos` (the seat's place among its
 /// showtime's asked seats) with the row's columns.
-fn history_query(
+fn confirm_query(
     asked: &[&(ShowtimeId, Vec<usize>)],
     seats: &[(ShowtimeId, SeatNo, bool)],
     elsewhere: bool,
@@ -116,7 +116,7 @@ fn history_query(
 /// The rows with no showtime (a NULL-able `order_seat.showtime_id`) whose
 /// seat number MySQL's comparison takes for an asked seat: an index range
 /// of `uq_occupancy`. Each holds the seat it names in its order's showtime
-/// (`asked_showtime`, `pos` as in [`history_query`]), or, when the order's
+/// (`asked_showtime`, `pos` as in [`confirm_query`]), or, when the order's
 /// showtime does not decode, any asked seat.
 fn null_showtime_query(
     asked: &[&(ShowtimeId, Vec<usize>)],
@@ -198,7 +198,7 @@ impl MysqlStore {
     }
 
     /// Exactly these seats, read now and asked in MySQL's own terms (the
-    /// re-check right before a write, rules 4 and 15): every row whose seat
+    /// confirmation right before a write, rules 4 and 15): every row whose seat
     /// number the column's collation takes for the seat, in the seat's
     /// showtime, and, where `lowering`, the rows of the showtime's orders
     /// that sit in another showtime. Where the schema deviates (rule 17):
@@ -207,13 +207,13 @@ impl MysqlStore {
     /// showtimes the deviations hold, make the seat unknown (never
     /// lowered). Returns one entry per seat, in order, and the rows outside
     /// the contract among them.
-    pub async fn seat_history(
+    pub async fn confirm_seats(
         &self,
         seats: &[(ShowtimeId, SeatNo, bool)],
-    ) -> Result<(Vec<SeatHistory>, Vec<UnknownRow>)> {
+    ) -> Result<(Vec<SeatConfirmation>, Vec<UnknownRow>)> {
         let contract = self.contract();
         let shape = &contract.shape;
-        let mut out = vec![SeatHistory::default(); seats.len()];
+        let mut out = vec![SeatConfirmation::default(); seats.len()];
         let mut unknown = Vec::new();
         // Template seats MySQL takes for one (rule 17): a row on one of them
         // is on all, and none of them is lowered.
@@ -256,9 +256,9 @@ impl MysqlStore {
             // The statements run on their own connections at once: all are
             // read after the showtime leases were taken and before the
             // write, and none waits for another.
-            let mut in_showtime = history_query(&all, seats, false, shape.null_seat_rows);
+            let mut in_showtime = confirm_query(&all, seats, false, shape.null_seat_rows);
             let mut elsewhere = (!lowering.is_empty())
-                .then(|| history_query(&lowering, seats, true, shape.null_seat_rows));
+                .then(|| confirm_query(&lowering, seats, true, shape.null_seat_rows));
             let mut no_showtime = shape
                 .null_showtime_rows
                 .then(|| null_showtime_query(&all, seats, part));
@@ -337,7 +337,7 @@ async fn fetch_if(
 /// nobody can say which seat it holds (no seat number, no showtime): then
 /// it is unknown whatever it says.
 fn hold_row(
-    entry: &mut SeatHistory,
+    entry: &mut SeatConfirmation,
     unknown: &mut Vec<UnknownRow>,
     facts: &SeatRowFacts,
     r: &sqlx::mysql::MySqlRow,
