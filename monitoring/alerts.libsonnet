@@ -281,7 +281,7 @@ local u = import 'lib/util.libsonnet';
                // being attempted: failing, or hung (the next fires count
                // skipped_overlap).
                // The interval is the daemon's own cadence in force
-               // (seatflow_reconcile_pass_interval_seconds: sweep.schedule =
+               // (seatflow_reconcile_pass_interval_seconds: pass.schedule =
                // "auto" is a minute, or 20 with both change sources, and a
                // minute again while either is down), the shortest any
                // replica reports (the active one knows a source is down),
@@ -348,7 +348,7 @@ local u = import 'lib/util.libsonnet';
                  'seatflow-reconciler seat passes do not finish within the sweep interval.',
                  '{{ $value | printf "%%.0f" }} seat passes of %s did not finish before the next fire over the last %s: each hash is read less often than once per interval, so drift waits longer (pacing too slow, Redis or MySQL slow, or too many showtimes for the interval).' % [where, c.passOverrunWindow]
                  + lastPass('seatflow_reconcile_pass_showtimes_per_second', ' The last pass swept %s showtimes a second;')
-                 + lastPass('seatflow_reconcile_pass_shards_to_fit', ' at that pace a pass fits with sharding.total = %s (or a longer sweep.schedule: GET /status, pass.shards.N.fit).'),
+                 + lastPass('seatflow_reconcile_pass_shards_to_fit', ' at that pace a pass fits with sharding.total = %s (or a longer pass.schedule: GET /status, pass.shards.N.fit).'),
                ),
                // Keyspace notifications were on and stopped (a probe went
                // unanswered), and are still off.
@@ -387,7 +387,7 @@ local u = import 'lib/util.libsonnet';
                  ||| % { g: g, sel: c.selector, w: c.passHandoverWindow, t: c.passHandoverThreshold },
                  c.passHandoverFor,
                  'The seatflow-reconciler pass of shard {{ $labels.shard }} keeps changing hands.',
-                 'The seat pass of shard {{ $labels.shard }} (%s) was taken over by another process {{ $value | printf "%%.0f" }} times over the last %s (more than %s): the process running it keeps going away (restarts, a lost or expired pass lease, fires late) or another reconciler keeps taking it. Each hand-over starts a pass up to sweep.takeover_after late.' % [where, c.passHandoverWindow, c.passHandoverThreshold],
+                 'The seat pass of shard {{ $labels.shard }} (%s) was taken over by another process {{ $value | printf "%%.0f" }} times over the last %s (more than %s): the process running it keeps going away (restarts, a lost or expired pass lease, fires late) or another reconciler keeps taking it. Each hand-over starts a pass up to pass.takeover_after late.' % [where, c.passHandoverWindow, c.passHandoverThreshold],
                ),
 
                // A store refused an operation for lack of a permission (rule

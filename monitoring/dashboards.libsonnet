@@ -151,7 +151,7 @@ local u = import 'lib/util.libsonnet';
                    decimals=0,
                    min=0), 12, 8],
     [gr.timeseries('Time since the last completed pass, by shard',
-                   'Seconds since any process last completed a seat pass of each shard (max over processes of seatflow_reconcile_pass_last_completed_timestamp_seconds), and the sweep interval the daemon runs on (seatflow_reconcile_pass_interval_seconds: a minute, or 15 with sweep.schedule = "auto" and both change sources). SeatflowReconcilerPassStalled fires past %d intervals. Colours: orange at %s, red at %d s (the mixin\'s sweepIntervalSeconds).' % [c.passStalledIntervals, u.humanize(c.sweepIntervalSeconds), passLimit],
+                   'Seconds since any process last completed a seat pass of each shard (max over processes of seatflow_reconcile_pass_last_completed_timestamp_seconds), and the sweep interval the daemon runs on (seatflow_reconcile_pass_interval_seconds: a minute, or 15 with pass.schedule = "auto" and both change sources). SeatflowReconcilerPassStalled fires past %d intervals. Colours: orange at %s, red at %d s (the mixin\'s sweepIntervalSeconds).' % [c.passStalledIntervals, u.humanize(c.sweepIntervalSeconds), passLimit],
                    [
                      gr.target(q('time() - max by (shard) (seatflow_reconcile_pass_last_completed_timestamp_seconds{%(s)s})'), 'shard {{shard}}'),
                      gr.target(q('max (seatflow_reconcile_pass_interval_seconds{%(s)s})'), 'sweep interval'),

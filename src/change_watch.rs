@@ -57,7 +57,7 @@ pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
     if runner.ctx.settings.changes.mysql_binlog {
         tasks.push(Task::Binlog);
     }
-    if let Some(every) = runner.ctx.settings.sweep.while_uncovered {
+    if let Some(every) = runner.ctx.settings.pass.while_uncovered {
         tasks.push(Task::WhileUncovered(every));
     }
     if runner.ctx.settings.changes.redis_events == RedisEvents::Auto {
@@ -503,7 +503,7 @@ async fn deadlines(runner: &Runner, changes: &Changes) {
     }
 }
 
-/// Under `sweep.schedule = "auto"` with both change sources configured, the
+/// Under `pass.schedule = "auto"` with both change sources configured, the
 /// sweep fires every 20 minutes: the sources see changes within seconds,
 /// the sweep is the net. While either is down on the shard's active
 /// replica (the server sends no keyspace events, the binlog is not read),
@@ -548,7 +548,7 @@ async fn expedite(runner: &Arc<Runner>, changes: &Changes) {
     let stop = runner.stopping();
     // The first pass comes at once, not at the schedule's first fire: the
     // change-driven checks begin with it (it settles whose shard this is),
-    // and with a slow `sweep.schedule` that fire may be many minutes away.
+    // and with a slow `pass.schedule` that fire may be many minutes away.
     // It also covers what changed while nobody listened.
     tokio::select! {
         _ = tokio::time::sleep(FIRST_PASS_AFTER) => {}

@@ -41,11 +41,11 @@ pub struct Context {
     /// `/status` lists them, `seatflow_reconcile_permission_denied_total`
     /// counts them.
     pub denials: Denials,
-    /// Paces the daemon's seat hash reads (`sweep.pace`); one per process,
+    /// Paces the daemon's seat hash reads (`pass.pace`); one per process,
     /// so a back-off carries over from one run to the next. `once` and the
     /// library's direct runs are unpaced.
     pub pacer: Option<Arc<Pacer>>,
-    /// `sweep.schedule`, parsed once (None: a schedule with no fire).
+    /// `pass.schedule`, parsed once (None: a schedule with no fire).
     pub pass_schedule: Option<Arc<Schedule>>,
 }
 
@@ -63,13 +63,13 @@ impl Context {
             connected_at,
             repeats: Repeats::default(),
             denials: Denials::default(),
-            pacer: settings.sweep.pace.then(|| {
+            pacer: settings.pass.pace.then(|| {
                 Arc::new(Pacer::new(
-                    settings.sweep.max_hashes_per_second,
-                    settings.sweep.hashes_per_batch,
+                    settings.pass.max_hashes_per_second,
+                    settings.pass.hashes_per_batch,
                 ))
             }),
-            pass_schedule: Schedule::new(&settings.sweep.schedule).ok().map(Arc::new),
+            pass_schedule: Schedule::new(&settings.pass.schedule).ok().map(Arc::new),
             settings: Arc::new(settings),
         })
     }

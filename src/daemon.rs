@@ -1,4 +1,4 @@
-//! The daemon: the seat jobs' shared pass on `sweep.schedule` and
+//! The daemon: the seat jobs' shared pass on `pass.schedule` and
 //! `expired-orders` on its own, both UTC cron schedules run by
 //! `tokio-cron-scheduler` (through the `Runner`, so neither overlaps
 //! itself), the HTTP server, and a graceful stop when the caller's
@@ -153,7 +153,7 @@ pub async fn run_on(
     let settings = &ctx.settings;
     let pass_jobs: Vec<&str> = settings.pass_jobs().into_iter().map(Kind::label).collect();
     if !pass_jobs.is_empty() {
-        let schedule = &settings.sweep.schedule;
+        let schedule = &settings.pass.schedule;
         schedule_fire(&schedules, &runner, Fire::Pass, schedule).await?;
         tracing::info!(
             jobs = pass_jobs.join(","),

@@ -138,7 +138,7 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
         "key_prefix": s.redis.key_prefix,
         "shard": {"index": s.sharding.index, "total": s.sharding.total},
         "pass": {
-            "schedule": s.sweep.schedule,
+            "schedule": s.pass.schedule,
             "fallback": r.fallback(),
             "shards": passes,
             "pace": pace,

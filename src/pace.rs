@@ -6,7 +6,7 @@
 //! when MySQL answers far slower than usual. Additive increase,
 //! multiplicative decrease, as TCP does; the anchors are pt-table-checksum's
 //! `--max-load` and `--chunk-time`, redis-full-check's `--qps` (kept as an
-//! optional cap, `sweep.max_hashes_per_second`), and TCP Vegas' idea of
+//! optional cap, `pass.max_hashes_per_second`), and TCP Vegas' idea of
 //! judging the queue by the time over the lowest one seen.
 //!
 //! Reading each hash once per interval comes first, up to the pace that

@@ -104,7 +104,7 @@ pub async fn claim(
     slot_ms: i64,
     stop: &CancellationToken,
 ) -> Result<Claimed> {
-    let ttl = ctx.settings.sweep.pass_lease_ttl;
+    let ttl = ctx.settings.pass.pass_lease_ttl;
     let instance = ctx.settings.reconcile.instance.clone();
     let value = pass_lease_value(
         &uuid::Uuid::new_v4().simple().to_string(),

@@ -26,7 +26,7 @@ pub struct PassFit {
     pub showtimes: u64,
     /// A whole pass of the shard at that pace.
     pub seconds_needed: f64,
-    /// From one fire of `sweep.schedule` to the next.
+    /// From one fire of `pass.schedule` to the next.
     pub interval_seconds: f64,
     /// The last pass covered the shard within its interval.
     pub fits: bool,

@@ -103,8 +103,16 @@ mod tests {
     fn six_fields_seconds_first() {
         assert!(validate("0 * * * * *").is_ok());
         assert!(validate("* * * * *").unwrap_err().contains("6 fields"));
-        assert!(validate("0 0 25 * * *").unwrap_err().contains("invalid cron"));
-        assert!(validate("0 0 0 30 2 *").unwrap_err().contains("never fires"));
+        assert!(
+            validate("0 0 25 * * *")
+                .unwrap_err()
+                .contains("invalid cron")
+        );
+        assert!(
+            validate("0 0 0 30 2 *")
+                .unwrap_err()
+                .contains("never fires")
+        );
         assert!(Schedule::new("nonsense").is_err());
         let parsed = Schedule::new("0 * * * * *").unwrap();
         let t = at("2026-12-03T10:00:00Z");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::secret::{password_of, with_password};
 use super::{
-    COVERED_SWEEP, ConfigError, JobSettings, MINUTE_SWEEP, SecretUrl, Settings, SweepSettings,
+    COVERED_SWEEP, ConfigError, JobSettings, MINUTE_SWEEP, PassSettings, SecretUrl, Settings,
     UNCOVERED_PASS_EVERY, redact_url,
 };
 use crate::model::Kind;
@@ -122,12 +122,12 @@ impl Settings {
         let expired = self.schedule(Kind::ExpiredOrders);
         schedule::validate(expired)
             .map_err(|reason| ConfigError::new("jobs.expired_orders.schedule", reason))?;
-        if self.sweep.schedule.trim().eq_ignore_ascii_case("auto") {
+        if self.pass.schedule.trim().eq_ignore_ascii_case("auto") {
             let both = self.changes.both_sources();
-            self.sweep.schedule = if both { COVERED_SWEEP } else { MINUTE_SWEEP }.into();
-            self.sweep.while_uncovered = both.then_some(UNCOVERED_PASS_EVERY);
+            self.pass.schedule = if both { COVERED_SWEEP } else { MINUTE_SWEEP }.into();
+            self.pass.while_uncovered = both.then_some(UNCOVERED_PASS_EVERY);
         }
-        self.sweep.validated()?;
+        self.pass.validated()?;
         in_range(
             "changes.queue_capacity",
             self.changes.queue_capacity,
@@ -190,9 +190,9 @@ impl Settings {
             ("http.header_timeout", self.http.header_timeout),
             ("daemon.shutdown_timeout", d.shutdown_timeout),
             ("daemon.start_jitter", d.start_jitter),
-            ("sweep.soonest_window", self.sweep.soonest_window),
-            ("sweep.pass_lease_ttl", self.sweep.pass_lease_ttl),
-            ("sweep.takeover_after", self.sweep.takeover_after),
+            ("pass.soonest_window", self.pass.soonest_window),
+            ("pass.pass_lease_ttl", self.pass.pass_lease_ttl),
+            ("pass.takeover_after", self.pass.takeover_after),
             ("changes.min_interval", self.changes.min_interval),
             ("changes.event_settle", self.changes.event_settle),
             ("changes.mysql_settle", self.changes.mysql_settle),
@@ -200,20 +200,20 @@ impl Settings {
     }
 }
 
-impl SweepSettings {
+impl PassSettings {
     fn validated(&self) -> Result<(), ConfigError> {
         schedule::validate(&self.schedule)
-            .map_err(|reason| ConfigError::new("sweep.schedule", reason))?;
+            .map_err(|reason| ConfigError::new("pass.schedule", reason))?;
         in_range(
-            "sweep.max_hashes_per_second",
+            "pass.max_hashes_per_second",
             self.max_hashes_per_second,
             0,
             1_000_000,
         )?;
-        in_range("sweep.hashes_per_batch", self.hashes_per_batch, 1, 10_000)?;
+        in_range("pass.hashes_per_batch", self.hashes_per_batch, 1, 10_000)?;
         if self.pass_lease_ttl < Duration::from_secs(1) {
             return Err(ConfigError::new(
-                "sweep.pass_lease_ttl",
+                "pass.pass_lease_ttl",
                 "must be at least 1s",
             ));
         }

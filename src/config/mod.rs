@@ -180,14 +180,14 @@ pub struct LogSettings {
 pub struct JobSettings {
     pub enabled: bool,
     /// `expired_orders` only: the seat jobs run in the shared pass, on
-    /// `sweep.schedule` (see [`Settings::schedule`]).
+    /// `pass.schedule` (see [`Settings::schedule`]).
     #[serde(default)]
     schedule: Option<String>,
     pub batch_size: usize,
     pub scan_limit: usize,
 }
 
-/// `sweep.schedule = "auto"`: a pass every minute...
+/// `pass.schedule = "auto"`: a pass every minute...
 pub const MINUTE_SWEEP: &str = "0 * * * * *";
 /// ... or every 20 minutes when both change sources are configured (Redis
 /// keyspace events and the MySQL binlog): measured in `benches/README.md`
@@ -196,9 +196,10 @@ pub const COVERED_SWEEP: &str = "0 */20 * * * *";
 /// ... with a pass every minute still while either source is down.
 pub const UNCOVERED_PASS_EVERY: Duration = Duration::from_secs(60);
 
-/// `[sweep]`: the daemon's shared pass of the seat jobs.
+/// `[pass]` (formerly `[pass]`, still read): the daemon's shared pass of
+/// the seat jobs.
 #[derive(Debug, Clone, Deserialize)]
-pub struct SweepSettings {
+pub struct PassSettings {
     /// When a pass starts (six-field cron, UTC). `auto` at load becomes
     /// [`MINUTE_SWEEP`], or [`COVERED_SWEEP`] when both change sources are
     /// configured.
@@ -310,9 +311,13 @@ pub struct Settings {
     pub daemon: DaemonSettings,
     pub sharding: ShardingSettings,
     pub log: LogSettings,
-    pub sweep: SweepSettings,
+    pub pass: PassSettings,
     pub changes: ChangesSettings,
     jobs: JobsSettings,
+    /// Keys set under a renamed section's old name (`sweep.*`), each as a
+    /// line to warn with at start.
+    #[serde(skip)]
+    pub renamed: Vec<String>,
 }
 
 impl Settings {
@@ -369,7 +374,7 @@ impl Settings {
     pub fn schedule(&self, kind: Kind) -> &str {
         match (kind, &self.job(kind).schedule) {
             (Kind::ExpiredOrders, Some(own)) => own,
-            _ => &self.sweep.schedule,
+            _ => &self.pass.schedule,
         }
     }
 
@@ -378,8 +383,8 @@ impl Settings {
         match kind {
             Kind::ExpiredOrders => self.jobs.expired_orders.schedule = Some(schedule.into()),
             _ => {
-                self.sweep.schedule = schedule.into();
-                self.sweep.while_uncovered = None;
+                self.pass.schedule = schedule.into();
+                self.pass.while_uncovered = None;
             }
         }
     }
@@ -414,10 +419,11 @@ impl Settings {
         env: impl IntoIterator<Item = (String, String)>,
         hostname: Option<&str>,
     ) -> Result<Settings, ConfigError> {
-        let merged = sources::merge(file, env)?;
-        let settings: Settings = merged
+        let (merged, renamed) = sources::merge(file, env)?;
+        let mut settings: Settings = merged
             .try_deserialize()
             .map_err(|e| ConfigError::new(sources::error_key(&e), e.to_string()))?;
+        settings.renamed = renamed;
         settings.validated(hostname)?.validated_tls_files()
     }
 }
@@ -510,17 +516,14 @@ mod tests {
             ("[reconcile]\nlock_ttl = \"soon\"\n", "reconcile.lock_ttl"),
             ("[reconcile]\nscan_chunk = 0\n", "reconcile.scan_chunk"),
             ("[reconcile]\ndry_run = \"maybe\"\n", "reconcile.dry_run"),
-            ("[sweep]\nschedule = \"* * * * *\"\n", "sweep.schedule"),
+            ("[pass]\nschedule = \"* * * * *\"\n", "pass.schedule"),
             (
                 "[jobs.expired_orders]\nschedule = \"0 0 25 * * *\"\n",
                 "jobs.expired_orders.schedule",
             ),
-            ("[sweep]\nhashes_per_batch = 0\n", "sweep.hashes_per_batch"),
-            (
-                "[sweep]\npass_lease_ttl = \"10ms\"\n",
-                "sweep.pass_lease_ttl",
-            ),
-            ("[sweep]\npace = \"yes\"\n", "sweep.pace"),
+            ("[pass]\nhashes_per_batch = 0\n", "pass.hashes_per_batch"),
+            ("[pass]\npass_lease_ttl = \"10ms\"\n", "pass.pass_lease_ttl"),
+            ("[pass]\npace = \"yes\"\n", "pass.pace"),
             (
                 "[jobs.sold_orphans]\nbatch_size = -1\n",
                 "jobs.sold_orphans.batch_size",
@@ -544,7 +547,7 @@ mod tests {
                 "[reconcile]\norphan_grace = \"100000000y\"\n",
                 "reconcile.orphan_grace",
             ),
-            ("[sweep]\nschedule = \"0 0 0 30 2 *\"\n", "sweep.schedule"),
+            ("[pass]\nschedule = \"0 0 0 30 2 *\"\n", "pass.schedule"),
             (
                 "[reconcile]\nretry_base_delay = \"3s\"\nretry_max_delay = \"1s\"\n",
                 "reconcile.retry_base_delay",
@@ -570,23 +573,57 @@ mod tests {
     fn retired_keys_name_their_replacement() {
         let e = load_toml("[jobs.paid_seats]\nschedule = \"10 * * * * *\"\n", &[]).unwrap_err();
         assert_eq!(e.key, "jobs.paid_seats.schedule");
-        assert!(e.reason.contains("sweep.schedule"), "{e}");
+        assert!(e.reason.contains("pass.schedule"), "{e}");
         let e = Settings::load_with_env(
             None,
             env(&[("SEATFLOW__JOBS__ORPHAN_LOCKS__SCHEDULE", "0 * * * * *")]),
         )
         .unwrap_err();
         assert_eq!(e.key, "jobs.orphan_locks.schedule");
-        assert!(e.reason.contains("sweep.schedule"), "{e}");
-        let e = load_toml("[sweep]\nlease_ttl = \"15s\"\n", &[]).unwrap_err();
-        assert_eq!(e.key, "sweep.lease_ttl");
-        assert!(e.reason.contains("sweep.pass_lease_ttl"), "{e}");
+        assert!(e.reason.contains("pass.schedule"), "{e}");
+        let e = load_toml("[pass]\nlease_ttl = \"15s\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "pass.lease_ttl");
+        assert!(e.reason.contains("pass.pass_lease_ttl"), "{e}");
+    }
+
+    #[test]
+    fn the_former_sweep_section_is_read_as_pass_with_a_warning() {
+        let s = load_toml("[sweep]\nschedule = \"*/5 * * * * *\"\npace = false\n", &[]).unwrap();
+        assert_eq!(s.pass.schedule, "*/5 * * * * *");
+        assert!(!s.pass.pace);
+        assert_eq!(s.renamed.len(), 2, "{:?}", s.renamed);
+        assert!(s.renamed[0].contains("sweep.") && s.renamed[0].contains("is now pass."));
+        let vars = [("SEATFLOW__SWEEP__MAX_HASHES_PER_SECOND", "700")];
+        let s = Settings::load_with_env(None, env(&vars)).unwrap();
+        assert_eq!(s.pass.max_hashes_per_second, 700);
+        assert_eq!(
+            s.renamed,
+            [
+                "sweep.max_hashes_per_second is now pass.max_hashes_per_second; the old name is read until 0.3: the section holds the pass's settings (a sweep is its walk over the showtimes)"
+            ]
+        );
+        // Under both names: an error naming both, in a file or the environment.
+        let e = load_toml("[sweep]\npace = false\n[pass]\npace = true\n", &[]).unwrap_err();
+        assert_eq!(e.key, "sweep.pace");
+        assert!(e.reason.contains("pass.pace"), "{e}");
+        let both = [
+            ("SEATFLOW__SWEEP__PACE", "false"),
+            ("SEATFLOW__PASS__PACE", "true"),
+        ];
+        let e = Settings::load_with_env(None, env(&both)).unwrap_err();
+        assert_eq!(e.key, "sweep.pace");
+        // A bad value under the old name is named by its new one.
+        let e = load_toml("[sweep]\nschedule = \"* * * * *\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "pass.schedule");
+        // The new name alone warns of nothing.
+        let s = load_toml("[pass]\npace = false\n", &[]).unwrap();
+        assert!(s.renamed.is_empty());
     }
 
     #[test]
     fn seat_jobs_run_on_the_pass_schedule() {
         let s = load_toml(
-            "[sweep]\nschedule = \"*/5 * * * * *\"\n[jobs.expired_orders]\nschedule = \"7 * * * * *\"\n",
+            "[pass]\nschedule = \"*/5 * * * * *\"\n[jobs.expired_orders]\nschedule = \"7 * * * * *\"\n",
             &[],
         )
         .unwrap();
@@ -594,7 +631,7 @@ mod tests {
             assert_eq!(s.schedule(k), "*/5 * * * * *");
         }
         assert_eq!(s.schedule(Kind::ExpiredOrders), "7 * * * * *");
-        assert!(s.sweep.pace, "pacing is on by default");
+        assert!(s.pass.pace, "pacing is on by default");
     }
 
     #[test]
@@ -658,23 +695,23 @@ mod tests {
     #[test]
     fn the_auto_sweep_is_a_minute_and_twenty_with_both_change_sources() {
         let plain = load_toml("", &[]).unwrap();
-        assert_eq!(plain.sweep.schedule, MINUTE_SWEEP);
-        assert_eq!(plain.sweep.while_uncovered, None);
+        assert_eq!(plain.pass.schedule, MINUTE_SWEEP);
+        assert_eq!(plain.pass.while_uncovered, None);
         let binlog = "[changes]\nmysql_binlog = true\n";
         let both = load_toml(binlog, &[]).unwrap();
-        assert_eq!(both.sweep.schedule, COVERED_SWEEP);
-        assert_eq!(both.sweep.while_uncovered, Some(UNCOVERED_PASS_EVERY));
+        assert_eq!(both.pass.schedule, COVERED_SWEEP);
+        assert_eq!(both.pass.while_uncovered, Some(UNCOVERED_PASS_EVERY));
         // One source alone: the sweep is still what finds the other's drift.
         let no_events = load_toml(&format!("{binlog}redis_events = \"off\"\n"), &[]).unwrap();
-        assert_eq!(no_events.sweep.schedule, MINUTE_SWEEP);
+        assert_eq!(no_events.pass.schedule, MINUTE_SWEEP);
         // The operator's schedule wins, and is not tightened.
         let mine = load_toml(
-            &format!("{binlog}[sweep]\nschedule = \"0 */5 * * * *\"\n"),
+            &format!("{binlog}[pass]\nschedule = \"0 */5 * * * *\"\n"),
             &[],
         )
         .unwrap();
-        assert_eq!(mine.sweep.schedule, "0 */5 * * * *");
-        assert_eq!(mine.sweep.while_uncovered, None);
+        assert_eq!(mine.pass.schedule, "0 */5 * * * *");
+        assert_eq!(mine.pass.while_uncovered, None);
     }
 
     #[test]

@@ -138,7 +138,7 @@ pub fn effective_toml(
     file: Option<&std::path::Path>,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<String, super::ConfigError> {
-    let merged = super::sources::merge(file, env)?;
+    let (merged, _) = super::sources::merge(file, env)?;
     let mut table: toml::Table = merged
         .try_deserialize()
         .map_err(|e| super::ConfigError::new(super::sources::error_key(&e), e.to_string()))?;
@@ -239,7 +239,7 @@ mod tests {
         assert!(
             t["jobs"]["sold_orphans"]["batch_size"].is_integer()
                 && t["jobs"]["expired_orders"]["schedule"].is_str()
-                && t["sweep"]["schedule"].is_str(),
+                && t["pass"]["schedule"].is_str(),
             "every job, by name, and the pass: {text}"
         );
         assert!(

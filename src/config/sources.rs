@@ -21,35 +21,47 @@ const ENV_PREFIX: &str = "SEATFLOW__";
 const RETIRED_KEYS: &[(&str, &str)] = &[
     (
         "jobs.paid_seats.schedule",
-        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+        "no longer applies: the seat jobs share one pass; set pass.schedule",
     ),
     (
         "jobs.missing_hashes.schedule",
-        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+        "no longer applies: the seat jobs share one pass; set pass.schedule",
     ),
     (
         "jobs.orphan_locks.schedule",
-        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+        "no longer applies: the seat jobs share one pass; set pass.schedule",
     ),
     (
         "jobs.sold_orphans.schedule",
-        "no longer applies: the seat jobs share one pass; set sweep.schedule",
+        "no longer applies: the seat jobs share one pass; set pass.schedule",
     ),
     (
-        "sweep.lease_ttl",
-        "renamed sweep.pass_lease_ttl (the pass lease; reconcile.lock_ttl is the showtime lease's)",
+        "pass.lease_ttl",
+        "renamed pass.pass_lease_ttl (the pass lease; reconcile.lock_ttl is the showtime lease's)",
     ),
 ];
+
+/// Sections renamed, old name first: the old name is still read, with a
+/// warning at start (`Settings::renamed`), until the release named; then
+/// it is refused like a retired key. Setting a key under both names is an
+/// error naming both.
+pub const RENAMED_SECTIONS: &[(&str, &str, &str)] = &[(
+    "sweep",
+    "pass",
+    "0.3: the section holds the pass's settings (a sweep is its walk over the showtimes)",
+)];
 
 /// Keys whose environment value is a comma-separated list.
 const LIST_KEYS: &[&str] = &["redis.cluster_urls"];
 
 /// Defaults, then `file`, then the `SEATFLOW__…` variables among `env`,
-/// merged and checked for unknown keys.
+/// merged and checked for unknown keys; with a line for each key set under
+/// a renamed section's old name.
 pub fn merge(
     file: Option<&Path>,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<Config, ConfigError> {
+) -> Result<(Config, Vec<String>), ConfigError> {
+    let mut renamed = Vec::new();
     let mut builder = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
     if let Some(path) = file {
         if !path.exists() {
@@ -58,10 +70,31 @@ pub fn merge(
                 format!("file {} does not exist", path.display()),
             ));
         }
-        builder = builder.add_source(File::from(path).format(FileFormat::Toml));
+        builder = match file_renamed(path, &mut renamed)? {
+            Some(text) => builder.add_source(File::from_str(&text, FileFormat::Toml)),
+            None => builder.add_source(File::from(path).format(FileFormat::Toml)),
+        };
     }
+    let env: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX))
+        .collect();
+    let env_keys: Vec<String> = env.iter().filter_map(|(n, _)| env_key(n)).collect();
     for (name, value) in env {
         let Some(key) = env_key(&name) else { continue };
+        let key = match new_name(&key) {
+            Some(new) if env_keys.contains(&new) => {
+                return Err(ConfigError::new(
+                    &key,
+                    format!("set as {new} too: keep {new}"),
+                ));
+            }
+            Some(new) => {
+                renamed.push(renamed_line(&key, &new));
+                new
+            }
+            None => key,
+        };
         builder = if LIST_KEYS.contains(&key.as_str()) {
             let items: Vec<String> = value
                 .split(',')
@@ -79,7 +112,66 @@ pub fn merge(
         .build()
         .map_err(|e| ConfigError::new(error_key(&e), e.to_string()))?;
     check_keys_and_types(&merged)?;
-    Ok(merged)
+    Ok((merged, renamed))
+}
+
+/// `sweep.schedule` → `pass.schedule`: the new name of a key under a
+/// renamed section.
+fn new_name(key: &str) -> Option<String> {
+    RENAMED_SECTIONS.iter().find_map(|(old, new, _)| {
+        let rest = key.strip_prefix(old)?.strip_prefix('.')?;
+        Some(format!("{new}.{rest}"))
+    })
+}
+
+fn renamed_line(old: &str, new: &str) -> String {
+    let until = RENAMED_SECTIONS
+        .iter()
+        .find(|(o, _, _)| old.starts_with(o))
+        .map_or("", |(_, _, why)| *why);
+    format!("{old} is now {new}; the old name is read until {until}")
+}
+
+/// The file's text with its renamed sections under their new names, when
+/// it has any (None: read the file as it is; a file that does not parse is
+/// reported by that read, naming the file).
+fn file_renamed(path: &Path, renamed: &mut Vec<String>) -> Result<Option<String>, ConfigError> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(None);
+    };
+    let Ok(mut table) = text.parse::<toml::Table>() else {
+        return Ok(None);
+    };
+    let mut moved = false;
+    for (old, new, _) in RENAMED_SECTIONS {
+        let Some(toml::Value::Table(old_table)) = table.remove(*old) else {
+            continue;
+        };
+        moved = true;
+        let target = table
+            .entry(new.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(target) = target else {
+            return Err(ConfigError::new(*new, "must be a table"));
+        };
+        for (key, value) in old_table {
+            let (old_key, new_key) = (format!("{old}.{key}"), format!("{new}.{key}"));
+            if target.contains_key(&key) {
+                return Err(ConfigError::new(
+                    &old_key,
+                    format!("set as {new_key} too: keep {new_key}"),
+                ));
+            }
+            renamed.push(renamed_line(&old_key, &new_key));
+            target.insert(key, value);
+        }
+    }
+    if !moved {
+        return Ok(None);
+    }
+    toml::to_string(&table)
+        .map(Some)
+        .map_err(|e| ConfigError::new("--config", e.to_string()))
 }
 
 /// `SEATFLOW__JOBS__PAID_SEATS__BATCH_SIZE` → `jobs.paid_seats.batch_size`.

@@ -95,7 +95,11 @@ pub async fn run_jobs(
         let report = expired_orders::run(ctx, opts, &mut audit)
             .instrument(span.clone())
             .await;
-        out.push(close_job(report, audit, started, opts).instrument(span).await);
+        out.push(
+            close_job(report, audit, started, opts)
+                .instrument(span)
+                .await,
+        );
     }
     if !seats.is_empty() {
         // The seat jobs share one sweep: its lines carry `kinds`, and a line

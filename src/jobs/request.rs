@@ -21,7 +21,7 @@ use crate::model::{Kind, ShowtimeId};
 /// What asked for a run.
 #[derive(Debug, Clone)]
 pub enum Trigger {
-    /// The enabled seat jobs' pass: fired by `sweep.schedule` for `slot`
+    /// The enabled seat jobs' pass: fired by `pass.schedule` for `slot`
     /// (it stops before the next fire), or started outside it (`None`: a
     /// gap, the daemon's start, a source down).
     Pass { slot: Option<DateTime<Utc>> },

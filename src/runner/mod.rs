@@ -32,7 +32,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// What a schedule fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fire {
-    /// The enabled seat jobs' shared pass, on `sweep.schedule`.
+    /// The enabled seat jobs' shared pass, on `pass.schedule`.
     Pass,
     /// A job on a schedule of its own (`expired-orders`; a seat job given
     /// here runs alone, as a pass of its own).
@@ -291,7 +291,7 @@ impl Runner {
 
     /// One pass: this process's own shard first, then (for a scheduled
     /// pass of a sharded estate) every other shard that nobody ran within
-    /// `sweep.takeover_after`. Stops at the next fire at the latest.
+    /// `pass.takeover_after`. Stops at the next fire at the latest.
     async fn run_pass(&self, trigger: &Trigger, kinds: &[Kind]) {
         let settings = &self.ctx.settings;
         let own = settings.shard();
@@ -319,7 +319,7 @@ impl Runner {
                 && !settings.reconcile.dry_run
                 && !self.goes_first(&ctx, shard).await
             {
-                let wait = (slot + settings.sweep.takeover_after - Utc::now())
+                let wait = (slot + settings.pass.takeover_after - Utc::now())
                     .to_std()
                     .unwrap_or_default();
                 tokio::select! {
@@ -363,7 +363,7 @@ impl Runner {
     /// Whether this process claims `shard`'s pass at the fire: the shard's
     /// owner does (its own shard when sharded; with one shard, the
     /// reconciler that ran the last pass, or anyone when none did). The
-    /// others wait `sweep.takeover_after`, so the active runner stays put
+    /// others wait `pass.takeover_after`, so the active runner stays put
     /// and a standby takes over only when it is gone.
     async fn goes_first(&self, ctx: &Context, shard: Shard) -> bool {
         let own = ctx.settings.shard();

@@ -61,7 +61,7 @@ pub struct ShardStatus {
 }
 
 /// A pass every `every` while a change source is down, whatever
-/// `sweep.schedule` says (the 20-minute net of `auto` with both sources):
+/// `pass.schedule` says (the 20-minute net of `auto` with both sources):
 /// what the pass interval gauge, `/status` and so the pass-stalled alert
 /// follow meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -909,7 +909,7 @@ async fn a_cancel_whose_lease_passed_on_leaves_the_seats_to_the_new_holder() {
     );
 }
 
-/// The premise of the `1 → 0 → 1` argument (ARCHITECTURE.md, "What a
+/// The premise of the `1 → 0 → 1` argument (docs/safety-rules.md, "What a
 /// compare-and-set cannot see"): between a run's confirmation and its script,
 /// no reconciler can free the seat for a new customer to hold, so the
 /// script cannot find "its" `"1"` put back by someone else's release. Run

@@ -355,7 +355,7 @@ async fn an_orphan_is_released_when_its_grace_ends_without_a_pass() {
 
 /// A daemon runs its first pass seconds after it starts, not at the
 /// schedule's first fire (here a year away): its change-driven checks begin
-/// with that pass, so a slow `sweep.schedule` does not leave them off.
+/// with that pass, so a slow `pass.schedule` does not leave them off.
 #[tokio::test]
 async fn the_first_pass_runs_at_start_and_the_checks_begin_with_it() {
     let redis = servers::redis_with_keyspace_events();
@@ -1021,9 +1021,9 @@ async fn passes_after(daemon: &InProcessDaemon, wait: Duration) -> f64 {
     pass_runs(&metrics(daemon).await)
 }
 
-/// `sweep.schedule = "auto"` with both change sources configured fires
+/// `pass.schedule = "auto"` with both change sources configured fires
 /// every 20 minutes. While a source is down (here the server sends no
-/// keyspace events) a pass runs every `sweep.while_uncovered` (a minute;
+/// keyspace events) a pass runs every `pass.while_uncovered` (a minute;
 /// 2 s here) anyway; with both sources on, none but the schedule's. The
 /// signals follow the cadence in force: the pass interval gauge (which the
 /// pass-stalled alert counts in) and `/status` (`pass.fallback`: every,
@@ -1038,7 +1038,7 @@ async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_ba
         let redis = events.then(servers::redis_with_keyspace_events);
         let env = estate_on(&base, redis.as_ref(), 1, |s| {
             s.changes.mysql_binlog = true;
-            s.sweep.while_uncovered = Some(every);
+            s.pass.while_uncovered = Some(every);
         })
         .await;
         let daemon = InProcessDaemon::start(env.ctx.clone()).await;

@@ -680,7 +680,7 @@ async fn audit_batches_that_cannot_be_written_are_counted() {
 }
 
 /// Rule 14, soonest first under a bounded pass: showtimes starting within
-/// `sweep.soonest_window` are swept in every run, while the cursor works
+/// `pass.soonest_window` are swept in every run, while the cursor works
 /// through a far-future estate larger than one run may scan. Without the
 /// window, the cursor would move on and the near showtime's drift would wait
 /// for the whole estate to come round.
@@ -693,7 +693,7 @@ async fn showtimes_starting_soon_are_swept_in_every_bounded_run() {
     })
     .await;
     assert_eq!(
-        env.ctx.settings.sweep.soonest_window,
+        env.ctx.settings.pass.soonest_window,
         std::time::Duration::from_secs(6 * 3600)
     );
     let seats = env.fx.hall(1, 1, 2).await.unwrap();

@@ -429,7 +429,7 @@ async fn a_pass_lease_without_expiry_is_reported_as_stuck() {
 /// pass ends instead of reading on without the right to write.
 #[tokio::test]
 async fn a_pass_whose_lease_is_taken_over_stops() {
-    let env = TestEnv::with(|s| s.sweep.pass_lease_ttl = Duration::from_millis(600)).await;
+    let env = TestEnv::with(|s| s.pass.pass_lease_ttl = Duration::from_millis(600)).await;
     let stop = CancellationToken::new();
     let held = claim_free_pass(&env, &stop).await;
     assert!(held.fence().holds());
@@ -479,7 +479,7 @@ async fn a_released_pass_frees_its_lease_at_once() {
 /// kept alive by an orphaned renewal task, so a standby can take over.
 #[tokio::test]
 async fn a_dropped_pass_stops_renewing_its_lease() {
-    let env = TestEnv::with(|s| s.sweep.pass_lease_ttl = Duration::from_millis(600)).await;
+    let env = TestEnv::with(|s| s.pass.pass_lease_ttl = Duration::from_millis(600)).await;
     let stop = CancellationToken::new();
     let held = claim_free_pass(&env, &stop).await;
     drop(held);

@@ -204,7 +204,7 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
     /// A setting given to every daemon besides the defaults, as
-    /// `SECTION__KEY=VALUE` (`SWEEP__MAX_HASHES_PER_SECOND=1000`): for
+    /// `SECTION__KEY=VALUE` (`PASS__MAX_HASHES_PER_SECOND=1000`): for
     /// tuning experiments only; the recorded results use none.
     #[arg(long = "daemon-setting", value_name = "SECTION__KEY=VALUE")]
     pub daemon_settings: Vec<String>,

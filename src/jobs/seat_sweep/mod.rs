@@ -271,7 +271,7 @@ impl<'a> Sweep<'a, '_> {
     }
 
     /// The sweep's walk over its scope: the showtimes starting within
-    /// `sweep.soonest_window` first, then onwards from the cursors.
+    /// `pass.soonest_window` first, then onwards from the cursors.
     async fn walk(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
         let ctx = self.ctx;
         // Rule 17: a schema whose reading of every showtime is in doubt
@@ -328,7 +328,7 @@ impl<'a> Sweep<'a, '_> {
         // Soonest first (rule 14): the showtimes starting within the window
         // are swept in every pass, from the soonest; the cursors only move
         // through the rest, so a large far-future estate never starves them.
-        let window = ctx.settings.sweep.soonest_window;
+        let window = ctx.settings.pass.soonest_window;
         let horizon = (self.opts.showtimes.is_empty() && !window.is_zero())
             .then(|| chrono::Utc::now().naive_utc() + window);
         let (after, mut reached_end) = match horizon {
