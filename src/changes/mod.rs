@@ -207,7 +207,7 @@ impl Changes {
     }
 
     /// A check's job report, by what asked for the check.
-    pub fn record_check(&self, job: &JobReport, source: Source) {
+    fn count_check_fixes(&self, job: &JobReport, source: Source) {
         let labels = [job.kind.label(), source.label()];
         self.metrics
             .fixes
@@ -362,7 +362,7 @@ impl Changes {
     /// drift ages by source, and the queue's bookkeeping.
     pub fn check_ended(&self, report: &RunReport, source: Source, due: Vec<Due>) {
         for job in &report.jobs {
-            self.record_check(job, source);
+            self.count_check_fixes(job, source);
         }
         self.metrics
             .checks
