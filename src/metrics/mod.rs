@@ -84,6 +84,8 @@ impl Metrics {
     /// state of the data.
     pub fn for_jobs(jobs: &[Kind]) -> Metrics {
         let kind = &["kind"];
+        // The series that exist at 0 from start: one per job that runs (by
+        // outcome, or by stage, where the family has one).
         let per_job = || jobs.iter().map(|k| [k.label()]);
         let by_outcome = jobs.iter().flat_map(|k| {
             let outcomes = Outcome::ALL.map(Outcome::label).into_iter();
