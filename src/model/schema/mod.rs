@@ -1,0 +1,209 @@
+//! The schema the contract relies on, judged against the one MySQL has
+//! (rule 17). Pure: the store reads `information_schema` into
+//! [`SchemaFacts`]; [`judge`] says how it deviates from the contract and,
+//! for each deviation, what the reconciler may still do
+//! ([`Handling`]). What a data check then finds decides the holds
+//! (`model::holds`). The table of decisions is in
+//! docs/seatflow-contract.md ("When the schema deviates"); it and
+//! [`handling`] say the same things.
+//!
+//! Which file holds what: `spec.rs` the contract's columns and keys (data);
+//! here what MySQL has ([`SchemaFacts`]) and the deviations' vocabulary;
+//! `judge.rs` the judging and the handling of each deviation.
+
+mod judge;
+mod spec;
+
+use std::fmt;
+
+pub use self::judge::{handling, judge, seat_groups};
+pub use self::spec::{
+    AUDIT_TABLE, CANCEL_REASON_CHARS, COLUMNS, CONTRACT_TABLES, ColumnSpec, Family, KEYS, KeySpec,
+};
+
+/// One column as `information_schema.COLUMNS` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnFacts {
+    pub table: String,
+    pub column: String,
+    /// `DATA_TYPE`, lower case: `bigint`, `varchar`.
+    pub data_type: String,
+    /// `COLUMN_TYPE`, lower case: `bigint(20) unsigned`.
+    pub column_type: String,
+    pub nullable: bool,
+    /// `CHARACTER_MAXIMUM_LENGTH` (characters) of a string type.
+    pub max_chars: Option<u64>,
+    pub charset: Option<String>,
+    pub collation: Option<String>,
+}
+
+/// One index as `information_schema.STATISTICS` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexFacts {
+    pub table: String,
+    pub name: String,
+    pub unique: bool,
+    /// In order: each column, and its prefix length when only a prefix is indexed.
+    pub columns: Vec<(String, Option<u64>)>,
+}
+
+/// The schema MySQL has for the contract's tables and the audit table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchemaFacts {
+    pub columns: Vec<ColumnFacts>,
+    pub indexes: Vec<IndexFacts>,
+}
+
+impl SchemaFacts {
+    pub fn column(&self, table: &str, column: &str) -> Option<&ColumnFacts> {
+        self.columns
+            .iter()
+            .find(|c| c.table == table && c.column == column)
+    }
+
+    fn has_table(&self, table: &str) -> bool {
+        self.columns.iter().any(|c| c.table == table)
+    }
+
+    /// A unique index over exactly `columns`, no prefix.
+    fn has_unique(&self, table: &str, columns: &[&str]) -> bool {
+        self.indexes.iter().any(|i| {
+            i.table == table
+                && i.unique
+                && i.columns.len() == columns.len()
+                && i.columns
+                    .iter()
+                    .zip(columns)
+                    .all(|((c, prefix), want)| c == want && prefix.is_none())
+        })
+    }
+
+    /// Some index (unique or not) whose first column is `column`: a data
+    /// check on it is an index range.
+    pub fn leads_an_index(&self, table: &str, column: &str) -> bool {
+        self.indexes
+            .iter()
+            .any(|i| i.table == table && i.columns.first().is_some_and(|(c, _)| c == column))
+    }
+}
+
+/// How a schema deviates (the metric's `kind` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeviationKind {
+    MissingTable,
+    MissingColumn,
+    /// Another type family (a string where a number is read, …).
+    Type,
+    /// An unsigned integer where the contract has a signed one.
+    Unsigned,
+    /// NULL allowed where the contract says NOT NULL.
+    Nullable,
+    /// NOT NULL where the contract allows NULL.
+    NotNull,
+    /// Another length of a string column.
+    Length,
+    /// A character set in which the exact comparisons see other bytes.
+    Charset,
+    /// `hall_seat.seat_no` compared otherwise than `order_seat.seat_no`.
+    Collation,
+    /// A key the contract relies on is missing (or covers other columns,
+    /// or a prefix).
+    MissingKey,
+}
+
+impl DeviationKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            DeviationKind::MissingTable => "missing_table",
+            DeviationKind::MissingColumn => "missing_column",
+            DeviationKind::Type => "type",
+            DeviationKind::Unsigned => "unsigned",
+            DeviationKind::Nullable => "nullable",
+            DeviationKind::NotNull => "not_null",
+            DeviationKind::Length => "length",
+            DeviationKind::Charset => "charset",
+            DeviationKind::Collation => "collation",
+            DeviationKind::MissingKey => "missing_key",
+        }
+    }
+}
+
+/// A data check that decides whether a deviation holds anything now: each
+/// an index range or a read of the (small) template table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Proof {
+    /// `order_seat` rows whose `showtime_id` is NULL (an index range).
+    NullShowtimeRows,
+    /// Showtime ids on more than one row (`showtime` has no unique id).
+    DuplicateShowtimes,
+    /// Enabled template seats of one hall that `order_seat.seat_no`'s
+    /// comparison takes as one name: in this character set and collation.
+    SeatGroups { charset: String, collation: String },
+    /// Ids beyond BIGINT in an unsigned key column (`showtime`,
+    /// `ticket_order`): those rows are never read.
+    IdsBeyondBigint { table: &'static str },
+}
+
+/// What a deviation may touch when it is not harmless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reach {
+    /// No seat is lowered anywhere (raises MySQL proves go on).
+    Lowering,
+    /// No seat write anywhere (the reads it would rest on cannot be trusted).
+    SeatWrites,
+    /// No expired order is cancelled.
+    Cancels,
+    /// Seat writes and cancels.
+    Everything,
+    /// Repairs of seats whose name does not fit the audit's column.
+    LongSeatNames,
+}
+
+/// What the reconciler does about a deviation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handling {
+    /// Harmless whatever the data: how the reads take it.
+    Harmless(&'static str),
+    /// Harmless while the data check finds nothing; what it finds is held
+    /// (`model::holds` decides how far).
+    Proved(Proof),
+    /// Holds this regardless of the data.
+    Holds(Reach, &'static str),
+}
+
+/// One way the schema deviates from the contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deviation {
+    pub table: &'static str,
+    /// A column, or a key's contract name (`PRIMARY`, `uq_occupancy`), or
+    /// empty for a missing table.
+    pub column: &'static str,
+    pub kind: DeviationKind,
+    /// What MySQL has: `bigint(20) unsigned NULL`, `utf8mb4_bin`.
+    pub found: String,
+    /// What the contract says.
+    pub expected: String,
+    /// The statement that would bring the schema back to the contract.
+    pub fix: String,
+    pub handling: Handling,
+}
+
+impl fmt::Display for Deviation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.column.is_empty() {
+            self.table.to_string()
+        } else {
+            format!("{}.{}", self.table, self.column)
+        };
+        write!(
+            f,
+            "{what} ({}): {}, the contract has {}",
+            self.kind.label(),
+            self.found,
+            self.expected
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;
