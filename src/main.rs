@@ -126,6 +126,9 @@ fn main() -> ExitCode {
         log.level = "warn".into();
     }
     telemetry::init(&log);
+    for line in &settings.renamed {
+        tracing::warn!(renamed = %line, "a setting under its former name: rename it");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -22,6 +22,9 @@ pub(super) async fn run(settings: &Settings, config: Option<&Path>) -> ExitCode 
     match seatflow_reconciler::config::effective_toml(config, std::env::vars()) {
         Ok(text) => {
             println!("# configuration is valid; in effect (secrets redacted):\n{text}");
+            for line in &settings.renamed {
+                println!("# renamed: {line}");
+            }
             // One connection for both checks.
             let mysql = seatflow_reconciler::context::connect_mysql(settings).await;
             let schema = check_schema(settings, &mysql).await;

@@ -20,7 +20,7 @@ pub struct PassMetrics {
     /// The last pass's pace and the shards it would fit at (`pass_fit`).
     pub showtimes_per_second: GaugeVec,
     pub shards_to_fit: IntGaugeVec,
-    /// From one fire of `sweep.schedule` to the next: what the pass-stalled
+    /// From one fire of `pass.schedule` to the next: what the pass-stalled
     /// alert counts in (the `auto` schedule is a minute or 15).
     pub interval: prometheus::Gauge,
     /// Every family above, for [`Metrics::export_passes`].
@@ -119,7 +119,7 @@ impl PassMetrics {
             interval: f.add(
                 prometheus::Gauge::new(
                     "seatflow_reconcile_pass_interval_seconds",
-                    "From one fire of sweep.schedule to the next, in seconds (0: no schedule).",
+                    "From one fire of pass.schedule to the next, in seconds (0: no schedule).",
                 )
                 .unwrap(),
             ),

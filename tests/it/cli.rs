@@ -38,6 +38,21 @@ fn against(env: &TestEnv) -> Command {
     c
 }
 
+/// A key under its section's former name (`[sweep]`, now `[pass]`) is
+/// read, said at start and by `check-config`, and takes effect.
+#[test]
+fn a_setting_under_its_former_name_is_read_and_named() {
+    let (_, out, err) = run(bin()
+        .args(["check-config"])
+        .env("SEATFLOW__SWEEP__SCHEDULE", "0 */7 * * * *"));
+    assert!(
+        out.contains("# renamed: sweep.schedule is now pass.schedule"),
+        "{out}"
+    );
+    assert!(out.contains("schedule = \"0 */7 * * * *\""), "{out}");
+    assert!(err.contains("a setting under its former name"), "{err}");
+}
+
 #[test]
 fn bad_configuration_exits_2_and_names_the_key() {
     let (code, _, err) = run(bin()

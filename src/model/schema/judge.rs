@@ -304,7 +304,7 @@ pub fn handling(spec: &ColumnSpec, kind: DeviationKind) -> Handling {
         K::Nullable => match (table, spec.column) {
             ("order_seat", "showtime_id") => Handling::Proved(Proof::NullShowtimeRows),
             ("order_seat", "seat_no") => Handling::Harmless(
-                "a row with no seat_no may hold any seat of its showtime: the sweep and the re-check read such rows and lower nothing in that showtime",
+                "a row with no seat_no may hold any seat of its showtime: the sweep and the confirmation read such rows and lower nothing in that showtime",
             ),
             ("order_seat", "order_id") => Handling::Harmless(
                 "a row with no order_id has no order: held (unknown) while active = 1, ended while NULL, as the contract reads a row whose order is gone",
