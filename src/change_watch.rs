@@ -63,8 +63,7 @@ pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
     if runner.ctx.settings.changes.redis_events == RedisEvents::Auto {
         tasks.push(Task::Subscribe);
     } else {
-        changes.probe().set(EventsState::Disabled);
-        show_events(changes);
+        changes.events_are(EventsState::Disabled);
     }
     for task in tasks {
         let (runner, changes) = (Arc::clone(runner), Arc::clone(changes));
@@ -91,10 +90,6 @@ enum Task {
     WhileUncovered(Duration),
 }
 
-fn show_events(changes: &Changes) {
-    changes.show_events();
-}
-
 /// While this replica runs its shard's passes: subscribes to the seat
 /// hashes' keyspace channels and queues a check of each showtime of the
 /// shard whose hash changed; probes once a minute whether the server sends
@@ -118,8 +113,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
     while !stop.is_cancelled() {
         if runner.active_on_own_shard() != Some(true) {
             if runner.active_on_own_shard() == Some(false) {
-                changes.probe().set(EventsState::Standby);
-                show_events(changes);
+                changes.events_are(EventsState::Standby);
             }
             tokio::select! {
                 _ = tokio::time::sleep(ROLE_EVERY) => {}
@@ -130,8 +124,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
         let (topology, channels, stream) = match listen(runner).await {
             Ok(listening) => listening,
             Err(e) => {
-                changes.probe().lost();
-                show_events(changes);
+                changes.subscription_lost();
                 runner.ctx.denials.note(&e);
                 tracing::warn!(error = %e, retry_in = ?wait, "could not subscribe to Redis keyspace notifications");
                 if !back_off(&mut wait, &stop).await {
@@ -151,8 +144,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
             tokio::select! {
                 msg = stream.next() => {
                     let Some((channel, event)) = msg else {
-                        changes.probe().lost();
-                        show_events(changes);
+                        changes.subscription_lost();
                         changes.gap("connection_lost");
                         tracing::warn!("the Redis keyspace subscription was lost; a pass covers the gap");
                         break;
@@ -169,11 +161,9 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                             }
                         }
                         Message::Probe { key, hash_event } => {
-                            let verdict = changes.probe().seen(key, hash_event);
-                            if let Some(v) = verdict {
+                            if let Some(v) = changes.probe_seen(key, hash_event) {
                                 log_verdict(&v, topology.as_ref());
                             }
-                            show_events(changes);
                         }
                         Message::OwnWrites { .. } | Message::Ignored => {}
                     }
@@ -184,7 +174,7 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                         continue;
                     }
                     let keys = channels.probe_keys();
-                    changes.probe().sent(Instant::now(), keys.len());
+                    changes.probe_sent(Instant::now(), keys.len());
                     if let Err(e) = ctx.redis.write_probe(keys).await {
                         runner.ctx.denials.note(&e);
                         tracing::warn!(error = %e, "could not write the keyspace notification probe");
@@ -195,13 +185,11 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                         // Another replica runs the shard's passes now.
                         break;
                     }
-                    let verdict = changes.probe().judge(Instant::now());
-                    if let Some(v) = verdict {
+                    if let Some(v) = changes.probe_judged(Instant::now()) {
                         if matches!(v, Verdict::Stopped { .. }) {
                             changes.gap("events_stopped");
                         }
                         log_verdict(&v, topology.as_ref());
-                        show_events(changes);
                     }
                 }
                 _ = topology_tick.tick(), if topology.is_some() => {
@@ -253,9 +241,8 @@ async fn judge_without_writing(ctx: &crate::context::Context, changes: &Changes)
     if changes.redis_events() != state {
         tracing::info!(redis_events = state.label(), how = %note, "Redis keyspace notifications");
     }
-    changes.probe().set(state);
     changes.note_events(Some(note));
-    show_events(changes);
+    changes.events_are(state);
 }
 
 /// How often the subscriber reads a Redis Cluster's topology again.

@@ -27,7 +27,7 @@ use crate::jobs::report::{JobReport, RunReport};
 use crate::jobs::{Finding, Outbox};
 use crate::metrics::ChangeMetrics;
 use crate::model::{Kind, ShowtimeId};
-use events::{EventsState, Probe};
+use events::{EventsState, Probe, Verdict};
 use queue::{Added, Due, Limits, Source, WorkQueue};
 
 /// A grace period's check runs this long after it ends: the seat's suspect
@@ -333,9 +333,38 @@ impl Changes {
         lock(&self.probe).state()
     }
 
-    /// The probe's bookkeeping (the subscriber's).
-    pub fn probe(&self) -> std::sync::MutexGuard<'_, Probe> {
-        lock(&self.probe)
+    /// The Redis events' state is `state`, known without a probe
+    /// (disabled, standby, a dry run's reading of the configuration).
+    pub fn events_are(&self, state: EventsState) {
+        lock(&self.probe).set(state);
+        self.show_events();
+    }
+
+    /// The subscription was lost (or could not be made).
+    pub fn subscription_lost(&self) {
+        lock(&self.probe).lost();
+        self.show_events();
+    }
+
+    /// A probe went out to `keys` keys at `now`.
+    pub fn probe_sent(&self, now: Instant, keys: usize) {
+        lock(&self.probe).sent(now, keys);
+    }
+
+    /// The probe's event on key `key` arrived: the verdict it settles, if any.
+    pub fn probe_seen(&self, key: usize, hash_event: bool) -> Option<Verdict> {
+        let verdict = lock(&self.probe).seen(key, hash_event);
+        self.show_events();
+        verdict
+    }
+
+    /// The probe judged at `now` (a probe unanswered too long has stopped).
+    pub fn probe_judged(&self, now: Instant) -> Option<Verdict> {
+        let verdict = lock(&self.probe).judge(now);
+        if verdict.is_some() {
+            self.show_events();
+        }
+        verdict
     }
 
     /// When the soonest waiting check is due.
@@ -423,9 +452,9 @@ mod tests {
     }
 
     fn events_on(c: &Changes) {
-        c.probe().sent(Instant::now(), 1);
-        c.probe().seen(0, true);
-        c.probe().seen(0, false);
+        c.probe_sent(Instant::now(), 1);
+        c.probe_seen(0, true);
+        c.probe_seen(0, false);
         c.show_events();
     }
 
@@ -454,7 +483,7 @@ mod tests {
         // Events that left `on` between two passes end the watch too.
         c.count_missed(&fixed);
         assert_eq!(missed(&c), 6);
-        c.probe().lost();
+        c.subscription_lost();
         c.show_events();
         events_on(&c);
         c.count_missed(&fixed);
