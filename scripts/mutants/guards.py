@@ -55,7 +55,8 @@ TIMEOUT_S = 150
 TEST_TARGETS = ["--test", "it", "--test", "failpoints"]
 SEAT_TESTS = ["races::", "safety::", "own_keys::", "strict_reading::", "bad_data::", "jobs::"]
 LEASE_TESTS = SEAT_TESTS + ["passes::", "cluster::"]
-PASS_TESTS = ["passes::", "daemon::", "cluster::", "own_keys::"]
+# `daemon::run::` is tests/it/daemon/run.rs (`daemon::` alone is that whole folder).
+PASS_TESTS = ["passes::", "daemon::run::", "cluster::", "own_keys::"]
 # The writing-key bracket around the seat scripts' writes, on a real server.
 OWN_WRITES_TEST = "changes::our_scripts_seat_writes_are_told_apart"
 
@@ -69,7 +70,7 @@ class Target:
 
 def lua_target(path, tests):
     """A script, judged by the tests of its callers and by its own contract
-    (tests/it/lua_scripts.rs: the script called directly)."""
+    (tests/it/repairs/lua_scripts.rs: the script called directly)."""
     return Target(path, tests + ["lua_scripts::"])
 
 

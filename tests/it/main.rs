@@ -1,9 +1,11 @@
 //! The integration tests, in one crate: sqlx, redis, reqwest and the product
 //! are linked once, not once per file. Each file here was a test crate of its
-//! own (`tests/<name>.rs`) and is now a module, so its tests are named
-//! `<name>::<test>`: `cargo test --test it cli::` runs what `cargo test --test
-//! cli` ran. Helpers shared by several files live in the support crate
-//! (`tests/support`, `seatflow-test-support`).
+//! own (`tests/<name>.rs`) and is now a module, grouped in folders by
+//! feature (`repairs`, `change_sources`, `daemon`, `operations`), so its
+//! tests are named `<folder>::<name>::<test>`; cargo filters by substring:
+//! `cargo test --test it cli::` runs what `cargo test --test cli` ran.
+//! Helpers shared by several files live in the support crate
+//! (`tests/support`, `seatflow-test-support`); no module imports another.
 //!
 //! # Failpoint tests: a crate of their own, `tests/failpoints`
 //!
@@ -32,40 +34,18 @@
 //! - Metrics: each `Metrics` has a registry of its own; none is global.
 //! - TLS: `TestEnv` installs rustls's ring provider as the process default,
 //!   the same for every test (a second install is ignored).
-//! - insta names a snapshot after its module path: `inspect`'s are
-//!   `snapshots/it__inspect__*.snap`, beside this file.
-//! - proptest: `planner_props` keeps its regressions file beside it, as
-//!   before (see its config).
+//! - insta names a snapshot after its module path and keeps it beside the
+//!   file: `operations::inspect`'s are
+//!   `operations/snapshots/it__operations__inspect__*.snap`.
+//! - proptest: `repairs::planner_props` keeps its regressions file beside it
+//!   (see its config).
 //! - The shared Redis and MariaDB: every test has its own database, key
 //!   prefix and users, and the chaos test kills only its own reconcilers'
 //!   connections (by client name and user), so tests of different modules
 //!   run side by side as the tests of one file did. libtest still runs two
 //!   at a time on 2 cores; only the pairs now mix modules.
 
-mod audit;
-mod bad_data;
-mod bad_values;
-mod binlog;
-mod binlog_position;
-mod changes;
-mod chaos;
-mod cli;
-mod cluster;
+mod change_sources;
 mod daemon;
-mod demo;
-mod hands_off;
-mod http_bounds;
-mod inspect;
-mod jobs;
-mod junk_props;
-mod least_privilege;
-mod lua_scripts;
-mod observability;
-mod own_keys;
-mod passes;
-mod planner_props;
-mod resilience;
-mod safety;
-mod schema_deviations;
-mod strict_reading;
-mod tls;
+mod operations;
+mod repairs;
