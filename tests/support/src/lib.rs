@@ -8,6 +8,7 @@
 pub mod daemon;
 pub mod estate;
 pub mod own_keys;
+#[cfg(feature = "failpoints")]
 pub mod races;
 pub mod servers;
 pub use seatflow_simulator as simulator;
