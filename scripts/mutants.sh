@@ -31,11 +31,17 @@
 # elsewhere do not unlist it; verdict.py's docstring says how the key is
 # made, and `python3 scripts/mutants/verdict.py --self-test` checks it.
 #
-# The integration tests are two test targets: `it` (tests/it/) and
-# `failpoints` (tests/failpoints/, the tests that arm failpoints). A test is
-# named `<file>::<test>` after its file, so a group picks its targets and,
-# within them, its tests by name (`::tests::` is every unit test of the
-# library, `races::` the race tests, `safety::` tests/it/safety.rs, ...).
+# The integration tests are two test targets: `it` (tests/it/, in the
+# product's package) and `failpoints` (tests/failpoints/, the tests that arm
+# failpoints, a package of their own: seatflow-failpoint-tests). A test is
+# named after its module path, `<folder>::<file>::<test>` in `it`
+# (`repairs::safety::...`) and `<file>::<test>` in `failpoints`, and cargo
+# filters by substring, so a group picks its targets and, within them, its
+# tests by file (`::tests::` is every unit test of the library, `races::`
+# the race tests, `safety::` tests/it/repairs/safety.rs, ...). A group that
+# tests both targets names both packages (`--test-package`); cargo-mutants
+# then builds them in one invocation, so the product under `it` has its
+# failpoints too there, as it had before the failpoint tests had a package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +70,10 @@ guards() { # lua or sql
   python3 scripts/mutants/guards.py "$1" ${ITERATE:+--iterate}
 }
 
+# The product's tests and the failpoint tests' package: the tests of both run
+# for every mutant of a group that names them.
+both=(--test-package=seatflow-reconciler --test-package=seatflow-failpoint-tests)
+
 all=(planner repair-path store-scripts pass lua sql)
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=("${all[@]}")
@@ -72,7 +82,7 @@ for group in "${groups[@]}"; do
     planner)
       rust planner ::tests::,planner_props::,safety::,strict_reading::,bad_data::,races:: \
         --file 'src/plan/*.rs' --file src/model/contract.rs --file src/model/occupancy.rs \
-        --cargo-arg=--lib --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
+        --cargo-arg=--lib --cargo-arg=--test=it --cargo-arg=--test=failpoints "${both[@]}" ;;
     repair-path)
       rust repair-path races::,safety::,own_keys::,strict_reading::,jobs:: \
         --file src/jobs/seat_sweep/repair.rs --file src/jobs/expired_orders.rs \
@@ -84,12 +94,12 @@ for group in "${groups[@]}"; do
         --re 'RunLeases::(acquire|renew_due|release)\b' \
         --re 'MysqlStore::(cancel_expired|cancelled_by_us_since|confirm_seats|seats_named)\b' \
         --re '\bpush_position\b' \
-        --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
+        --cargo-arg=--test=it --cargo-arg=--test=failpoints "${both[@]}" ;;
     store-scripts)
       rust store-scripts races::,safety::,own_keys::,strict_reading::,jobs:: \
         --file src/store/redis/seats.rs --file src/store/redis/leases.rs \
         --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
-        --cargo-arg=--test=it --cargo-arg=--test=failpoints ;;
+        --cargo-arg=--test=it --cargo-arg=--test=failpoints "${both[@]}" ;;
     pass)
       rust pass ::tests::,passes::,cluster::,own_keys:: --file src/pass.rs --file src/store/redis/leases.rs \
         --re 'src/pass\.rs' \

@@ -4,8 +4,9 @@
 //! the guarding safety rule held (tests/failpoints/races.rs).
 //!
 //! Each window is a failpoint of the `fail` crate, compiled in only with the
-//! `failpoints` feature, which only the test support crate turns on: in a
-//! release build `race_window!` expands to nothing.
+//! `failpoints` feature, which only the failpoint tests' package
+//! (tests/failpoints) turns on: in any other build, the other tests' too,
+//! `race_window!` expands to nothing.
 
 /// Seat jobs: the showtimes are scanned, planned and leased; next, the seats
 /// to repair are re-read in MySQL (rule 4's confirmation).

@@ -50,12 +50,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 150
 
-# The test binaries every mutant is judged by (one build: `it` and
-# `failpoints` share the library), and per file the tests by name.
-TEST_TARGETS = ["--test", "it", "--test", "failpoints"]
+# The test binaries every mutant is judged by: `it` (the product's package)
+# and `failpoints` (the package seatflow-failpoint-tests), in one cargo
+# invocation (one build of the library, with its failpoints), and per file
+# the tests by name (a substring of `<folder>::<file>::<test>` in `it`,
+# `<file>::<test>` in `failpoints`).
+TEST_TARGETS = [
+    "-p", "seatflow-reconciler", "-p", "seatflow-failpoint-tests",
+    "--test", "it", "--test", "failpoints",
+]
 SEAT_TESTS = ["races::", "safety::", "own_keys::", "strict_reading::", "bad_data::", "jobs::"]
 LEASE_TESTS = SEAT_TESTS + ["passes::", "cluster::"]
-PASS_TESTS = ["passes::", "daemon::", "cluster::", "own_keys::"]
+# `daemon::run::` is tests/it/daemon/run.rs (`daemon::` alone is that whole folder).
+PASS_TESTS = ["passes::", "daemon::run::", "cluster::", "own_keys::"]
 # The writing-key bracket around the seat scripts' writes, on a real server.
 OWN_WRITES_TEST = "changes::our_scripts_seat_writes_are_told_apart"
 
@@ -69,7 +76,7 @@ class Target:
 
 def lua_target(path, tests):
     """A script, judged by the tests of its callers and by its own contract
-    (tests/it/lua_scripts.rs: the script called directly)."""
+    (tests/it/repairs/lua_scripts.rs: the script called directly)."""
     return Target(path, tests + ["lua_scripts::"])
 
 

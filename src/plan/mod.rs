@@ -2,7 +2,7 @@
 //! its MySQL occupancy and what Redis holds, it says which drift exists and
 //! which compare-and-set repairs restore the contract's expected state.
 //! Every job's decisions come from here, so they are property-tested without
-//! any server (see the tests at the bottom and `tests/it/planner_props.rs`).
+//! any server (see the tests at the bottom and `tests/it/repairs/planner_props.rs`).
 
 use crate::model::holds::SeatHold;
 use crate::model::{

@@ -1,4 +1,4 @@
-//! Rule 13 (see `tests/it/own_keys.rs`) where it meets a race window: one
+//! Rule 13 (see `tests/it/repairs/own_keys.rs`) where it meets a race window: one
 //! of our keys (the audit backlog, the showtime lease) changes type while a
 //! run is paused between taking its lease and writing. Here, not with the
 //! other own-keys tests, because they arm failpoints (see `main.rs`).

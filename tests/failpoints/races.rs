@@ -17,17 +17,13 @@ use seatflow_reconciler::race_window::{
     SEAT_BEFORE_CONFIRM, SEAT_BEFORE_REBUILD, SEAT_BEFORE_REPAIR,
 };
 use seatflow_test_support::races::{BackgroundRun, Races};
-use seatflow_test_support::{TestEnv, seed_expired};
+use seatflow_test_support::{TestEnv, seat, seed_expired};
 
 /// Showtime 5 of a 1×2 hall, warmed with `values` (the rest "0").
 async fn showtime_with(env: &TestEnv, values: &[(&str, &str)]) {
     let seats = env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(5, 1, 60, "ON_SALE").await.unwrap();
     env.fx.warm_all(5, &seats, values).await.unwrap();
-}
-
-async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
-    env.fx.seat_value(showtime, seat).await.unwrap()
 }
 
 /// The run saw the one drifted item and left it alone: no repair, no error,

@@ -227,3 +227,58 @@ impl InProcessDaemon {
             .unwrap();
     }
 }
+
+/// Waits until `series` reads `value` (a check's metrics are recorded once
+/// its run has settled, just after its writes).
+pub async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
+    metric_when(daemon, series, &format!("= {value}"), |v| v == value).await
+}
+
+/// Waits until `series` reads at least `value`.
+pub async fn metric_reaches_at_least(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
+    metric_when(daemon, series, &format!(">= {value}"), |v| v >= value).await
+}
+
+/// `/metrics` once `series` reads a value that `wanted` (said: `what`) takes.
+async fn metric_when(
+    daemon: &InProcessDaemon,
+    series: &str,
+    what: &str,
+    wanted: impl Fn(f64) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = metrics(daemon).await;
+        if wanted(sample(&m, series)) {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{series} did not reach {what}: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs of the pass so far, whatever their outcome.
+pub fn pass_runs(exposition: &str) -> f64 {
+    ["success", "partial", "failure"]
+        .iter()
+        .map(|o| {
+            sample(
+                exposition,
+                &format!(r#"seatflow_reconcile_runs_total{{kind="paid_seats",outcome="{o}"}}"#),
+            )
+        })
+        .sum()
+}
+
+/// The exposition `/metrics` of an in-process daemon serves.
+pub async fn metrics(daemon: &InProcessDaemon) -> String {
+    reqwest::get(daemon.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}

@@ -1,11 +1,14 @@
 //! Test support for seatflow-reconciler's integration tests: every test
 //! gets its own MariaDB database and Redis key prefix on the real local
 //! services, removed again when it ends ([`TestEnv`]); [`daemon`] runs the
-//! real binary; [`servers`] starts private servers; [`simulator`] plays
+//! real binary; [`estate`] is a daemon in process on a small estate (the
+//! change-source tests'); [`servers`] starts private servers; [`simulator`] plays
 //! seatflow's traffic (its own crate, which the benchmark's soak shares).
 
 pub mod daemon;
+pub mod estate;
 pub mod own_keys;
+#[cfg(feature = "failpoints")]
 pub mod races;
 pub mod servers;
 pub use seatflow_simulator as simulator;
@@ -17,7 +20,7 @@ use std::time::Duration;
 use seatflow_reconciler::config::{SecretUrl, Settings};
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::fixtures::{self, Fixtures};
-use seatflow_reconciler::jobs::report::{JobReport, RunReport};
+use seatflow_reconciler::jobs::report::{JobReport, Outcome, RunReport};
 use seatflow_reconciler::jobs::{self, RunOptions, RunRequest};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::plan;
@@ -31,6 +34,19 @@ pub const JOB_LABELS: [&str; 5] = [
     "orphan_locks",
     "sold_orphans",
 ];
+
+/// Seat `seat` of `showtime` as Redis holds it (None: no such field or hash).
+pub async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
+    env.fx.seat_value(showtime, seat).await.unwrap()
+}
+
+/// Every job of the run ended: none failed or stopped on a fatal error.
+pub fn ended_well(report: &RunReport) {
+    for j in &report.jobs {
+        assert_ne!(j.outcome, Outcome::Failure, "{}", report.to_text());
+        assert!(j.fatal.is_none(), "{}", report.to_text());
+    }
+}
 
 pub fn mysql_base_url() -> String {
     std::env::var("SEATFLOW_TEST_MYSQL_URL")
@@ -193,6 +209,20 @@ impl TestEnv {
                 .await?;
         }
         c.close().await
+    }
+
+    /// [`TestEnv::permissive`] where every statement must be taken: a
+    /// refusal fails the test (strict_reading's data nobody cleaned).
+    pub async fn permissive_all(&self, statements: &[String]) {
+        let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+        self.permissive(&statements).await.unwrap();
+    }
+
+    /// [`TestEnv::permissive`] of one statement that may be refused, the
+    /// error ignored: a junk value a unique key refuses is simply not there
+    /// (junk_props).
+    pub async fn permissive_or_refused(&self, statement: String) {
+        let _ = self.permissive(&[statement.as_str()]).await;
     }
 
     pub async fn redis<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {

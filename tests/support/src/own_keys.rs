@@ -1,5 +1,5 @@
 //! Helpers of the tests of the reconciler's own keys (rule 13): those in
-//! `tests/it/own_keys.rs` and the one that pauses a run in a race window,
+//! `tests/it/repairs/own_keys.rs` and the one that pauses a run in a race window,
 //! `tests/failpoints/own_keys.rs` (a failpoint test, so in the failpoint
 //! tests' own crate).
 

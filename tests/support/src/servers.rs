@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::TestEnv;
+
 pub use seatflow_reconciler::demo::servers::{
     PrivateServer, Ready, TempDir, free_port, require_binary,
 };
@@ -423,4 +425,53 @@ fn private_tmpdir(dir: &std::path::Path) -> std::path::PathBuf {
 fn is_root() -> bool {
     use std::os::unix::fs::MetadataExt as _;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// The server's replication connections (`Binlog Dump` threads).
+pub async fn binlog_dumps(env: &TestEnv) -> Vec<i64> {
+    use sqlx::Row as _;
+    sqlx::query("SHOW PROCESSLIST")
+        .fetch_all(env.ctx.mysql.pool())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.try_get::<String, _>("Command").unwrap_or_default() == "Binlog Dump")
+        .map(|r| r.try_get::<i64, _>("Id").unwrap())
+        .collect()
+}
+
+pub async fn binlog_dumps_become(env: &TestEnv, n: usize) {
+    wait_until(
+        "the daemon reads the binlog",
+        Duration::from_secs(30),
+        || async { binlog_dumps(env).await.len() == n },
+    )
+    .await;
+}
+
+/// Purges the binlog files before `newest`, until `gone` is no more.
+/// MariaDB keeps a file until a later one records its binlog checkpoint
+/// (crash recovery), so the purge may take a few tries.
+pub async fn purge_to(pool: &sqlx::MySqlPool, gone: &str, newest: &str) {
+    wait_until(
+        format!("{gone} purged"),
+        Duration::from_secs(60),
+        || async {
+            use sqlx::Row as _;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "PURGE BINARY LOGS TO '{newest}'"
+            )))
+            .execute(pool)
+            .await
+            .unwrap();
+            let logs = sqlx::query("SHOW BINARY LOGS")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+            !logs
+                .iter()
+                .any(|row| row.try_get::<String, _>(0).unwrap() == gone)
+        },
+    )
+    .await;
 }

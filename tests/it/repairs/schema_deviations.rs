@@ -5,20 +5,9 @@
 //! orders are still repaired, and that the deviation is reported with its
 //! fix. (Grace is 0 s here.)
 
-use seatflow_reconciler::jobs::report::{Outcome, RunReport};
+use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
-use seatflow_test_support::TestEnv;
-
-async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
-    env.fx.seat_value(showtime, seat).await.unwrap()
-}
-
-fn ended_well(report: &RunReport) {
-    for j in &report.jobs {
-        assert_ne!(j.outcome, Outcome::Failure, "{}", report.to_text());
-        assert!(j.fatal.is_none(), "{}", report.to_text());
-    }
-}
+use seatflow_test_support::{TestEnv, ended_well, seat};
 
 /// The deviation the run reported for `table.column`, as (kind, holds).
 fn deviation(report: &RunReport, table: &str, column: &str) -> Option<(String, bool)> {

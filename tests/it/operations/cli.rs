@@ -1,4 +1,4 @@
-//! The real binary: exit codes, JSON output, config errors, secrets (the demo: tests/it/demo.rs).
+//! The real binary: exit codes, JSON output, config errors, secrets (the demo: tests/it/operations/demo.rs).
 
 use std::process::{Command, Output};
 use std::time::Duration;

@@ -8,15 +8,18 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use seatflow_reconciler::changes::events::{Channels, Message, OwnWrites};
-use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::model::SeatState;
 use seatflow_reconciler::store::redis::Fenced;
 use seatflow_test_support::TestEnv;
-use seatflow_test_support::daemon::{InProcessDaemon, sample};
+use seatflow_test_support::daemon::{
+    InProcessDaemon, metric_reaches, metric_reaches_at_least, metrics, pass_runs, sample,
+};
+use seatflow_test_support::estate::{
+    daemon_on_binlog, daemon_on_estate, estate, estate_on, events_gauge_says_off, events_on, found,
+    post, seat_becomes,
+};
 use seatflow_test_support::own_keys::release_locks;
-use seatflow_test_support::servers::{self, PrivateServer};
-
-pub(crate) const TOKEN: &str = "changes-test-token";
+use seatflow_test_support::servers::{self, PrivateServer, binlog_dumps, binlog_dumps_become};
 
 /// A daemon on `redis` (the shared one when None) whose pass fires once a
 /// year, with `grace`; returns it once its first pass (started by hand) ran.
@@ -36,149 +39,6 @@ async fn daemon_with_events(grace: Duration) -> (PrivateServer, TestEnv, InProce
     (redis, env, daemon)
 }
 
-/// The same on `showtimes` ON_SALE showtimes of one 1×4 hall, warmed and
-/// consistent, with `tweak` applied to the settings (which may point them
-/// at a Redis Cluster: `cluster.rs`).
-pub(crate) async fn daemon_on_estate(
-    redis: Option<&PrivateServer>,
-    showtimes: i64,
-    tweak: impl FnOnce(&mut Settings),
-) -> (TestEnv, InProcessDaemon) {
-    let env = estate(redis, showtimes, tweak).await;
-    let daemon = after_a_first_pass(&env).await;
-    (env, daemon)
-}
-
-/// A daemon on `env`, once a first pass (started through the admin
-/// endpoint) has run.
-async fn after_a_first_pass(env: &TestEnv) -> InProcessDaemon {
-    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
-    let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
-    assert_eq!(code, 202, "the admin endpoint starts a pass");
-    daemon
-        .status_when("the first pass ran", |s| {
-            s["pass"]["shards"]["0"]["last_fire"] == "ran"
-        })
-        .await;
-    daemon
-}
-
-/// The environment of [`daemon_on_estate`], before any daemon: schedules a
-/// year away, the estate warmed and consistent.
-async fn estate(
-    redis: Option<&PrivateServer>,
-    showtimes: i64,
-    tweak: impl FnOnce(&mut Settings),
-) -> TestEnv {
-    estate_on(
-        &seatflow_test_support::mysql_base_url(),
-        redis,
-        showtimes,
-        tweak,
-    )
-    .await
-}
-
-/// [`estate`] with its database on the MySQL server at `mysql` (a private
-/// one).
-pub(crate) async fn estate_on(
-    mysql: &str,
-    redis: Option<&PrivateServer>,
-    showtimes: i64,
-    tweak: impl FnOnce(&mut Settings),
-) -> TestEnv {
-    let url = redis.map(|r| format!("redis://127.0.0.1:{}", r.port()));
-    let env = TestEnv::on(mysql, |s| {
-        if let Some(url) = url {
-            s.redis.url = seatflow_reconciler::config::SecretUrl::new(url);
-        }
-        s.set_schedule(seatflow_reconciler::model::Kind::PaidSeats, "0 0 0 1 1 *");
-        s.set_schedule(
-            seatflow_reconciler::model::Kind::ExpiredOrders,
-            "0 0 0 1 1 *",
-        );
-        s.reconcile.expired_order_buffer = Duration::from_secs(1);
-        s.http.admin_token = seatflow_reconciler::config::Secret::new(TOKEN);
-        tweak(s);
-    })
-    .await;
-    let seats = env.fx.hall(1, 1, 4).await.unwrap();
-    for showtime in 1..=showtimes {
-        env.fx.showtime(showtime, 1, 60, "ON_SALE").await.unwrap();
-        env.fx.warm_all(showtime, &seats, &[]).await.unwrap();
-    }
-    env
-}
-
-/// Waits until the probe finds the server's keyspace notifications on.
-pub(crate) async fn events_on(daemon: &InProcessDaemon) {
-    daemon
-        .status_when("the probe finds events on", |s| {
-            s["changes"]["redis_events"] == "on"
-        })
-        .await;
-}
-
-pub(crate) async fn post(daemon: &InProcessDaemon, path: &str) -> (u16, String) {
-    let r = reqwest::Client::new()
-        .post(daemon.url(path))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
-/// Waits until seat `seat` of `showtime` reads `value` in Redis (`what`).
-pub(crate) async fn seat_becomes(
-    env: &TestEnv,
-    showtime: i64,
-    seat: &str,
-    value: &str,
-    what: &str,
-) {
-    seatflow_test_support::servers::wait_until(what, Duration::from_secs(60), || async {
-        env.fx.seat_value(showtime, seat).await.unwrap().as_deref() == Some(value)
-    })
-    .await;
-}
-
-/// Waits until `series` reads `value` (a check's metrics are recorded once
-/// its run has settled, just after its writes).
-pub(crate) async fn metric_reaches(daemon: &InProcessDaemon, series: &str, value: f64) -> String {
-    metric_when(daemon, series, &format!("= {value}"), |v| v == value).await
-}
-
-/// Waits until `series` reads at least `value`.
-pub(crate) async fn metric_reaches_at_least(
-    daemon: &InProcessDaemon,
-    series: &str,
-    value: f64,
-) -> String {
-    metric_when(daemon, series, &format!(">= {value}"), |v| v >= value).await
-}
-
-/// `/metrics` once `series` reads a value that `wanted` (said: `what`) takes.
-async fn metric_when(
-    daemon: &InProcessDaemon,
-    series: &str,
-    what: &str,
-    wanted: impl Fn(f64) -> bool,
-) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let m = metrics(daemon).await;
-        if wanted(sample(&m, series)) {
-            return m;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{series} did not reach {what}: {m}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// `/metrics` once no check waits or runs.
 async fn when_the_queue_is_idle(daemon: &InProcessDaemon) -> String {
     daemon
@@ -187,32 +47,6 @@ async fn when_the_queue_is_idle(daemon: &InProcessDaemon) -> String {
         })
         .await;
     metrics(daemon).await
-}
-
-/// Runs of the pass so far, whatever their outcome.
-pub(crate) fn pass_runs(exposition: &str) -> f64 {
-    ["success", "partial", "failure"]
-        .iter()
-        .map(|o| {
-            sample(
-                exposition,
-                &format!(r#"seatflow_reconcile_runs_total{{kind="paid_seats",outcome="{o}"}}"#),
-            )
-        })
-        .sum()
-}
-
-pub(crate) fn found(kind: &str, by: &str) -> (String, String) {
-    (kind.to_string(), by.to_string())
-}
-
-pub(crate) async fn metrics(daemon: &InProcessDaemon) -> String {
-    reqwest::get(daemon.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 /// A seat locked with no order (a crash between the hold and the order) is
@@ -495,20 +329,6 @@ async fn a_server_without_keyspace_events_is_reported_off() {
     daemon.stop().await;
 }
 
-/// The events gauge says off, and not on.
-pub(crate) async fn events_gauge_says_off(daemon: &InProcessDaemon) {
-    let m = metric_reaches(
-        daemon,
-        r#"seatflow_reconcile_redis_events{state="off"}"#,
-        1.0,
-    )
-    .await;
-    assert_eq!(
-        sample(&m, r#"seatflow_reconcile_redis_events{state="on"}"#),
-        0.0
-    );
-}
-
 /// A lost subscription is a gap: counted, and a pass is started at once to
 /// cover what no one heard; the subscription comes back with the server.
 #[tokio::test]
@@ -751,58 +571,6 @@ async fn a_storm_over_more_showtimes_than_the_queue_holds_is_a_gap_and_a_pass() 
     )
     .await;
     daemon.stop().await;
-}
-
-/// A daemon reading the binlog of a private MariaDB (`changes.mysql_binlog`),
-/// with keyspace events off and `grace`, on two showtimes; each has an
-/// order PENDING on one seat, locked in Redis. Returns once its first pass
-/// ran and the binlog is being read.
-pub(crate) async fn daemon_on_binlog(
-    server: &PrivateServer,
-    grace: Duration,
-) -> (TestEnv, InProcessDaemon, [i64; 2]) {
-    let base = format!("mysql://root@127.0.0.1:{}", server.port());
-    let env = estate_on(&base, None, 2, |s| {
-        s.reconcile.orphan_grace = grace;
-        s.changes.redis_events = seatflow_reconciler::config::RedisEvents::Off;
-        s.changes.mysql_binlog = true;
-        s.changes.mysql_settle = Duration::from_secs(1);
-    })
-    .await;
-    let mut orders = [0; 2];
-    for (i, (showtime, seat)) in [(1, "A-1"), (2, "A-2")].into_iter().enumerate() {
-        orders[i] = env
-            .fx
-            .order(showtime, "PENDING", &[seat], 600)
-            .await
-            .unwrap();
-        env.fx.warm(showtime, &[(seat, "1")]).await.unwrap();
-    }
-    let daemon = after_a_first_pass(&env).await;
-    binlog_dumps_become(&env, 1).await;
-    (env, daemon, orders)
-}
-
-/// The server's replication connections (`Binlog Dump` threads).
-pub(crate) async fn binlog_dumps(env: &TestEnv) -> Vec<i64> {
-    use sqlx::Row as _;
-    sqlx::query("SHOW PROCESSLIST")
-        .fetch_all(env.ctx.mysql.pool())
-        .await
-        .unwrap()
-        .iter()
-        .filter(|r| r.try_get::<String, _>("Command").unwrap_or_default() == "Binlog Dump")
-        .map(|r| r.try_get::<i64, _>("Id").unwrap())
-        .collect()
-}
-
-pub(crate) async fn binlog_dumps_become(env: &TestEnv, n: usize) {
-    seatflow_test_support::servers::wait_until(
-        "the daemon reads the binlog",
-        Duration::from_secs(30),
-        || async { binlog_dumps(env).await.len() == n },
-    )
-    .await;
 }
 
 /// A payment committed in MySQL whose `"2"` never reached Redis (the crash

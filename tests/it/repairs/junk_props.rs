@@ -159,24 +159,14 @@ fn estate() -> impl Strategy<Value = Estate> {
         })
 }
 
-/// A statement on a connection with a permissive `sql_mode` (zero dates
-/// accepted, as on a server configured so). Errors are ignored: a junk
-/// value that a unique key refuses is simply not there.
-async fn permissive(env: &TestEnv, statement: String) {
-    let _ = env.permissive(&[statement.as_str()]).await;
-}
-
 async fn seed(env: &TestEnv, e: &Estate) {
     let estate = &e.showtimes;
     env.fx.hall(1, 1, SEATS.len()).await.unwrap();
-    permissive(
-        env,
-        format!(
-            "UPDATE hall_seat SET enabled = {} WHERE hall_id = 1 AND seat_no = '{}'",
-            e.last_seat_enabled,
-            SEATS[SEATS.len() - 1]
-        ),
-    )
+    env.permissive_or_refused(format!(
+        "UPDATE hall_seat SET enabled = {} WHERE hall_id = 1 AND seat_no = '{}'",
+        e.last_seat_enabled,
+        SEATS[SEATS.len() - 1]
+    ))
     .await;
     // Applied once every order is in: a row moved to another showtime must
     // not stand in the way of that showtime's own orders.
@@ -187,13 +177,10 @@ async fn seed(env: &TestEnv, e: &Estate) {
             .await
             .unwrap();
         if s.zero_start {
-            permissive(
-                env,
-                format!(
-                    "UPDATE showtime SET starts_at = '0000-00-00 00:00:00' WHERE id = {}",
-                    s.id
-                ),
-            )
+            env.permissive_or_refused(format!(
+                "UPDATE showtime SET starts_at = '0000-00-00 00:00:00' WHERE id = {}",
+                s.id
+            ))
             .await;
         }
         for (seat, h) in SEATS.iter().zip(&s.holders) {
@@ -281,7 +268,7 @@ async fn seed(env: &TestEnv, e: &Estate) {
         }
     }
     for junk in junk_rows {
-        permissive(env, junk).await;
+        env.permissive_or_refused(junk).await;
     }
 }
 

@@ -13,13 +13,12 @@ use seatflow_reconciler::model::Shard;
 use seatflow_reconciler::store::mysql::binlog::{BinlogPosition, Checkpoint, ServerIdentity};
 use seatflow_reconciler::store::redis::{PositionSave, SavedPosition, parse_saved, saved_value};
 use seatflow_test_support::TestEnv;
-use seatflow_test_support::daemon::{InProcessDaemon, sample};
-use seatflow_test_support::own_keys::key_type;
-use seatflow_test_support::servers::{self, wait_until};
-
-use crate::changes::{
-    binlog_dumps_become, daemon_on_binlog, metric_reaches_at_least, metrics, pass_runs,
+use seatflow_test_support::daemon::{
+    InProcessDaemon, metric_reaches_at_least, metrics, pass_runs, sample,
 };
+use seatflow_test_support::estate::daemon_on_binlog;
+use seatflow_test_support::own_keys::key_type;
+use seatflow_test_support::servers::{self, binlog_dumps_become, purge_to, wait_until};
 
 const WAIT: Duration = Duration::from_secs(60);
 const BINLOG_CHECKS: &str = r#"seatflow_reconcile_change_checks_total{source="binlog"}"#;
@@ -259,7 +258,7 @@ async fn a_purged_saved_position_is_a_gap_and_the_reader_reads_on_from_the_curre
         .await
         .unwrap();
     let newest = server_position(&env).await.file;
-    crate::binlog::purge_to(pool, &before.position.file, &newest).await;
+    purge_to(pool, &before.position.file, &newest).await;
 
     let daemon = restarted(&env).await;
     metric_reaches_at_least(&daemon, POSITION_LOST, 1.0).await;

@@ -10,13 +10,10 @@ use seatflow_reconciler::access::{self, check, redis_acl::RedisAccess};
 use seatflow_reconciler::config::{RedisEvents, SecretUrl, Settings};
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::store::mysql::grants as mysql_grants;
-use seatflow_test_support::daemon::{InProcessDaemon, binary, sample};
-use seatflow_test_support::servers::{self, PrivateServer};
+use seatflow_test_support::daemon::{InProcessDaemon, binary, metric_reaches, metrics, sample};
+use seatflow_test_support::estate::{estate_on, events_on, found, post, seat_becomes};
+use seatflow_test_support::servers::{self, PrivateServer, binlog_dumps_become};
 use seatflow_test_support::{DbUser, TestEnv};
-
-use crate::changes::{
-    binlog_dumps_become, estate_on, events_on, found, metric_reaches, metrics, post, seat_becomes,
-};
 
 /// A Redis user of the test's own server with exactly `access`'s rule.
 async fn redis_user(env: &TestEnv, name: &str, access: &RedisAccess) {

@@ -4,12 +4,8 @@
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::Kind;
-use seatflow_test_support::{TestEnv, audit_row};
+use seatflow_test_support::{TestEnv, audit_row, seat as value};
 use std::time::Duration;
-
-async fn value(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
-    env.fx.seat_value(showtime, seat).await.unwrap()
-}
 
 #[tokio::test]
 async fn expired_orders_are_cancelled_through_the_cancel_chain() {

@@ -9,16 +9,16 @@
 use redis::Value;
 use seatflow_test_support::TestEnv;
 
-const REPAIR_SEATS: &str = include_str!("../../src/store/lua/repair_seats.lua");
-const REBUILD_HASH: &str = include_str!("../../src/store/lua/rebuild_hash.lua");
-const RECORD_SUSPECTS: &str = include_str!("../../src/store/lua/record_suspects.lua");
-const LEASE_ACQUIRE: &str = include_str!("../../src/store/lua/lease_acquire.lua");
-const LEASE_RENEW: &str = include_str!("../../src/store/lua/lease_renew.lua");
-const PASS_CLAIM: &str = include_str!("../../src/store/lua/pass_claim.lua");
-const PASS_FINISH: &str = include_str!("../../src/store/lua/pass_finish.lua");
-const BACKLOG_READ: &str = include_str!("../../src/store/lua/backlog_read.lua");
-const BACKLOG_PUSH: &str = include_str!("../../src/store/lua/backlog_push.lua");
-const CURSOR_CAS: &str = include_str!("../../src/store/lua/cursor_cas.lua");
+const REPAIR_SEATS: &str = include_str!("../../../src/store/lua/repair_seats.lua");
+const REBUILD_HASH: &str = include_str!("../../../src/store/lua/rebuild_hash.lua");
+const RECORD_SUSPECTS: &str = include_str!("../../../src/store/lua/record_suspects.lua");
+const LEASE_ACQUIRE: &str = include_str!("../../../src/store/lua/lease_acquire.lua");
+const LEASE_RENEW: &str = include_str!("../../../src/store/lua/lease_renew.lua");
+const PASS_CLAIM: &str = include_str!("../../../src/store/lua/pass_claim.lua");
+const PASS_FINISH: &str = include_str!("../../../src/store/lua/pass_finish.lua");
+const BACKLOG_READ: &str = include_str!("../../../src/store/lua/backlog_read.lua");
+const BACKLOG_PUSH: &str = include_str!("../../../src/store/lua/backlog_push.lua");
+const CURSOR_CAS: &str = include_str!("../../../src/store/lua/cursor_cas.lua");
 
 const TOKEN: &str = "our-token";
 const SHOWTIME: i64 = 7;

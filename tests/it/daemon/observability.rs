@@ -730,7 +730,7 @@ fn readme_metric_families() -> BTreeSet<String> {
     out
 }
 
-/// Seeds drift in showtime 1 the way tests/it/daemon.rs does, plus an expired
+/// Seeds drift in showtime 1 the way tests/it/daemon/run.rs does, plus an expired
 /// order: one orphan lock, one paid seat not "2", one expired PENDING order.
 /// The hash is written before the showtime row, so a running daemon never
 /// sees a half-seeded showtime.

@@ -12,8 +12,7 @@ use seatflow_reconciler::store::mysql::binlog::{
     BinlogOptions, BinlogSource, Checkpoint, Committed, ServerIdentity, StartedFrom,
 };
 use seatflow_test_support::TestEnv;
-use seatflow_test_support::servers::wait_until;
-use seatflow_test_support::servers::{PrivateServer, mariadb_with_binlog};
+use seatflow_test_support::servers::{PrivateServer, mariadb_with_binlog, purge_to};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -259,33 +258,6 @@ async fn what_the_server_does_not_allow_is_named_as_the_statement_to_run() {
 }
 
 /// The id of the server's binlog dump thread (ours: the only replica).
-/// Purges the binlog files before `newest`, until `gone` is no more.
-/// MariaDB keeps a file until a later one records its binlog checkpoint
-/// (crash recovery), so the purge may take a few tries.
-pub(crate) async fn purge_to(pool: &sqlx::MySqlPool, gone: &str, newest: &str) {
-    wait_until(
-        format!("{gone} purged"),
-        Duration::from_secs(60),
-        || async {
-            use sqlx::Row as _;
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "PURGE BINARY LOGS TO '{newest}'"
-            )))
-            .execute(pool)
-            .await
-            .unwrap();
-            let logs = sqlx::query("SHOW BINARY LOGS")
-                .fetch_all(pool)
-                .await
-                .unwrap();
-            !logs
-                .iter()
-                .any(|row| row.try_get::<String, _>(0).unwrap() == gone)
-        },
-    )
-    .await;
-}
-
 async fn dump_thread(pool: &sqlx::MySqlPool) -> Option<i64> {
     sqlx::query_scalar(
         "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Binlog Dump'",

@@ -9,28 +9,10 @@
 use seatflow_reconciler::inspect;
 use seatflow_reconciler::jobs::report::{JobReport, Outcome, RunReport};
 use seatflow_reconciler::model::Kind;
-use seatflow_test_support::{TestEnv, audit_row};
-
-async fn seat(env: &TestEnv, showtime: i64, seat: &str) -> Option<String> {
-    env.fx.seat_value(showtime, seat).await.unwrap()
-}
-
-/// Statements with a permissive `sql_mode`, as a server configured without
-/// strict dates stores them (zero dates accepted): `TestEnv::permissive`.
-async fn permissive(env: &TestEnv, statements: &[String]) {
-    let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
-    env.permissive(&statements).await.unwrap();
-}
+use seatflow_test_support::{TestEnv, audit_row, ended_well, seat};
 
 fn invalid(report: &RunReport) -> u64 {
     report.jobs.iter().map(|j| j.invalid_data).sum()
-}
-
-fn ended_well(report: &RunReport) {
-    for j in &report.jobs {
-        assert_ne!(j.outcome, Outcome::Failure, "{}", report.to_text());
-        assert!(j.fatal.is_none(), "{}", report.to_text());
-    }
 }
 
 /// One showtime (id 1) of a 1 x 4 hall, warmed with `values` (the rest "0").
@@ -216,18 +198,15 @@ async fn a_zero_date_is_a_row_to_report_never_a_panic() {
     let zero_deadline = env.fx.order(2, "PENDING", &["A-2"], -3600).await.unwrap();
     let zero_created = env.fx.order(2, "PAID", &["A-3"], 900).await.unwrap();
     let expired = env.fx.order(2, "PENDING", &["A-4"], -3600).await.unwrap();
-    permissive(
-        &env,
-        &[
-            "UPDATE showtime SET starts_at = '0000-00-00 00:00:00' WHERE id = 1".into(),
-            format!(
-                "UPDATE ticket_order SET expires_at = '0000-00-00 00:00:00' WHERE id = {zero_deadline}"
-            ),
-            format!(
-                "UPDATE ticket_order SET created_at = '2026-11-00 10:00:00' WHERE id = {zero_created}"
-            ),
-        ],
-    )
+    env.permissive_all(&[
+        "UPDATE showtime SET starts_at = '0000-00-00 00:00:00' WHERE id = 1".into(),
+        format!(
+            "UPDATE ticket_order SET expires_at = '0000-00-00 00:00:00' WHERE id = {zero_deadline}"
+        ),
+        format!(
+            "UPDATE ticket_order SET created_at = '2026-11-00 10:00:00' WHERE id = {zero_created}"
+        ),
+    ])
     .await;
 
     let report = env.once(&Kind::ALL).await;
@@ -285,15 +264,16 @@ async fn dates_that_decode_are_read_and_the_others_reported() {
     let oldest = env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
     let month_zero = env.fx.order(1, "PAID", &["A-3"], 900).await.unwrap();
     let before_oldest = env.fx.order(1, "PAID", &["A-4"], 900).await.unwrap();
-    permissive(
-        &env,
-        &[
-            format!("UPDATE ticket_order SET paid_at = '2026-02-30 10:00:00' WHERE id = {past_month_end}"),
-            format!("UPDATE ticket_order SET created_at = '1000-01-01 00:00:00' WHERE id = {oldest}"),
-            format!("UPDATE ticket_order SET paid_at = '2026-00-10 10:00:00' WHERE id = {month_zero}"),
-            format!("UPDATE ticket_order SET created_at = '0999-12-31 23:59:59' WHERE id = {before_oldest}"),
-        ],
-    )
+    env.permissive_all(&[
+        format!(
+            "UPDATE ticket_order SET paid_at = '2026-02-30 10:00:00' WHERE id = {past_month_end}"
+        ),
+        format!("UPDATE ticket_order SET created_at = '1000-01-01 00:00:00' WHERE id = {oldest}"),
+        format!("UPDATE ticket_order SET paid_at = '2026-00-10 10:00:00' WHERE id = {month_zero}"),
+        format!(
+            "UPDATE ticket_order SET created_at = '0999-12-31 23:59:59' WHERE id = {before_oldest}"
+        ),
+    ])
     .await;
 
     let report = env.once(&[Kind::PaidSeats]).await;
@@ -340,15 +320,10 @@ async fn an_impossible_deadline_is_reported_once_due_and_never_cancelled() {
         .unwrap();
     let due = env.fx.order(1, "PENDING", &["A-1"], -3600).await.unwrap();
     let later = env.fx.order(1, "PENDING", &["A-2"], 900).await.unwrap();
-    permissive(
-        &env,
-        &[
-            format!("UPDATE ticket_order SET expires_at = '2026-02-30 10:00:00' WHERE id = {due}"),
-            format!(
-                "UPDATE ticket_order SET expires_at = '2099-02-30 10:00:00' WHERE id = {later}"
-            ),
-        ],
-    )
+    env.permissive_all(&[
+        format!("UPDATE ticket_order SET expires_at = '2026-02-30 10:00:00' WHERE id = {due}"),
+        format!("UPDATE ticket_order SET expires_at = '2099-02-30 10:00:00' WHERE id = {later}"),
+    ])
     .await;
     let report = env.once(&[Kind::ExpiredOrders]).await;
     ended_well(&report);

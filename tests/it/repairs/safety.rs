@@ -678,7 +678,7 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
     }
     // The repair script of showtime 1 keeps failing: the reconciler's Redis
     // user may read its seat hash but not write it (NOPERM). (Our own keys
-    // in a wrong shape no longer fail a repair: rule 13, tests/it/own_keys.rs.)
+    // in a wrong shape no longer fail a repair: rule 13, tests/it/repairs/own_keys.rs.)
     let user = seatflow_test_support::AclUser::create(&env, &[1], &[2]).await;
     let mut settings = (*env.ctx.settings).clone();
     settings.redis.url = seatflow_reconciler::config::SecretUrl::new(user.url());

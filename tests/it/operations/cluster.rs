@@ -11,13 +11,11 @@ use seatflow_reconciler::inspect;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::store::redis::key_slot;
 use seatflow_test_support::TestEnv;
-use seatflow_test_support::daemon::{InProcessDaemon, sample};
-use seatflow_test_support::servers::RedisCluster;
-
-use crate::changes::{
-    daemon_on_estate, events_gauge_says_off, events_on, metric_reaches, metrics, pass_runs,
-    seat_becomes,
+use seatflow_test_support::daemon::{InProcessDaemon, metric_reaches, metrics, pass_runs, sample};
+use seatflow_test_support::estate::{
+    daemon_on_estate, events_gauge_says_off, events_on, seat_becomes,
 };
+use seatflow_test_support::servers::RedisCluster;
 
 fn urls(cluster: &RedisCluster) -> Vec<SecretUrl> {
     cluster
