@@ -136,25 +136,12 @@ impl RunRequest {
             }
             Trigger::Direct { kinds, opts } => (kinds.clone(), opts.clone()),
         };
-        // Seat jobs run under their shard's pass lease, so reconcilers on
-        // the same data never sweep a shard at once; a dry run writes none,
-        // named showtimes are an operator's repair under the showtime
-        // lease, a check runs only on the shard's active replica.
-        let under_pass = match &trigger {
-            Trigger::Pass { .. } | Trigger::Admin { .. } | Trigger::Once { .. } => {
-                kinds.iter().any(|k| k.is_seat_job()) && !opts.dry_run && opts.showtimes.is_empty()
-            }
-            Trigger::Job { .. } | Trigger::Check { .. } | Trigger::Direct { .. } => false,
-        };
-        let slot_ms = match &trigger {
-            Trigger::Pass { slot: Some(s) } => s.timestamp_millis(),
-            _ => 0,
-        };
+        let pass_slot_ms = pass_lease_slot(&trigger, &kinds, &opts);
         RunRequest {
             trigger,
             kinds,
             opts,
-            pass_slot_ms: under_pass.then_some(slot_ms),
+            pass_slot_ms,
         }
     }
 
@@ -166,6 +153,26 @@ impl RunRequest {
         };
         RunRequest::new(ctx, trigger, opts.stop, None)
     }
+}
+
+/// The slot (Unix ms; 0 outside the schedule) of the pass lease the seat
+/// jobs of this run take first, or None. Seat jobs run under their shard's
+/// pass lease, so reconcilers on the same data never sweep a shard at once;
+/// a dry run writes nothing, named showtimes are an operator's repair under
+/// the showtime lease, a check runs only on the shard's active replica, a
+/// library caller runs outside any pass.
+fn pass_lease_slot(trigger: &Trigger, kinds: &[Kind], opts: &RunOptions) -> Option<i64> {
+    let under_pass = match trigger {
+        Trigger::Pass { .. } | Trigger::Admin { .. } | Trigger::Once { .. } => {
+            kinds.iter().any(|k| k.is_seat_job()) && !opts.dry_run && opts.showtimes.is_empty()
+        }
+        Trigger::Job { .. } | Trigger::Check { .. } | Trigger::Direct { .. } => false,
+    };
+    let slot_ms = match trigger {
+        Trigger::Pass { slot: Some(s) } => s.timestamp_millis(),
+        _ => 0,
+    };
+    under_pass.then_some(slot_ms)
 }
 
 /// What a run came to: its report, and for a run under the pass lease
@@ -221,5 +228,74 @@ impl Outbox {
         if self.tx.send(finding).is_ok() {
             self.wake.notify_one();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn once(kinds: &[Kind], dry_run: bool, showtimes: Vec<ShowtimeId>) -> Trigger {
+        Trigger::Once {
+            kinds: kinds.to_vec(),
+            dry_run,
+            showtimes,
+            progress: false,
+        }
+    }
+
+    #[test]
+    fn seat_jobs_that_write_across_the_estate_take_the_pass_lease_and_nothing_else_does() {
+        let slot = chrono::DateTime::from_timestamp_millis(1_700_000_000_000).unwrap();
+        let opts = RunOptions::default();
+        let dry = RunOptions {
+            dry_run: true,
+            ..RunOptions::default()
+        };
+        let named = RunOptions {
+            showtimes: vec![7],
+            ..RunOptions::default()
+        };
+        let seat = [Kind::OrphanLocks];
+        let expired = [Kind::ExpiredOrders];
+        let pass = Trigger::Pass { slot: Some(slot) };
+        // A scheduled pass claims its slot; one outside the schedule slot 0.
+        assert_eq!(
+            pass_lease_slot(&pass, &seat, &opts),
+            Some(1_700_000_000_000)
+        );
+        let unscheduled = Trigger::Pass { slot: None };
+        assert_eq!(pass_lease_slot(&unscheduled, &seat, &opts), Some(0));
+        let admin = Trigger::Admin {
+            kind: Kind::OrphanLocks,
+        };
+        assert_eq!(pass_lease_slot(&admin, &seat, &opts), Some(0));
+        assert_eq!(
+            pass_lease_slot(&once(&seat, false, vec![]), &seat, &opts),
+            Some(0)
+        );
+        // Nothing to sweep, nothing written, or named showtimes: none.
+        assert_eq!(pass_lease_slot(&pass, &expired, &opts), None);
+        assert_eq!(pass_lease_slot(&pass, &seat, &dry), None);
+        assert_eq!(
+            pass_lease_slot(&once(&seat, false, vec![7]), &seat, &named),
+            None
+        );
+        // A check, a job on its schedule, a library caller: never.
+        let check = Trigger::Check {
+            source: "event",
+            showtimes: vec![7],
+            orders: false,
+        };
+        assert_eq!(pass_lease_slot(&check, &seat, &opts), None);
+        let job = Trigger::Job {
+            kind: Kind::ExpiredOrders,
+        };
+        assert_eq!(pass_lease_slot(&job, &expired, &opts), None);
+        let direct = Trigger::Direct {
+            kinds: seat.to_vec(),
+            opts: opts.clone(),
+        };
+        assert_eq!(pass_lease_slot(&direct, &seat, &opts), None);
     }
 }
