@@ -36,7 +36,7 @@ ALLOWED = {
 LAYERS = [
     {"model", "error", "pace", "pass_fit", "schedule", "repeats", "process_metrics"},
     {"plan", "store", "config"},
-    {"retry", "telemetry", "denials", "lease", "fixtures"},
+    {"retry", "telemetry", "denials", "lease", "fixtures", "replica"},
     {"context"},
     {"pass"},
     {"jobs"},

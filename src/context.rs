@@ -14,6 +14,7 @@ use crate::lease::LeaseBook;
 use crate::model::{Scope, Shard, ShowtimeId};
 use crate::pace::Pacer;
 use crate::repeats::Repeats;
+use crate::replica::{Reason, Replica};
 use crate::retry::with_retry;
 use crate::schedule::Schedule;
 use crate::store::mysql::binlog::{BinlogOptions, BinlogSource, Checkpoint};
@@ -47,6 +48,22 @@ pub struct Context {
     pub pacer: Option<Arc<Pacer>>,
     /// `pass.schedule`, parsed once (None: a schedule with no fire).
     pub pass_schedule: Option<Arc<Schedule>>,
+    /// `mysql.replica_url`'s replica for a pass's bulk reads (None: off).
+    pub replica: Option<Arc<Replica>>,
+}
+
+/// Where one chunk's bulk reads go: the replica (while it serves them), or
+/// the primary.
+#[derive(Clone, Default)]
+pub struct ChunkSource {
+    replica: Option<Arc<Replica>>,
+}
+
+impl ChunkSource {
+    /// Whether this chunk's bulk reads go to the replica.
+    pub fn on_replica(&self) -> bool {
+        self.replica.is_some()
+    }
 }
 
 impl Context {
@@ -55,6 +72,7 @@ impl Context {
         let mysql = connect_mysql(&settings).await?;
         let redis = connect_redis(&settings).await?;
         let connected_at = mysql.now_utc().await?;
+        let replica = connect_replica(&settings, &mysql)?;
         Ok(Context {
             shard: settings.shard(),
             mysql,
@@ -70,6 +88,7 @@ impl Context {
                 ))
             }),
             pass_schedule: Schedule::new(&settings.pass.schedule).ok().map(Arc::new),
+            replica,
             settings: Arc::new(settings),
         })
     }
@@ -118,6 +137,48 @@ impl Context {
         }
     }
 
+    /// Where a chunk's bulk reads go: the replica when the run may read it
+    /// (`may`: a pass's chunk, not a check's) and it is current, else the
+    /// primary (`replica.rs`).
+    pub async fn chunk_source(&self, may: bool) -> ChunkSource {
+        let Some(replica) = self.replica.as_ref().filter(|_| may) else {
+            return ChunkSource::default();
+        };
+        let (reason, error) = replica.choose().await;
+        if let Some(e) = &error {
+            self.denials.note(e);
+        }
+        ChunkSource {
+            replica: (reason == Reason::Current).then(|| Arc::clone(replica)),
+        }
+    }
+
+    /// One bulk read of a chunk, on its `source`. A read the replica fails
+    /// is counted and made on the primary, as are the chunk's other reads
+    /// after it; on the primary, with the retry policy.
+    pub async fn bulk_read<T, F, Fut>(
+        &self,
+        source: &mut ChunkSource,
+        what: &str,
+        read: F,
+    ) -> Result<T>
+    where
+        F: Fn(MysqlStore) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        if let Some(replica) = source.replica.clone() {
+            match read(replica.store().clone()).await {
+                Ok(value) => return Ok(value),
+                Err(e) => {
+                    self.denials.note(&e);
+                    replica.read_failed(&e);
+                    source.replica = None;
+                }
+            }
+        }
+        self.retry(what, || read(self.mysql.clone())).await
+    }
+
     /// Runs an I/O step with the configured retry policy.
     pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
     where
@@ -139,6 +200,22 @@ pub async fn connect_mysql(settings: &Settings) -> Result<MysqlStore> {
         m.lock_wait_timeout,
     )
     .await
+}
+
+/// `mysql.replica_url`'s replica, its connections made when first needed
+/// (None when unset).
+fn connect_replica(settings: &Settings, primary: &MysqlStore) -> Result<Option<Arc<Replica>>> {
+    let m = &settings.mysql;
+    if m.replica_url.is_empty() {
+        return Ok(None);
+    }
+    let store = primary.replica(
+        m.replica_url.expose(),
+        &mysql_tls(settings),
+        m.max_connections,
+        m.connect_timeout,
+    )?;
+    Ok(Some(Arc::new(Replica::new(store, m.max_replica_lag))))
 }
 
 /// Connects to Redis as `[redis]` says (one server, or a cluster's seeds).

@@ -142,6 +142,9 @@ pub async fn run_on(
     let metrics = Metrics::for_jobs(&ctx.settings.enabled_jobs());
     metrics.set_dry_run(ctx.settings.reconcile.dry_run);
     metrics.register(vec![Box::new(ctx.denials.counter())]);
+    if let Some(replica) = &ctx.replica {
+        metrics.register(replica.collectors());
+    }
     // Rule 17: the schema judged at start (and again before every pass).
     crate::jobs::contract::at_start(&ctx).await;
     let runner = Runner::new(ctx.clone(), metrics.clone());

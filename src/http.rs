@@ -144,6 +144,8 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
             "pace": pace,
         },
         "changes": r.changes().map(|c| c.status()),
+        // Where the passes' bulk reads go (`mysql.replica_url`; null: off).
+        "mysql_replica": r.ctx.replica.as_ref().map(|replica| replica.status()),
         "contract": contract_status(&r),
         // Rule 18: each permission a store refused since the start.
         "permissions": {"denied": r.ctx.denials.to_json()},

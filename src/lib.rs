@@ -34,6 +34,7 @@ pub mod plan;
 pub mod process_metrics;
 pub mod push;
 pub mod repeats;
+pub mod replica;
 pub mod retry;
 pub mod runner;
 pub mod schedule;

@@ -29,6 +29,24 @@ impl Settings {
             .expose()
             .parse::<sqlx::mysql::MySqlConnectOptions>()
             .map_err(|e| ConfigError::new("mysql.url", driver_words(&e.to_string())))?;
+        if !self.mysql.replica_url.is_empty() {
+            check_url(
+                "mysql.replica_url",
+                &self.mysql.replica_url,
+                &["mysql", "mariadb"],
+            )?;
+            self.mysql
+                .replica_url
+                .expose()
+                .parse::<sqlx::mysql::MySqlConnectOptions>()
+                .map_err(|e| ConfigError::new("mysql.replica_url", driver_words(&e.to_string())))?;
+        }
+        if self.mysql.max_replica_lag < Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "mysql.max_replica_lag",
+                "must be at least 1s (a replica reports its lag in whole seconds)",
+            ));
+        }
         in_range("mysql.max_connections", self.mysql.max_connections, 1, 256)?;
         positive("mysql.connect_timeout", self.mysql.connect_timeout)?;
         if self.mysql.lock_wait_timeout < Duration::from_secs(1) {
@@ -176,10 +194,11 @@ fn at_most_a_year(key: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Settings {
     /// Every duration setting with its key.
-    fn durations(&self) -> [(&'static str, Duration); 17] {
+    fn durations(&self) -> [(&'static str, Duration); 18] {
         let (m, r, c, d) = (&self.mysql, &self.redis, &self.reconcile, &self.daemon);
         [
             ("mysql.connect_timeout", m.connect_timeout),
+            ("mysql.max_replica_lag", m.max_replica_lag),
             ("mysql.lock_wait_timeout", m.lock_wait_timeout),
             ("redis.response_timeout", r.response_timeout),
             ("reconcile.expired_order_buffer", c.expired_order_buffer),
@@ -259,6 +278,11 @@ impl Settings {
         let m = &mut self.mysql;
         if let Some(pw) = password_of("mysql", &m.password, &m.password_file)? {
             m.url = with_password(&m.url, &pw).map_err(|e| ConfigError::new("mysql.url", e))?;
+            // The replica's own password, if its URL carries one, stays.
+            if !m.replica_url.is_empty() && !has_password(&m.replica_url) {
+                m.replica_url = with_password(&m.replica_url, &pw)
+                    .map_err(|e| ConfigError::new("mysql.replica_url", e))?;
+            }
         }
         let r = &mut self.redis;
         if let Some(pw) = password_of("redis", &r.password, &r.password_file)? {
@@ -270,6 +294,12 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// Whether `url` carries a password of its own (an invalid URL: no, and
+/// `check_url` names it).
+fn has_password(url: &SecretUrl) -> bool {
+    url::Url::parse(url.expose()).is_ok_and(|u| u.password().is_some())
 }
 
 /// A driver's refusal of a URL, without its "error with configuration:"
@@ -424,5 +454,64 @@ mod tests {
             ("SEATFLOW__MYSQL__PASSWORD", "new"),
         ]);
         assert_eq!(twice.unwrap_err().key, "mysql.url");
+    }
+
+    #[test]
+    fn the_replica_is_off_by_default_and_takes_the_primarys_password_unless_it_has_its_own() {
+        let s = load(&[]).unwrap();
+        assert!(s.mysql.replica_url.is_empty());
+        assert_eq!(s.mysql.max_replica_lag, std::time::Duration::from_secs(5));
+        let s = load(&[
+            ("SEATFLOW__MYSQL__URL", "mysql://app@db/seatflow"),
+            ("SEATFLOW__MYSQL__REPLICA_URL", "mysql://app@db-ro/seatflow"),
+            ("SEATFLOW__MYSQL__PASSWORD", "s3cret"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.mysql.replica_url.expose(),
+            "mysql://app:s3cret@db-ro/seatflow"
+        );
+        assert!(!format!("{s:?}").contains("s3cret"));
+        let s = load(&[
+            (
+                "SEATFLOW__MYSQL__REPLICA_URL",
+                "mysql://ro:own@db-ro/seatflow",
+            ),
+            ("SEATFLOW__MYSQL__PASSWORD", "s3cret"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.mysql.replica_url.expose(),
+            "mysql://ro:own@db-ro/seatflow"
+        );
+    }
+
+    #[test]
+    fn a_bad_replica_setting_is_named() {
+        for (key, value, named) in [
+            (
+                "SEATFLOW__MYSQL__REPLICA_URL",
+                "postgres://db/x",
+                "mysql.replica_url",
+            ),
+            (
+                "SEATFLOW__MYSQL__REPLICA_URL",
+                "mysql://db/x?ssl-mode=sometimes",
+                "mysql.replica_url",
+            ),
+            (
+                "SEATFLOW__MYSQL__MAX_REPLICA_LAG",
+                "500ms",
+                "mysql.max_replica_lag",
+            ),
+            (
+                "SEATFLOW__MYSQL__MAX_REPLICA_LAG",
+                "soon",
+                "mysql.max_replica_lag",
+            ),
+        ] {
+            let e = load(&[(key, value)]).unwrap_err();
+            assert_eq!(e.key, named, "{value}: {e}");
+        }
     }
 }

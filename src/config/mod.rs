@@ -56,6 +56,14 @@ pub struct MysqlSettings {
     pub password: Secret,
     /// A file holding the password (a mounted Secret); empty is unset.
     pub password_file: String,
+    /// A replica of the same data for a pass's bulk reads (pages,
+    /// occupancy, templates); empty is off. It takes the primary's TLS
+    /// settings and, when its URL carries none, the primary's password.
+    pub replica_url: SecretUrl,
+    /// Above this lag (the replica's own report, asked each chunk) a chunk
+    /// is read from the primary.
+    #[serde(with = "humantime_serde")]
+    pub max_replica_lag: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

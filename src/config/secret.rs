@@ -19,6 +19,11 @@ impl SecretUrl {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// An empty URL is an unset one (`mysql.replica_url`).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl fmt::Debug for SecretUrl {

@@ -57,6 +57,9 @@ pub struct RunOptions {
     /// Where the run tells the daemon's change queue what it found (grace
     /// ends, reads, repairs), as it goes; None outside the daemon.
     pub outbox: Option<Outbox>,
+    /// The sweep's bulk reads may go to `mysql.replica_url`'s replica (a
+    /// pass over the estate; never a check: see `replica.rs`).
+    pub replica_reads: bool,
 }
 
 impl RunOptions {

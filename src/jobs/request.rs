@@ -136,6 +136,8 @@ impl RunRequest {
             }
             Trigger::Direct { kinds, opts } => (kinds.clone(), opts.clone()),
         };
+        let mut opts = opts;
+        opts.replica_reads = replica_reads(&trigger, &opts);
         let pass_slot_ms = pass_lease_slot(&trigger, &kinds, &opts);
         RunRequest {
             trigger,
@@ -173,6 +175,22 @@ fn pass_lease_slot(trigger: &Trigger, kinds: &[Kind], opts: &RunOptions) -> Opti
         _ => 0,
     };
     under_pass.then_some(slot_ms)
+}
+
+/// Whether the run's bulk reads may go to the replica: a sweep of the
+/// estate (a pass, a scheduled or admin run, `once`) may. A check may not:
+/// the change it was asked for may not have reached the replica yet, and it
+/// reads a few showtimes. Named showtimes are an operator's repair of
+/// those, read where they were written. A library caller says so itself.
+fn replica_reads(trigger: &Trigger, opts: &RunOptions) -> bool {
+    match trigger {
+        Trigger::Pass { .. }
+        | Trigger::Job { .. }
+        | Trigger::Admin { .. }
+        | Trigger::Once { .. } => opts.showtimes.is_empty(),
+        Trigger::Check { .. } => false,
+        Trigger::Direct { opts, .. } => opts.replica_reads,
+    }
 }
 
 /// What a run came to: its report, and for a run under the pass lease
@@ -297,5 +315,46 @@ mod tests {
             opts: opts.clone(),
         };
         assert_eq!(pass_lease_slot(&direct, &seat, &opts), None);
+    }
+
+    #[test]
+    fn sweeps_of_the_estate_may_read_the_replica_and_checks_never_do() {
+        let opts = RunOptions::default();
+        let named = RunOptions {
+            showtimes: vec![7],
+            ..RunOptions::default()
+        };
+        let estate = [
+            Trigger::Pass { slot: None },
+            Trigger::Job {
+                kind: Kind::OrphanLocks,
+            },
+            Trigger::Admin {
+                kind: Kind::OrphanLocks,
+            },
+            once(&[Kind::OrphanLocks], false, vec![]),
+        ];
+        for trigger in &estate {
+            assert!(replica_reads(trigger, &opts), "{trigger:?}");
+            assert!(!replica_reads(trigger, &named), "{trigger:?} named");
+        }
+        let check = Trigger::Check {
+            source: "binlog",
+            showtimes: vec![],
+            orders: true,
+        };
+        assert!(!replica_reads(&check, &opts));
+        // A library caller's own choice.
+        for may in [false, true] {
+            let own = RunOptions {
+                replica_reads: may,
+                ..RunOptions::default()
+            };
+            let direct = Trigger::Direct {
+                kinds: vec![Kind::OrphanLocks],
+                opts: own.clone(),
+            };
+            assert_eq!(replica_reads(&direct, &own), may);
+        }
     }
 }

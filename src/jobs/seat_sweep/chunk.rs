@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::context::ChunkSource;
 use crate::error::Error;
 use crate::model::{Kind, SeatRepair, ShowtimeId};
 use crate::plan::{self, HashObservation, ShowtimeInput};
@@ -17,7 +18,11 @@ use super::read::{Fetched, WhatToRead};
 use super::{ChunkWork, Planned, Sweep, TEMPLATE_CACHE_HALLS};
 
 impl<'a> Sweep<'a, '_> {
-    pub(super) async fn load_templates(&mut self, page: &[ShowtimeRow]) -> Result<(), Error> {
+    pub(super) async fn load_templates(
+        &mut self,
+        page: &[ShowtimeRow],
+        source: &mut ChunkSource,
+    ) -> Result<(), Error> {
         let mut missing: Vec<i64> = page
             .iter()
             .map(|s| s.hall_id)
@@ -32,8 +37,11 @@ impl<'a> Sweep<'a, '_> {
             self.templates.clear();
         }
         let ctx = self.ctx;
+        let missing = &missing;
         let (loaded, unknown) = ctx
-            .retry("read templates", || ctx.mysql.templates(&missing))
+            .bulk_read(source, "read templates", |db| async move {
+                db.templates(missing).await
+            })
             .await?;
         self.unknown(&unknown);
         self.templates
@@ -56,6 +64,7 @@ impl<'a> Sweep<'a, '_> {
             page,
             reads,
             read_at,
+            mut source,
             ..
         } = fetched;
         if page.is_empty() {
@@ -69,7 +78,7 @@ impl<'a> Sweep<'a, '_> {
             at: read_at,
             by_pass: self.opts.check.is_none(),
         });
-        self.load_templates(&page).await?;
+        self.load_templates(&page, &mut source).await?;
         let occupancy = strict::name_seats(ctx, &page, &self.templates, occupancy).await?;
         self.unknown(&occupancy.unknown);
         let occupancy = occupancy.occupancy;

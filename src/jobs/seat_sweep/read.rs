@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::context::Context;
+use crate::context::{ChunkSource, Context};
 use crate::error::Error;
 use crate::model::ShowtimeId;
 use crate::model::contract::UnknownRow;
@@ -39,6 +39,8 @@ pub(super) struct Fetched {
     pub(super) reads: Result<(i64, Vec<ShowtimeRead>, OccupancyRead), Error>,
     /// When the hash reads began: changes before it are in them.
     pub(super) read_at: Instant,
+    /// Where the chunk's bulk reads went (its templates go there too).
+    pub(super) source: ChunkSource,
 }
 
 /// Reads the next page (`None` when `want` is 0 or the page is empty) and,
@@ -55,10 +57,12 @@ pub(super) async fn fetch(
     if want == 0 {
         return Ok(None);
     }
+    // The replica's lag is asked once per chunk, before its first read.
+    let mut source = ctx.chunk_source(opts.replica_reads).await;
+    let scope = ctx.scope(&opts.showtimes);
     let read = ctx
-        .retry("read showtimes", || {
-            ctx.mysql
-                .on_sale_page(after, before, want, ctx.scope(&opts.showtimes))
+        .bulk_read(&mut source, "read showtimes", |db| async move {
+            db.on_sale_page(after, before, want, scope).await
         })
         .await?;
     let (page, unknown, last, read) = (read.rows, read.unknown, read.last, read.read);
@@ -71,15 +75,20 @@ pub(super) async fn fetch(
             want,
             read_at: Instant::now(),
             reads: Ok((0, Vec::new(), OccupancyRead::default())),
+            source,
         }));
     }
     let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
     let read_at = Instant::now();
     let read_hashes = || read_hashes(ctx, opts.pacer.as_deref(), &ids, what.suspects);
+    let source_of_occupancy = &mut source;
     let read_occupancy = |of: Vec<ShowtimeId>| async move {
         let started = Instant::now();
+        let of = &of;
         let read = ctx
-            .retry("read occupancy", || ctx.mysql.occupancy(&of))
+            .bulk_read(source_of_occupancy, "read occupancy", |db| async move {
+                db.occupancy(of).await
+            })
             .await;
         if let Some(pacer) = &opts.pacer {
             pacer.observe(Store::Mysql, of.len(), started.elapsed());
@@ -119,6 +128,7 @@ pub(super) async fn fetch(
         want,
         reads,
         read_at,
+        source,
     }))
 }
 

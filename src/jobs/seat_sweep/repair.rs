@@ -310,9 +310,33 @@ impl<'a> Sweep<'a, '_> {
             .into_iter()
             .map(|s| (s.id, s.hall_id))
             .collect();
+        // With a replica, the cached templates may be the replica's, older
+        // than the primary's: a rebuild writes the primary's.
+        let from_primary = match ctx.replica {
+            Some(_) => {
+                let mut hall_ids: Vec<i64> = halls.values().copied().collect();
+                hall_ids.sort_unstable();
+                hall_ids.dedup();
+                let read = ctx
+                    .retry("read templates", || ctx.mysql.templates(&hall_ids))
+                    .await?;
+                Some(read.0)
+            }
+            None => None,
+        };
+        let templates: HashMap<ShowtimeId, std::sync::Arc<crate::model::Template>> = halls
+            .iter()
+            .filter_map(|(id, hall)| {
+                let template = match &from_primary {
+                    Some(read) => read.get(hall).cloned().map(std::sync::Arc::new),
+                    None => self.templates.get(hall).cloned(),
+                };
+                Some((*id, template?))
+            })
+            .collect();
         let token = self.leases.token().to_string();
         for id in ids {
-            let Some(template) = halls.get(&id).and_then(|h| self.templates.get(h)).cloned() else {
+            let Some(template) = templates.get(&id).cloned() else {
                 tracing::info!(
                     showtime_id = id,
                     "showtime left ON_SALE since the scan; not rebuilt"

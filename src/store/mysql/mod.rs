@@ -2,7 +2,8 @@
 //! (safety rule 3), migrations and the audit trail (safety rule 10).
 //! Every query is bounded by a LIMIT or by an IN list of one chunk.
 //! `binlog`: the row binlog, read as a replica, as the showtimes that
-//! committed transactions touched.
+//! committed transactions touched. `replica`: a replica's pool for a pass's
+//! bulk reads, and its own report of its lag.
 
 use crate::error::Result;
 use chrono::NaiveDateTime;
@@ -19,6 +20,7 @@ pub mod grants;
 mod inspect;
 mod migrations;
 mod orders;
+mod replica;
 pub mod schema;
 mod sql;
 mod sweep;
@@ -27,6 +29,7 @@ pub use audit::{AuditEntry, FixRecord, RunIdentity};
 pub use confirm::{SeatConfirmation, SeatNameAsk};
 pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
 pub use orders::{CancelledOrder, Cancels, ExpiredOrder, ExpiredPage};
+pub use replica::ReplicaReport;
 pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
 
 /// Every connection's `sql_mode`, whatever the server's (rule 17): strict,
@@ -69,6 +72,21 @@ pub struct MysqlTls {
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
+/// `url` speaking TLS as `tls` says.
+fn connect_options(url: &str, tls: &MysqlTls) -> Result<MySqlConnectOptions> {
+    let mut options: MySqlConnectOptions = url.parse()?;
+    if let Some(mode) = tls.mode {
+        options = options.ssl_mode(mode);
+    }
+    if let Some(ca) = &tls.ca_file {
+        options = options.ssl_ca(ca);
+    }
+    if let Some((cert, key)) = &tls.client {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
+    Ok(options)
+}
+
 impl MysqlStore {
     /// A pool of at most `max_connections`, each acquired within
     /// `acquire_timeout`, speaking TLS as `tls` says, each session with its
@@ -80,16 +98,7 @@ impl MysqlStore {
         acquire_timeout: Duration,
         lock_wait: Duration,
     ) -> Result<MysqlStore> {
-        let mut options: MySqlConnectOptions = url.parse()?;
-        if let Some(mode) = tls.mode {
-            options = options.ssl_mode(mode);
-        }
-        if let Some(ca) = &tls.ca_file {
-            options = options.ssl_ca(ca);
-        }
-        if let Some((cert, key)) = &tls.client {
-            options = options.ssl_client_cert(cert).ssl_client_key(key);
-        }
+        let options = connect_options(url, tls)?;
         // One connection first, outside the pool: the pool retries a
         // refused or failing connect until its acquire timeout and then says
         // only "pool timed out"; one attempt fails at once with the cause

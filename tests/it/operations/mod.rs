@@ -10,4 +10,5 @@ mod cluster;
 mod demo;
 mod inspect;
 mod least_privilege;
+mod replica;
 mod tls;

@@ -371,6 +371,105 @@ pub fn mariadb_with_binlog() -> PrivateServer {
     s
 }
 
+/// A private primary ([`mariadb_with_binlog`]) and a started replica of it
+/// (server id 2, `read_only`), replicating everything the primary writes by
+/// GTID from its first event; both `root` without a password. The
+/// replica's threads run when this returns.
+pub async fn mariadb_with_replica() -> (PrivateServer, PrivateServer) {
+    let primary = mariadb_with_binlog();
+    let mut replica = private_mariadb("mariadb-replica");
+    replica.args(["--skip-name-resolve", "--server-id=2", "--read-only"]);
+    replica.start().unwrap();
+    replicate(&replica, "STOP SLAVE").await;
+    replicate(
+        &replica,
+        &format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+             MASTER_USER = 'root', MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos, \
+             MASTER_CONNECT_RETRY = 1",
+            primary.port()
+        ),
+    )
+    .await;
+    replicate(&replica, "START SLAVE").await;
+    wait_until(
+        with_log("the replica's threads run", &replica),
+        Duration::from_secs(60),
+        || async { replica_threads(&replica).await == (true, true) },
+    )
+    .await;
+    (primary, replica)
+}
+
+/// `mysql://root@127.0.0.1:<port>` of a private server.
+pub fn root_url(server: &PrivateServer) -> String {
+    format!("mysql://root@127.0.0.1:{}", server.port())
+}
+
+/// Runs a replication statement (`STOP SLAVE`, `CHANGE MASTER TO …`) on
+/// the private `replica` as root, as text (not every one is preparable).
+pub async fn replicate(replica: &PrivateServer, statement: &str) {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::MySqlConnection::connect(&root_url(replica))
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    conn.close().await.ok();
+}
+
+/// Whether the replica's I/O and SQL threads run.
+pub async fn replica_threads(replica: &PrivateServer) -> (bool, bool) {
+    use sqlx::Connection as _;
+    use sqlx::Row as _;
+    let Ok(mut conn) = sqlx::MySqlConnection::connect(&root_url(replica)).await else {
+        return (false, false);
+    };
+    let row = sqlx::raw_sql("SHOW SLAVE STATUS")
+        .fetch_optional(&mut conn)
+        .await
+        .ok()
+        .flatten();
+    conn.close().await.ok();
+    let yes = |name: &str| {
+        row.as_ref().is_some_and(|r| {
+            r.try_get::<String, _>(name).is_ok_and(|v| v == "Yes")
+                || r.try_get::<Vec<u8>, _>(name).is_ok_and(|v| v == b"Yes")
+        })
+    };
+    (yes("Slave_IO_Running"), yes("Slave_SQL_Running"))
+}
+
+/// Waits until the replica has applied everything the primary has written
+/// so far (its `gtid_slave_pos` reaches the primary's `gtid_binlog_pos`).
+pub async fn replica_caught_up(primary: &PrivateServer, replica: &PrivateServer) {
+    let ask = |server: &PrivateServer, variable: &'static str| {
+        let url = root_url(server);
+        async move {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::MySqlConnection::connect(&url).await.ok()?;
+            let pos: Option<String> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT @@{variable}")))
+                    .fetch_one(&mut conn)
+                    .await
+                    .ok();
+            conn.close().await.ok();
+            pos
+        }
+    };
+    let Some(target) = ask(primary, "gtid_binlog_pos").await else {
+        panic!("the primary's gtid_binlog_pos");
+    };
+    wait_until(
+        with_log(&format!("the replica applied {target}"), replica),
+        Duration::from_secs(60),
+        || async { ask(replica, "gtid_slave_pos").await.as_deref() == Some(target.as_str()) },
+    )
+    .await;
+}
+
 /// A `mariadbd` of the test's own, not started: its data directory
 /// bootstrapped (once more on a fresh one when the bootstrap fails, as it
 /// does now and then on a loaded machine, as the demo's), and the arguments

@@ -1,0 +1,352 @@
+//! A pass's bulk reads on a MySQL replica (`mysql.replica_url`). Before
+//! each chunk the replica is asked its lag; the chunk reads it only when
+//! both of its threads run and it is within `mysql.max_replica_lag`, else
+//! the primary. It never waits for a late replica: a chunk read from the
+//! primary is exactly a chunk without a replica, so a replica can make a
+//! pass cheaper for the primary but never later or less safe.
+//!
+//! Safety does not rest on the replica being current: every write, and
+//! every read that decides one (the confirmation before each seat write, a
+//! rebuild's showtime, template and seats, expired orders), is the
+//! primary's. A stale replica can only make a chunk see drift that is not
+//! there (its confirmation then refuses it) or miss drift (a later pass
+//! finds it). Change-driven checks read the primary: the change they were
+//! asked for may not have reached the replica yet.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use prometheus::{Gauge, IntCounterVec, Opts};
+use serde_json::json;
+
+use crate::error::{Denial, Error};
+use crate::store::mysql::{MysqlStore, ReplicaReport};
+
+/// The longest a chunk waits for the replica's answer before it reads the
+/// primary.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// After the replica failed (unreachable, denied, not a replica, a failed
+/// read) it is not asked again for this long: chunks go straight to the
+/// primary rather than each waiting for a server that is down.
+pub const RETRY_AFTER: Duration = Duration::from_secs(15);
+
+/// Why a chunk's bulk reads went where they went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    /// Both threads run and the lag is within the limit: the replica.
+    Current,
+    /// The reported lag is above `mysql.max_replica_lag`.
+    Lagging,
+    /// A replication thread is stopped, or the lag is unknown.
+    Stopped,
+    /// The server reports no replication.
+    NotAReplica,
+    /// No answer within [`ASK_TIMEOUT`], or a connection error.
+    Unreachable,
+    /// The user may not ask the lag (`SLAVE MONITOR` / `REPLICATION CLIENT`).
+    Denied,
+    /// A read on the replica failed; the chunk's remaining reads went to
+    /// the primary.
+    ReadFailed,
+    /// The replica rests after a failure ([`RETRY_AFTER`]).
+    Resting,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 8] = [
+        Reason::Current,
+        Reason::Lagging,
+        Reason::Stopped,
+        Reason::NotAReplica,
+        Reason::Unreachable,
+        Reason::Denied,
+        Reason::ReadFailed,
+        Reason::Resting,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Current => "current",
+            Reason::Lagging => "lagging",
+            Reason::Stopped => "stopped",
+            Reason::NotAReplica => "not_a_replica",
+            Reason::Unreachable => "unreachable",
+            Reason::Denied => "denied",
+            Reason::ReadFailed => "read_failed",
+            Reason::Resting => "resting",
+        }
+    }
+
+    /// `replica` or `primary`: where reads for this reason go.
+    pub fn server(self) -> &'static str {
+        match self {
+            Reason::Current => "replica",
+            _ => "primary",
+        }
+    }
+
+    /// Whether the replica rests after this answer: it will not be better
+    /// at the next chunk. (A lagging or stopped replica is asked again each
+    /// chunk: one cheap statement on a server that answers.)
+    fn rests(self) -> bool {
+        matches!(
+            self,
+            Reason::NotAReplica | Reason::Unreachable | Reason::Denied | Reason::ReadFailed
+        )
+    }
+}
+
+/// The judgement of a replica's own report: whether a chunk may read it,
+/// and the lag it reported.
+pub fn judge(report: &ReplicaReport, max_lag: Duration) -> (Reason, Option<u64>) {
+    match *report {
+        ReplicaReport::NotAReplica => (Reason::NotAReplica, None),
+        ReplicaReport::Replicating {
+            io_running,
+            sql_running,
+            lag_seconds,
+        } => match lag_seconds {
+            // Without its I/O thread a replica does not know how far behind
+            // it is (it reports its lag against what it has received).
+            _ if !(io_running && sql_running) => (Reason::Stopped, lag_seconds),
+            None => (Reason::Stopped, None),
+            Some(lag) if u128::from(lag) * 1000 > max_lag.as_millis() => {
+                (Reason::Lagging, Some(lag))
+            }
+            Some(lag) => (Reason::Current, Some(lag)),
+        },
+    }
+}
+
+/// The last answer, for `/status`.
+#[derive(Debug, Clone)]
+struct Last {
+    at: DateTime<Utc>,
+    reason: Reason,
+    lag_seconds: Option<u64>,
+    error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    last: Option<Last>,
+    resting_until: Option<Instant>,
+}
+
+/// The replica, its last answer and the count of chunks by where they read.
+pub struct Replica {
+    store: MysqlStore,
+    max_lag: Duration,
+    state: Mutex<State>,
+    chunks: IntCounterVec,
+    lag: Gauge,
+}
+
+#[allow(clippy::expect_used, reason = "constant, valid metrics")]
+impl Replica {
+    pub fn new(store: MysqlStore, max_lag: Duration) -> Replica {
+        let chunks = IntCounterVec::new(
+            Opts::new(
+                "seatflow_reconcile_bulk_reads_total",
+                "Chunks of a pass by the MySQL server their bulk reads (pages, occupancy, templates) went to, and why: replica/current, else primary with the replica's state (lagging, stopped, not_a_replica, unreachable, denied, resting), plus one primary/read_failed for each read the replica failed.",
+            ),
+            &["server", "reason"],
+        )
+        .expect("a valid metric");
+        for reason in Reason::ALL {
+            chunks.with_label_values(&[reason.server(), reason.label()]);
+        }
+        let lag = Gauge::new(
+            "seatflow_reconcile_replica_lag_seconds",
+            "The lag the MySQL replica last reported (Seconds_Behind_Master); NaN when unknown (stopped, unreachable, not asked yet).",
+        )
+        .expect("a valid metric");
+        lag.set(f64::NAN);
+        Replica {
+            store,
+            max_lag,
+            state: Mutex::default(),
+            chunks,
+            lag,
+        }
+    }
+
+    /// The replica's store (its pool, the primary's schema verdict).
+    pub fn store(&self) -> &MysqlStore {
+        &self.store
+    }
+
+    /// Where the next chunk's bulk reads go, counted: the replica is asked
+    /// its lag (at most [`ASK_TIMEOUT`]) unless it rests after a failure.
+    /// A failure's error is returned for the caller's record of refused
+    /// permissions (rule 18).
+    pub async fn choose(&self) -> (Reason, Option<Error>) {
+        let resting = self
+            .lock()
+            .resting_until
+            .is_some_and(|until| Instant::now() < until);
+        if resting {
+            self.count(Reason::Resting);
+            return (Reason::Resting, None);
+        }
+        let asked = tokio::time::timeout(ASK_TIMEOUT, self.store.replica_report()).await;
+        let (reason, lag, error) = match asked {
+            Ok(Ok(report)) => {
+                let (reason, lag) = judge(&report, self.max_lag);
+                (reason, lag, None)
+            }
+            Ok(Err(e)) if Denial::of(&e).is_some() => (Reason::Denied, None, Some(e)),
+            Ok(Err(e)) => (Reason::Unreachable, None, Some(e)),
+            Err(_) => (Reason::Unreachable, None, None),
+        };
+        self.remember(reason, lag, error.as_ref().map(ToString::to_string));
+        self.count(reason);
+        (reason, error)
+    }
+
+    /// A read on the replica failed: counted, and the replica rests.
+    pub fn read_failed(&self, e: &Error) {
+        tracing::warn!(error = %e, "a read on the MySQL replica failed; this chunk reads the primary");
+        self.remember(Reason::ReadFailed, None, Some(e.to_string()));
+        self.count(Reason::ReadFailed);
+    }
+
+    fn remember(&self, reason: Reason, lag_seconds: Option<u64>, error: Option<String>) {
+        let mut state = self.lock();
+        let changed = state.last.as_ref().map(|l| l.reason) != Some(reason);
+        if changed && reason != Reason::Current {
+            tracing::warn!(
+                reason = reason.label(),
+                lag_seconds,
+                error = error.as_deref(),
+                "bulk reads go to the MySQL primary, not the replica"
+            );
+        } else if changed {
+            tracing::info!(lag_seconds, "bulk reads go to the MySQL replica");
+        }
+        state.resting_until = reason.rests().then(|| Instant::now() + RETRY_AFTER);
+        state.last = Some(Last {
+            at: Utc::now(),
+            reason,
+            lag_seconds,
+            error,
+        });
+        self.lag.set(lag_seconds.map_or(f64::NAN, |l| l as f64));
+    }
+
+    fn count(&self, reason: Reason) {
+        self.chunks
+            .with_label_values(&[reason.server(), reason.label()])
+            .inc();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The families to register (the daemon's `/metrics`).
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![Box::new(self.chunks.clone()), Box::new(self.lag.clone())]
+    }
+
+    /// `/status`'s `mysql_replica`: the limit, the last answer and the
+    /// chunks by where they read.
+    pub fn status(&self) -> serde_json::Value {
+        let state = self.lock();
+        let mut chunks = serde_json::Map::new();
+        for reason in Reason::ALL {
+            let n = self
+                .chunks
+                .with_label_values(&[reason.server(), reason.label()])
+                .get();
+            chunks.insert(format!("{}/{}", reason.server(), reason.label()), json!(n));
+        }
+        json!({
+            "max_lag_seconds": self.max_lag.as_secs(),
+            "last": state.last.as_ref().map(|l| json!({
+                "at": l.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                "reads": l.reason.server(),
+                "reason": l.reason.label(),
+                "lag_seconds": l.lag_seconds,
+                "error": l.error,
+            })),
+            "chunks": chunks,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replicating(io: bool, sql: bool, lag: Option<u64>) -> ReplicaReport {
+        ReplicaReport::Replicating {
+            io_running: io,
+            sql_running: sql,
+            lag_seconds: lag,
+        }
+    }
+
+    #[test]
+    fn a_running_replica_within_the_limit_is_read() {
+        let max = Duration::from_secs(5);
+        assert_eq!(
+            judge(&replicating(true, true, Some(0)), max),
+            (Reason::Current, Some(0))
+        );
+        assert_eq!(
+            judge(&replicating(true, true, Some(5)), max),
+            (Reason::Current, Some(5))
+        );
+    }
+
+    #[test]
+    fn above_the_limit_the_primary_is_read() {
+        let max = Duration::from_secs(5);
+        assert_eq!(
+            judge(&replicating(true, true, Some(6)), max),
+            (Reason::Lagging, Some(6))
+        );
+        // A limit between two whole seconds: a lag that exceeds it.
+        let max = Duration::from_millis(5_500);
+        assert_eq!(
+            judge(&replicating(true, true, Some(6)), max).0,
+            Reason::Lagging
+        );
+    }
+
+    #[test]
+    fn a_stopped_thread_or_an_unknown_lag_reads_the_primary() {
+        let max = Duration::from_secs(3600);
+        for report in [
+            replicating(false, true, Some(0)),
+            replicating(true, false, Some(0)),
+            replicating(true, true, None),
+            replicating(false, false, None),
+        ] {
+            assert_eq!(judge(&report, max).0, Reason::Stopped, "{report:?}");
+        }
+        assert_eq!(
+            judge(&ReplicaReport::NotAReplica, max).0,
+            Reason::NotAReplica
+        );
+    }
+
+    #[test]
+    fn only_a_current_replica_is_read_and_only_failures_rest() {
+        for reason in Reason::ALL {
+            assert_eq!(reason.server() == "replica", reason == Reason::Current);
+        }
+        let rests: Vec<Reason> = Reason::ALL.into_iter().filter(|r| r.rests()).collect();
+        assert_eq!(
+            rests,
+            [
+                Reason::NotAReplica,
+                Reason::Unreachable,
+                Reason::Denied,
+                Reason::ReadFailed
+            ]
+        );
+    }
+}
