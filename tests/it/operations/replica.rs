@@ -9,12 +9,15 @@
 use std::time::Duration;
 
 use seatflow_reconciler::config::SecretUrl;
+use seatflow_reconciler::context::Context;
 use seatflow_reconciler::jobs::RunOptions;
 use seatflow_reconciler::model::Kind;
+use seatflow_test_support::daemon::{metric_reaches_at_least, sample};
+use seatflow_test_support::estate::{after_a_first_pass, estate_on};
 use seatflow_test_support::servers::{
     PrivateServer, mariadb_with_replica, replica_caught_up, replicate, root_url, wait_until,
 };
-use seatflow_test_support::{TestEnv, ended_well, run, seat};
+use seatflow_test_support::{DbUser, TestEnv, ended_well, run, seat};
 
 /// The seat jobs and missing-hashes: a pass's jobs.
 const PASS: [Kind; 4] = [
@@ -238,4 +241,81 @@ async fn a_replica_that_is_down_or_no_replica_is_a_fallback_not_a_failed_pass() 
     ended_well(&report);
     assert_eq!(chunks(&env, "primary/not_a_replica"), 1);
     assert_eq!(chunks(&env, "replica/current"), 0);
+}
+
+#[tokio::test]
+async fn the_daemon_shows_where_its_passes_read() {
+    let (primary, replica) = mariadb_with_replica().await;
+    let replica_base = root_url(&replica);
+    let env = estate_on(&root_url(&primary), None, 3, |s| {
+        let db = s.mysql.url.expose().rsplit('/').next().unwrap().to_string();
+        s.mysql.replica_url = SecretUrl::new(format!("{replica_base}/{db}"));
+    })
+    .await;
+    replica_caught_up(&primary, &replica).await;
+    let daemon = after_a_first_pass(&env).await;
+    let status = daemon
+        .status_when("a pass read the replica", |s| {
+            s["mysql_replica"]["chunks"]["replica/current"].as_u64() >= Some(1)
+        })
+        .await;
+    let replica_status = &status["mysql_replica"];
+    assert_eq!(replica_status["max_lag_seconds"], 5, "{replica_status}");
+    assert_eq!(
+        replica_status["last"]["reads"], "replica",
+        "{replica_status}"
+    );
+    assert_eq!(replica_status["last"]["lag_seconds"], 0, "{replica_status}");
+    let exposition = metric_reaches_at_least(
+        &daemon,
+        r#"seatflow_reconcile_bulk_reads_total{reason="current",server="replica"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        sample(
+            &exposition,
+            r#"seatflow_reconcile_bulk_reads_total{reason="lagging",server="primary"}"#
+        ),
+        0.0
+    );
+    assert_eq!(
+        sample(&exposition, "seatflow_reconcile_replica_lag_seconds"),
+        0.0
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn the_replica_user_needs_slave_monitor_to_report_its_lag() {
+    let env = TestEnv::new().await;
+    env.fx.hall(1, 1, 4).await.unwrap();
+    env.fx.showtime(10, 1, 120, "ON_SALE").await.unwrap();
+    let suffix = &env.db["sf_test_".len()..];
+    let select = |name: &str| format!("GRANT SELECT ON `{}`.* TO '{name}'@'%'", env.db);
+    let (bare, monitor) = (format!("sf_ro_{suffix}"), format!("sf_mon_{suffix}"));
+    let bare = DbUser::create(&env, &bare, &[select(&bare)]).await;
+    let grant = format!("GRANT SLAVE MONITOR ON *.* TO '{monitor}'@'%'");
+    let monitor = DbUser::create(&env, &monitor, &[select(&monitor), grant]).await;
+    // Without SLAVE MONITOR the lag cannot be asked: the primary is read,
+    // and the refusal is listed as any other (rule 18). With it, the
+    // server answers (it replicates nothing).
+    for (user, reads) in [
+        (&bare, "primary/denied"),
+        (&monitor, "primary/not_a_replica"),
+    ] {
+        let mut settings = (*env.ctx.settings).clone();
+        settings.mysql.replica_url = SecretUrl::new(user.url(&env));
+        let ctx = Context::connect(settings).await.unwrap();
+        let report = run(&ctx, &PASS, pass_options()).await;
+        ended_well(&report);
+        let status = ctx.replica.as_ref().unwrap().status();
+        assert_eq!(status["chunks"][reads], 1, "{status}");
+        let denied = ctx.denials.to_json().to_string();
+        assert_eq!(
+            denied.contains("SLAVE MONITOR"),
+            reads == "primary/denied",
+            "{denied}"
+        );
+    }
 }
