@@ -144,6 +144,9 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
             "pace": pace,
         },
         "changes": r.changes().map(|c| c.status()),
+        // What one replica carries at the measured rates, and the shards
+        // this estate and its traffic need.
+        "capacity": r.capacity(),
         // Where the passes' bulk reads go (`mysql.replica_url`; null: off).
         "mysql_replica": r.ctx.replica.as_ref().map(|replica| replica.status()),
         "contract": contract_status(&r),

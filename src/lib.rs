@@ -11,6 +11,7 @@
 pub mod race_window;
 
 pub mod access;
+pub mod capacity;
 pub mod change_watch;
 pub mod changes;
 pub mod config;

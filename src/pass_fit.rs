@@ -9,7 +9,7 @@ use serde::Serialize;
 
 /// A pass should take at most this share of its interval: room for a slow
 /// minute, a hand-over and the pacer's back-offs.
-const HEADROOM: f64 = 0.8;
+pub const HEADROOM: f64 = 0.8;
 
 /// A pass that swept only part of its shard (the tail of the estate, after
 /// the passes before it were cut short) is judged by only when it swept at

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::capacity::RateWindow;
 use crate::config::Settings;
 use crate::jobs::report::{JobReport, RunReport};
 use crate::jobs::{Finding, Outbox};
@@ -65,6 +66,8 @@ pub struct Changes {
     findings: Mutex<UnboundedReceiver<Finding>>,
     /// The current pass's accounting of what it only came first to.
     pass: Mutex<PassBeat>,
+    /// Showtimes checked, over the last minutes (`capacity`).
+    checked: Mutex<RateWindow>,
     pub metrics: ChangeMetrics,
 }
 
@@ -145,6 +148,7 @@ impl Changes {
             outbox,
             findings: Mutex::new(findings),
             pass: Mutex::new(PassBeat::default()),
+            checked: Mutex::new(RateWindow::new(Instant::now())),
             metrics,
         };
         changes.show_events();
@@ -397,9 +401,15 @@ impl Changes {
             .checks
             .with_label_values(&[source.label()])
             .inc_by(due.len() as u64);
+        lock(&self.checked).add(Instant::now(), due.len() as u64);
         let ok = report.outcome() != crate::jobs::report::Outcome::Failure;
         self.done(due, ok);
         self.show_queue();
+    }
+
+    /// Showtimes checked a second over the last minutes (None: too soon).
+    pub fn checks_per_second(&self) -> Option<f64> {
+        lock(&self.checked).per_second(Instant::now())
     }
 
     /// Waits until something is queued (or a while has passed).

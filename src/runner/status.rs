@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Runner, lock};
+use crate::capacity::{self, Capacity};
 use crate::jobs::pass_run::PassOutcome;
 use crate::jobs::report::{JobReport, Outcome, RunReport};
 use crate::model::{Kind, Shard};
@@ -119,6 +120,21 @@ impl Runner {
 
     pub fn shard_status(&self) -> BTreeMap<u32, ShardStatus> {
         lock(&self.shards).clone()
+    }
+
+    /// What one replica carries at the rates measured here (its own
+    /// shard's last pass, the checks of the last minutes), and the shards
+    /// this estate and its traffic need (`capacity`).
+    pub fn capacity(&self) -> Capacity {
+        let fit = lock(&self.shards)
+            .get(&self.ctx.shard.index)
+            .and_then(|s| s.fit);
+        let checks = self.changes.as_ref().and_then(|c| c.checks_per_second());
+        let budget = self
+            .changes
+            .as_ref()
+            .map(|_| self.ctx.settings.changes.max_checks_per_second);
+        capacity::judge(fit.as_ref(), self.ctx.shard.total, checks, budget)
     }
 
     /// Shows the pacer's state in the pass metrics: after each pass and at

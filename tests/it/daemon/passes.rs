@@ -376,6 +376,19 @@ async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted()
         fit["interval_to_fit_seconds"].as_u64() >= Some(4),
         "{status}"
     );
+    // The same as capacity: what one shard's pass covers in 80 % of its
+    // interval at that pace, and the shards the estate needs.
+    let capacity = &status["capacity"];
+    assert_eq!(
+        capacity["showtimes_per_shard"].as_f64(),
+        Some((rate * 2.0 * 0.8).floor()),
+        "{status}"
+    );
+    assert_eq!(capacity["shards_for_estate"], fit["shards_to_fit"], "{status}");
+    assert!(
+        capacity["shards_needed"].as_u64() >= fit["shards_to_fit"].as_u64(),
+        "{status}"
+    );
     let m = d.metrics().await;
     assert!(
         sample(&m, r#"seatflow_reconcile_pass_shards_to_fit{shard="0"}"#) >= 2.0,
