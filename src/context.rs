@@ -204,7 +204,7 @@ pub async fn connect_mysql(settings: &Settings) -> Result<MysqlStore> {
 
 /// `mysql.replica_url`'s replica, its connections made when first needed
 /// (None when unset).
-fn connect_replica(settings: &Settings, primary: &MysqlStore) -> Result<Option<Arc<Replica>>> {
+pub fn connect_replica(settings: &Settings, primary: &MysqlStore) -> Result<Option<Arc<Replica>>> {
     let m = &settings.mysql;
     if m.replica_url.is_empty() {
         return Ok(None);

@@ -28,7 +28,10 @@ pub(super) async fn run(settings: &Settings, config: Option<&Path>) -> ExitCode 
             // One connection for both checks.
             let mysql = seatflow_reconciler::context::connect_mysql(settings).await;
             let schema = check_schema(settings, &mysql).await;
-            let access = check_config_access(settings, mysql.ok().as_ref()).await;
+            let access = check_config_access(settings, mysql.as_ref().ok()).await;
+            if let Ok(primary) = &mysql {
+                check_replica(settings, primary).await;
+            }
             // The worse of the two: a configuration error over a failure.
             if schema == ExitCode::SUCCESS {
                 access
@@ -123,4 +126,26 @@ async fn check_config_access(
     }
     println!("# permissions: missing");
     print_missing(&missing)
+}
+
+/// `check-config`'s last line with `mysql.replica_url`: where a pass's bulk
+/// reads would go now, and why. Never an error: a replica that cannot be
+/// read is a fallback to the primary.
+async fn check_replica(
+    settings: &Settings,
+    primary: &seatflow_reconciler::store::mysql::MysqlStore,
+) {
+    match seatflow_reconciler::context::connect_replica(settings, primary) {
+        Ok(Some(replica)) => {
+            let (reason, error) = replica.choose().await;
+            let why = error.map(|e| format!(": {e}")).unwrap_or_default();
+            println!(
+                "# mysql.replica_url: a pass's bulk reads would go to the {} ({}){why}",
+                reason.server(),
+                reason.label()
+            );
+        }
+        Ok(None) => {}
+        Err(e) => println!("# mysql.replica_url: not usable ({e}); a pass reads the primary"),
+    }
 }

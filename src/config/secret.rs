@@ -134,7 +134,7 @@ pub fn password_of(
 /// Keys whose values are secrets: shown as `***` when set.
 const SECRET_KEYS: &[&str] = &["admin_token", "password"];
 /// Keys holding connection URLs (one or a list): their passwords redacted.
-const URL_KEYS: &[&str] = &["url", "cluster_urls"];
+const URL_KEYS: &[&str] = &["url", "cluster_urls", "replica_url"];
 
 /// The effective configuration (defaults, then `file`, then the
 /// `SEATFLOW__…` variables of `env`) as TOML, every key present, secrets

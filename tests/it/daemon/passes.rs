@@ -384,7 +384,10 @@ async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted()
         Some((rate * 2.0 * 0.8).floor()),
         "{status}"
     );
-    assert_eq!(capacity["shards_for_estate"], fit["shards_to_fit"], "{status}");
+    assert_eq!(
+        capacity["shards_for_estate"], fit["shards_to_fit"],
+        "{status}"
+    );
     assert!(
         capacity["shards_needed"].as_u64() >= fit["shards_to_fit"].as_u64(),
         "{status}"

@@ -86,6 +86,19 @@ async fn check_config_and_migrate_judge_the_schema() {
     let (code, out, err) = run(against(&env).args(["check-config"]));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("# schema: as the contract has it"), "{out}");
+    assert!(!out.contains("# mysql.replica_url:"), "{out}");
+    // With a replica: where a pass's bulk reads would go, never an error
+    // (here a server that replicates nothing).
+    let (code, out, err) = run(against(&env)
+        .args(["check-config"])
+        .env("SEATFLOW__MYSQL__REPLICA_URL", &env.db_url));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "# mysql.replica_url: a pass's bulk reads would go to the primary (not_a_replica)"
+        ),
+        "{out}"
+    );
 
     env.sql("ALTER TABLE order_seat MODIFY showtime_id BIGINT NULL")
         .await;
@@ -119,11 +132,16 @@ fn check_config_never_prints_secrets() {
             "SEATFLOW__MYSQL__URL",
             "mysql://app:hunter2@db.internal:3306/seatflow",
         )
+        .env(
+            "SEATFLOW__MYSQL__REPLICA_URL",
+            "mysql://ro:swordfish@db-ro.internal:3306/seatflow",
+        )
         .env("SEATFLOW__HTTP__ADMIN_TOKEN", "tok-secret"));
     assert_eq!(code, 0);
     assert!(out.contains("app:***@db.internal"), "{out}");
+    assert!(out.contains("ro:***@db-ro.internal"), "{out}");
     assert!(
-        !out.contains("hunter2") && !out.contains("tok-secret"),
+        !out.contains("hunter2") && !out.contains("tok-secret") && !out.contains("swordfish"),
         "{out}"
     );
 }
