@@ -68,6 +68,10 @@ pub struct Changes {
     pass: Mutex<PassBeat>,
     /// Showtimes checked, over the last minutes (`capacity`).
     checked: Mutex<RateWindow>,
+    /// This process's own shard (`sharding.index`).
+    own_shard: u32,
+    /// This process claimed its own shard's pass, which has not ended yet.
+    own_pass_claimed: AtomicBool,
     pub metrics: ChangeMetrics,
 }
 
@@ -149,6 +153,8 @@ impl Changes {
             findings: Mutex::new(findings),
             pass: Mutex::new(PassBeat::default()),
             checked: Mutex::new(RateWindow::new(Instant::now())),
+            own_shard: all.shard().index,
+            own_pass_claimed: AtomicBool::new(false),
             metrics,
         };
         changes.show_events();
@@ -199,8 +205,27 @@ impl Changes {
                     }
                 }
                 Finding::Repaired { by_pass: false, .. } => {}
+                Finding::PassClaimed { shard } => {
+                    if shard == self.own_shard {
+                        self.own_pass_claimed.store(true, Ordering::SeqCst);
+                    }
+                }
             }
         }
+    }
+
+    /// Whether this process holds its own shard's pass now (claimed, not
+    /// ended): it is the shard's active replica during its first pass too.
+    pub fn own_pass_claimed(&self) -> bool {
+        self.apply_findings();
+        self.own_pass_claimed.load(Ordering::SeqCst)
+    }
+
+    /// A pass of this process's own shard ended (ran or stood by): from
+    /// now on the pass's record says who is active.
+    pub fn own_pass_over(&self) {
+        self.apply_findings();
+        self.own_pass_claimed.store(false, Ordering::SeqCst);
     }
 
     /// A pass of this replica's own shard starts: its accounting starts

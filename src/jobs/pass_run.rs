@@ -7,7 +7,7 @@
 
 use crate::context::Context;
 use crate::jobs::report::{JobReport, RunReport, SkipReason, SkippedJob};
-use crate::jobs::{RunOptions, RunResult, run_as};
+use crate::jobs::{Finding, RunOptions, RunResult, run_as};
 use crate::model::Kind;
 use crate::pass::{self, Claimed};
 use crate::store::redis::PassRecord;
@@ -99,6 +99,7 @@ pub(super) async fn under_pass_lease(
             return stand_by(ctx, kinds, opts, run_id, by).await;
         }
     };
+    opts.tell(|| Finding::PassClaimed { shard: shard.index });
     let took_over_from = last
         .as_ref()
         .map(|l| l.instance.clone())

@@ -216,6 +216,10 @@ pub enum Finding {
         /// Read by a pass (whose repairs the checks may have missed).
         by_pass: bool,
     },
+    /// This process claimed the pass of shard `shard`: it is that shard's
+    /// active replica from now on, not only once the pass ends (a first
+    /// pass of a large estate takes minutes, and the checks need not wait).
+    PassClaimed { shard: u32 },
     /// `kind` repaired a seat (or the hash) of `showtime`.
     Repaired {
         showtime: ShowtimeId,

@@ -186,10 +186,15 @@ impl Runner {
         self.tracker.spawn(task);
     }
 
-    /// Whether this process ran its own shard's latest pass (holds the
-    /// shard's work; only then does it check changes between passes), or
-    /// None before its first pass.
+    /// Whether this process holds its own shard's pass now or ran its
+    /// latest one (holds the shard's work; only then does it check changes
+    /// between passes), or None before its first pass is claimed or ends.
     pub fn active_on_own_shard(&self) -> Option<bool> {
+        // Claimed and under way: active already (a first pass of a large
+        // estate takes minutes; the checks need not wait for its end).
+        if self.changes.as_ref().is_some_and(|c| c.own_pass_claimed()) {
+            return Some(true);
+        }
         let own = self.ctx.settings.shard().index;
         lock(&self.shards)
             .get(&own)
@@ -335,6 +340,9 @@ impl Runner {
             let run = jobs::run(&ctx, request).await;
             ran_any |= !matches!(run.pass, PassOutcome::StoodBy { .. });
             self.record_pass(shard, &run.pass, &run.report, interval);
+            if let Some(changes) = self.changes.as_ref().filter(|_| shard == own) {
+                changes.own_pass_over();
+            }
             if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.pass)
                 && shard == own
             {

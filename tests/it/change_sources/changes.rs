@@ -1186,3 +1186,32 @@ async fn a_dry_run_daemon_with_both_sources_leaves_both_stores_as_they_were() {
         assert_eq!(after, expected, "a dry run wrote to {table}");
     }
 }
+
+/// The replica that claims its shard's pass checks changes from the claim,
+/// not from the pass's end: on a large estate a first pass takes minutes
+/// (at 100 k showtimes, several), and a customer's drift need not wait.
+#[tokio::test]
+async fn checks_start_when_the_first_pass_is_claimed_not_when_it_ends() {
+    let redis = servers::redis_with_keyspace_events();
+    // 400 showtimes at 20 hashes a second: a first pass of 20 s.
+    let env = estate(Some(&redis), 400, |s| {
+        s.pass.max_hashes_per_second = 20;
+        s.pass.hashes_per_batch = 1;
+    })
+    .await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let (code, _) = post(&daemon, "/jobs/paid_seats/run").await;
+    assert_eq!(code, 202);
+    events_on(&daemon).await;
+    // An orphan lock on the showtime the pass reads last: released by its
+    // event's check while the pass is still under way.
+    env.fx.warm(400, &[("A-1", "1")]).await.unwrap();
+    seat_becomes(&env, 400, "A-1", "0", "the orphan released by its check").await;
+    let status = daemon.status_when("any status", |_| true).await;
+    assert!(
+        status["pass"]["shards"]["0"]["last_fire"].is_null(),
+        "the first pass had ended: {status}"
+    );
+    assert_eq!(env.found_by().await, vec![found("seat_released", "event")]);
+    daemon.stop().await;
+}
