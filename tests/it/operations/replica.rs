@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use seatflow_reconciler::config::SecretUrl;
+use seatflow_reconciler::config::{SecretUrl, Settings};
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::jobs::RunOptions;
 use seatflow_reconciler::model::Kind;
@@ -39,11 +39,17 @@ fn pass_options() -> RunOptions {
 /// `replica`, with `max_lag`.
 async fn env_on(primary: &PrivateServer, replica_url: String, max_lag: Duration) -> TestEnv {
     TestEnv::on(&root_url(primary), |s| {
-        let db = s.mysql.url.expose().rsplit('/').next().unwrap().to_string();
-        s.mysql.replica_url = SecretUrl::new(format!("{replica_url}/{db}"));
+        read_from(s, &replica_url);
         s.mysql.max_replica_lag = max_lag;
     })
     .await
+}
+
+/// `mysql.replica_url`: the settings' own database on the server at
+/// `replica_base`.
+fn read_from(s: &mut Settings, replica_base: &str) {
+    let db = s.mysql.url.expose().rsplit('/').next().unwrap().to_string();
+    s.mysql.replica_url = SecretUrl::new(format!("{replica_base}/{db}"));
 }
 
 /// The replica's chunks counted under `server/reason` in `/status`.
@@ -248,8 +254,7 @@ async fn the_daemon_shows_where_its_passes_read() {
     let (primary, replica) = mariadb_with_replica().await;
     let replica_base = root_url(&replica);
     let env = estate_on(&root_url(&primary), None, 3, |s| {
-        let db = s.mysql.url.expose().rsplit('/').next().unwrap().to_string();
-        s.mysql.replica_url = SecretUrl::new(format!("{replica_base}/{db}"));
+        read_from(s, &replica_base)
     })
     .await;
     replica_caught_up(&primary, &replica).await;
