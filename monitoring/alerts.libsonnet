@@ -413,6 +413,21 @@ local u = import 'lib/util.libsonnet';
                  'seatflow-reconciler is refused {{ $labels.need }} by {{ $labels.store }}.',
                  '%s is refused `{{ $labels.need }}` ({{ $labels.store }}) over the last %s: the work that needs it fails on every try (repairs, cancels, audit rows or change sources) until the permission is given back. `/status` (permissions) names each refusal with its last error; deploy/README.md gives the full Redis ACL and MySQL grants.' % [where, c.permissionDeniedWindow],
                ),
+               // A replica is configured (its series exist) but no chunk
+               // read it: the primary carries the bulk reads it was meant
+               // to be spared. Never a safety matter: a warning.
+               alert(
+                 'SeatflowReconcilerReplicaNotRead',
+                 'warning',
+                 |||
+                   sum by (%(g)s) (increase(seatflow_reconcile_bulk_reads_total{%(sel)s, server="primary"}[%(w)s])) > 0
+                   unless on (%(g)s)
+                   sum by (%(g)s) (increase(seatflow_reconcile_bulk_reads_total{%(sel)s, server="replica"}[%(w)s])) > 0
+                 ||| % { g: g, sel: c.selector, w: c.replicaNotReadWindow },
+                 c.replicaNotReadFor,
+                 'seatflow-reconciler reads its passes from the MySQL primary, not the replica.',
+                 'Every chunk of %s over the last %s read the MySQL primary although mysql.replica_url is set: the replica is lagging, stopped, unreachable, denies its lag or is no replica. Repairs go on (from the primary, as without a replica); the primary carries the bulk reads. `/status` (mysql_replica) says why.' % [where, c.replicaNotReadWindow],
+               ),
              ] else []),
       },
     ],

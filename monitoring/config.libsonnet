@@ -66,6 +66,9 @@
     // A refused permission (rule 18) pages at once and stays while refusals
     // keep coming within this window.
     permissionDeniedWindow: '15m',
+    // Passes that read only the primary although a replica is configured.
+    replicaNotReadWindow: '30m',
+    replicaNotReadFor: '30m',
     // Drift age SLO: at least driftAgeObjectiveRatio of the repairs of one
     // kind fix drift younger than driftAgeObjectiveSeconds (first sighting →
     // repair), over driftAgeWindow. driftAgeObjectiveSeconds must be a bucket
