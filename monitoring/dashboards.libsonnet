@@ -257,6 +257,14 @@ local u = import 'lib/util.libsonnet';
                         'Operations a store refused for lack of a permission while the daemon ran (seatflow_reconcile_permission_denied_total), by store and what to give back: a MySQL grant (UPDATE on ticket_order) or a Redis ACL rule (+hset, ~pattern, &pattern). /status (permissions) has the last error of each. See SeatflowReconcilerPermissionDenied.',
                         [gr.target(q('sum by (store, need) (rate(seatflow_reconcile_permission_denied_total{%(s)s}[$__rate_interval])) * 60'), '{{store}} {{need}}')],
                         unit='opm'), 8, 8],
+         [gr.timeseries('Pass chunks per minute, by MySQL server and why',
+                        'Where the chunks of a pass read their showtime pages, occupancy and templates with mysql.replica_url set (seatflow_reconcile_bulk_reads_total): replica/current, else primary with the replica state (lagging, stopped, unreachable, denied, not_a_replica, resting, read_failed). No series without a replica. See SeatflowReconcilerReplicaNotRead.',
+                        [gr.target(q('sum by (server, reason) (rate(seatflow_reconcile_bulk_reads_total{%(s)s}[$__rate_interval])) * 60'), '{{server}} {{reason}}')],
+                        unit='opm'), 8, 8],
+         [gr.timeseries('MySQL replica lag, by process',
+                        'The lag the replica last reported to each reconciler (seatflow_reconcile_replica_lag_seconds, Seconds_Behind_Master); a gap is unknown (stopped, unreachable). Above mysql.max_replica_lag the chunks read the primary.',
+                        [gr.target(q('max by (instance) (seatflow_reconcile_replica_lag_seconds{%(s)s})'), '{{instance}}')],
+                        unit='s'), 8, 8],
        ] else []),
 
   local process = [
