@@ -166,32 +166,63 @@ impl Template {
 /// A seat hash as `HGETALL` returns it: field, value, field, value, … as raw
 /// bytes, in the order Redis keeps them. Validating them is the planner's job
 /// (a non-UTF-8 field is bad data like any other, not a failed read).
+///
+/// Kept as two allocations whatever the hash's size: the items' bytes end to
+/// end, and where each item ends. A sweep holds a chunk's hashes (60,000
+/// fields at 200 × 300) while it plans and repairs them and reads the next
+/// chunk; one small allocation per field and value, as the reply's own
+/// buffers are, cost about 112 bytes a seat against about 20 so.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SeatFields(Vec<Vec<u8>>);
+pub struct SeatFields {
+    /// Every item's bytes, end to end.
+    bytes: Vec<u8>,
+    /// Where each item ends in `bytes`; an even number of items.
+    ends: Vec<usize>,
+}
 
 impl SeatFields {
     /// From the flat reply; a dangling last item (never sent by Redis) is dropped.
-    pub fn from_flat(mut items: Vec<Vec<u8>>) -> SeatFields {
-        if items.len() % 2 == 1 {
-            items.pop();
+    pub fn from_flat<B: AsRef<[u8]>>(items: Vec<B>) -> SeatFields {
+        SeatFields::from_items(&items)
+    }
+
+    /// From the flat reply's items (field, value, …), copied into one
+    /// buffer; a dangling last item is dropped.
+    pub fn from_items<B: AsRef<[u8]>>(items: &[B]) -> SeatFields {
+        let items = &items[..items.len() - items.len() % 2];
+        let total = items.iter().map(|i| i.as_ref().len()).sum();
+        let mut fields = SeatFields {
+            bytes: Vec::with_capacity(total),
+            ends: Vec::with_capacity(items.len()),
+        };
+        for item in items {
+            fields.push(item.as_ref());
         }
-        SeatFields(items)
+        fields
+    }
+
+    fn push(&mut self, item: &[u8]) {
+        self.bytes.extend_from_slice(item);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn item(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
     }
 
     /// `(field, value)` in reply order.
     pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.0
-            .chunks_exact(2)
-            .map(|p| (p[0].as_slice(), p[1].as_slice()))
+        (0..self.len()).map(|p| (self.item(2 * p), self.item(2 * p + 1)))
     }
 
     /// Number of fields.
     pub fn len(&self) -> usize {
-        self.0.len() / 2
+        self.ends.len() / 2
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.ends.is_empty()
     }
 
     /// One field's value, as text. A linear scan: for inspecting one
@@ -217,12 +248,12 @@ impl SeatFields {
 
 impl<K: AsRef<[u8]>, V: AsRef<[u8]>> FromIterator<(K, V)> for SeatFields {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> SeatFields {
-        SeatFields(
-            pairs
-                .into_iter()
-                .flat_map(|(k, v)| [k.as_ref().to_vec(), v.as_ref().to_vec()])
-                .collect(),
-        )
+        let mut fields = SeatFields::default();
+        for (k, v) in pairs {
+            fields.push(k.as_ref());
+            fields.push(v.as_ref());
+        }
+        fields
     }
 }
 
@@ -452,6 +483,29 @@ mod tests {
             vec![(&b"A-1"[..], &b"0"[..]), (&b"A-2"[..], &b"2"[..])]
         );
         assert_eq!(SeatFields::from_flat(vec![b"A-1".to_vec()]).len(), 0);
+    }
+
+    #[test]
+    fn seat_fields_in_one_buffer_keep_empty_items_and_drop_a_dangling_one() {
+        let flat: Vec<&[u8]> = vec![b"A-1", b"", b"", b"1", b"B-1", b"2", b"dangling"];
+        let f = SeatFields::from_items(&flat);
+        assert_eq!(f.len(), 3);
+        assert!(!f.is_empty());
+        let pairs: Vec<_> = f.pairs().collect();
+        assert_eq!(
+            pairs,
+            vec![
+                (&b"A-1"[..], &b""[..]),
+                (&b""[..], &b"1"[..]),
+                (&b"B-1"[..], &b"2"[..]),
+            ]
+        );
+        // Built from pairs or from the flat reply: the same hash.
+        let from_pairs: SeatFields = [("A-1", ""), ("", "1"), ("B-1", "2")].into_iter().collect();
+        assert_eq!(f, from_pairs);
+        assert_eq!(f.to_map().get("").map(String::as_str), Some("1"));
+        assert!(SeatFields::from_items::<&[u8]>(&[]).is_empty());
+        assert_eq!(SeatFields::from_items(&[b"only"]), SeatFields::default());
     }
 
     #[test]

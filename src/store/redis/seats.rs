@@ -78,34 +78,33 @@ pub enum SuspectOp {
     },
 }
 
-/// One item of an HGETALL reply, as the bytes it holds (no copy).
-fn bytes(v: Value) -> Result<Vec<u8>> {
+/// One item of an HGETALL reply, as the bytes it holds.
+fn bytes(v: &Value) -> Result<&[u8]> {
     match v {
         Value::BulkString(b) => Ok(b),
-        Value::SimpleString(s) => Ok(s.into_bytes()),
+        Value::SimpleString(s) => Ok(s.as_bytes()),
         other => Err(Error::Protocol(format!("unexpected hash item {other:?}"))),
     }
 }
 
 /// HGETALL reply of a seat hash → its fields as they are. This runs for every
-/// field of every sweep: the reply's buffers are kept, nothing is decoded.
+/// field of every sweep: nothing is decoded, and the items are copied into
+/// one buffer (`SeatFields`), so the reply's many small buffers are freed
+/// here rather than held while the chunk is planned and repaired.
 fn seat_fields(v: Value) -> Result<SeatFields> {
-    match v {
+    let items: Vec<&[u8]> = match &v {
         // RESP2: a flat array of field, value, field, value, …
-        Value::Array(items) => Ok(SeatFields::from_flat(
-            items.into_iter().map(bytes).collect::<Result<_>>()?,
-        )),
+        Value::Array(items) => items.iter().map(bytes).collect::<Result<_>>()?,
         // RESP3: a map.
-        Value::Map(pairs) => Ok(SeatFields::from_flat(
-            pairs
-                .into_iter()
-                .flat_map(|(k, v)| [k, v])
-                .map(bytes)
-                .collect::<Result<_>>()?,
-        )),
-        Value::Nil => Ok(SeatFields::default()),
-        other => Err(Error::Protocol(format!("HGETALL replied {other:?}"))),
-    }
+        Value::Map(pairs) => pairs
+            .iter()
+            .flat_map(|(k, v)| [k, v])
+            .map(bytes)
+            .collect::<Result<_>>()?,
+        Value::Nil => return Ok(SeatFields::default()),
+        other => return Err(Error::Protocol(format!("HGETALL replied {other:?}"))),
+    };
+    Ok(SeatFields::from_items(&items))
 }
 
 /// HGETALL reply of a small hash of ours (suspect records) → map;
