@@ -128,6 +128,16 @@ pub struct Args {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
+    /// A MariaDB replica of `--mysql-url`'s server, without a database: the
+    /// sweeps read their bulk reads there (mysql.replica_url), and its
+    /// statements and CPU are measured beside the primary's.
+    #[arg(long, value_name = "URL")]
+    pub replica_url: Option<String>,
+    /// With --replica-url: measure every repetition twice on the same
+    /// estate, the reconciler without the replica and with it (alternating
+    /// which goes first).
+    #[arg(long, requires = "replica_url")]
+    pub compare: bool,
 }
 
 impl Args {
@@ -181,6 +191,14 @@ mod tests {
         assert_eq!(soak.replicas, 2);
         assert_eq!(soak.database(), "seatflow_soak");
         assert!(soak.validate().is_ok());
+    }
+
+    #[test]
+    fn compare_needs_a_replica() {
+        assert!(Cli::try_parse_from(["seatflow-bench", "--compare"]).is_err());
+        let cli = parse(&["--replica-url", "mysql://root@127.0.0.1:3492", "--compare"]);
+        assert!(cli.sweep.compare);
+        assert!(cli.sweep.validate().is_ok());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use seatflow_reconciler::store::redis::Keys;
 
 use crate::args::EstateArgs;
 use crate::process::local_server_pid;
+use crate::replica::ReplicaServer;
 
 /// Both services, the throwaway names and the estate's size: what every phase
 /// needs. Cheap to clone (pool and connection are shared handles), so the
@@ -33,6 +34,8 @@ pub struct Bench {
     pub scan_chunk: usize,
     /// The MariaDB server's process, when it runs on this host.
     pub mariadb_pid: Option<u32>,
+    /// `--replica-url`'s server, measured beside the primary (replica.rs).
+    pub replica: Option<ReplicaServer>,
 }
 
 impl Bench {
@@ -72,6 +75,7 @@ impl Bench {
             database: database.to_string(),
             showtimes: args.showtimes,
             scan_chunk,
+            replica: None,
         };
         bench.delete_keys().await?;
         Ok(bench)

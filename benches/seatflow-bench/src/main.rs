@@ -27,12 +27,16 @@
 
 mod args;
 mod bench;
+mod compare;
+mod counters;
 mod estate;
 mod floor;
 mod launcher;
+mod machine;
 mod measure;
 mod numbers;
 mod process;
+mod replica;
 mod report;
 mod seeding;
 mod services;
@@ -51,6 +55,7 @@ use seatflow_reconciler::config::Settings;
 use crate::args::{Args, Cli, Mode};
 use crate::bench::Bench;
 use crate::launcher::{LAUNCHER_ENV, launcher_main};
+use crate::replica::ReplicaServer;
 use crate::sweep::reconciler_path;
 
 fn main() -> ExitCode {
@@ -94,7 +99,17 @@ async fn run(args: Args) -> Result<()> {
         }
     };
     let reconciler = reconciler_path(args.reconciler.as_deref())?;
-    let bench = Bench::connect(&args.estate, args.database(), &args.redis_url, scan_chunk).await?;
+    let mut bench =
+        Bench::connect(&args.estate, args.database(), &args.redis_url, scan_chunk).await?;
+    if let Some(url) = &args.replica_url {
+        match ReplicaServer::connect(url).await {
+            Ok(replica) => bench.replica = Some(replica),
+            Err(e) => {
+                bench.teardown().await?;
+                return Err(e);
+            }
+        }
+    }
     let outcome = bench.seed_and_measure(&args, &reconciler).await;
     if args.keep {
         eprintln!(

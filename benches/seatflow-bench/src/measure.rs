@@ -1,14 +1,16 @@
 //! The sweep benchmark's run: seed the estate, then per repetition read the
 //! raw-read floor and sweep with the reconciler (in both orders), verify
-//! every seat, and put the report together.
+//! every seat, and put the report together. With `--compare`, each
+//! repetition is two runs: the reconciler without the replica, and with it.
 
 use crate::args::Args;
 use crate::bench::Bench;
 use crate::estate::{Drift, Estate};
+use crate::machine::load_average;
 use crate::numbers::thousands;
+use crate::replica::{Reads, schedule};
 use crate::report::{Report, Run};
 use crate::seeding::{SeedStats, Seeder};
-use crate::services::load_average;
 use anyhow::Result;
 use std::path::Path;
 
@@ -31,13 +33,20 @@ impl Bench {
             thousands(seeding.hash_fields),
             thousands(seeding.drift_total())
         );
+        if let Some(replica) = &self.replica {
+            replica.await_seeding(&self.pool).await?;
+        }
         let mut report = Report::new(args, self, seeding).await?;
-        for rep in 1..=args.repeat {
-            if rep > 1 {
+        let runs = schedule(args.repeat, self.replica.is_some(), args.compare);
+        for (i, reads) in runs.iter().enumerate() {
+            if i > 0 {
                 self.reinject(&drift, &estate).await?;
             }
-            eprintln!("measuring, run {rep}/{} …", args.repeat);
-            let run = self.measure(&estate, reconciler, &report.seeding).await?;
+            let how = reads.map_or(String::new(), |r| format!(", {}", r.label()));
+            eprintln!("measuring, run {}/{}{how} …", i + 1, runs.len());
+            let run = self
+                .measure(&estate, reconciler, &report.seeding, *reads)
+                .await?;
             report.runs.push(run);
         }
         report.judge();
@@ -50,18 +59,20 @@ impl Bench {
         estate: &Estate,
         reconciler: &Path,
         seeding: &SeedStats,
+        reads: Option<Reads>,
     ) -> Result<Run> {
         let seats = estate.total_seats();
         let idle = self.idle_load().await?;
         self.floor().await?; // warm-up: page cache, buffer pool, allocator
         let floor = self.fastest_floor().await?;
         let before = self.verify(estate).await?;
-        let repair = self.sweep(reconciler, seeding).await?;
-        let converged = self.sweep(reconciler, seeding).await?;
+        let repair = self.sweep(reconciler, seeding, reads).await?;
+        let converged = self.sweep(reconciler, seeding, reads).await?;
         let after = self.verify(estate).await?;
         let floor_s = floor.seconds;
         Ok(Run {
             load_average: load_average(),
+            reads,
             idle,
             phases: vec![
                 floor.into_phase(seats, self.showtimes),

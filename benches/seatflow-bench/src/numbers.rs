@@ -12,3 +12,17 @@ pub fn thousands(n: u64) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::thousands;
+
+    #[test]
+    fn thousands_groups_digits_by_three() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(3_000_000), "3,000,000");
+        assert_eq!(thousands(12_345_678), "12,345,678");
+    }
+}

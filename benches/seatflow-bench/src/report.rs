@@ -11,10 +11,11 @@ use seatflow_reconciler::config::redact_url;
 use crate::args::Args;
 use crate::bench::Bench;
 use crate::launcher::repo_root;
-use crate::numbers::thousands;
+use crate::machine::{Machine, machine};
+use crate::replica::Reads;
 use crate::seeding::SeedStats;
-use crate::services::{Load, Machine, machine};
-use crate::verify::Verification;
+use crate::services::Load;
+use crate::verify::{Verification, unrepaired};
 
 #[derive(Debug, Serialize)]
 pub struct FloorDetail {
@@ -74,6 +75,9 @@ impl Phase {
 pub struct Run {
     /// The machine's load average when the run started: was something else busy?
     pub load_average: String,
+    /// With `--replica-url`: whether the reconciler read the replica.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<Reads>,
     /// Other clients' traffic during one idle second before the run.
     pub idle: Load,
     pub phases: Vec<Phase>,
@@ -92,8 +96,16 @@ pub struct Params {
     pub scan_chunk: usize,
     pub seed: u64,
     pub repeat: usize,
-    /// The reconciler's environment for the sweeps (URLs redacted).
+    /// The reconciler's environment for the sweeps (URLs redacted); with
+    /// `--compare`, the runs without the replica lack only
+    /// `SEATFLOW__MYSQL__REPLICA_URL`.
     pub sweep_env: Vec<(String, String)>,
+    /// `--replica-url` (redacted), measured beside the primary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_url: Option<String>,
+    /// `--compare`: every repetition without and with the replica.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compare: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -116,8 +128,9 @@ pub struct Report {
 
 impl Report {
     pub async fn new(args: &Args, bench: &Bench, seeding: SeedStats) -> Result<Report> {
+        let reads = bench.replica.as_ref().map(|_| Reads::Replica);
         let sweep_env = bench
-            .sweep_env(&seeding)
+            .sweep_env(&seeding, reads)?
             .into_iter()
             .map(|(k, v)| {
                 let v = if k.ends_with("_URL") {
@@ -143,6 +156,8 @@ impl Report {
                 seed: args.estate.seed,
                 repeat: args.repeat,
                 sweep_env,
+                replica_url: args.replica_url.as_deref().map(redact_url),
+                compare: args.compare,
             },
             seeding,
             runs: Vec::new(),
@@ -213,8 +228,13 @@ impl Report {
 
     /// The median run by the drift sweep's wall time; of an even number, the
     /// faster middle one (on a shared machine, noise only ever adds time).
+    /// With `--compare`, of the runs without the replica.
     fn median_run(&self) -> Option<&Run> {
-        let mut runs: Vec<&Run> = self.runs.iter().collect();
+        let mut runs: Vec<&Run> = self
+            .runs
+            .iter()
+            .filter(|r| !self.params.compare || r.reads == Some(Reads::Primary))
+            .collect();
         runs.sort_by(|a, b| a.phases[1].wall_s.total_cmp(&b.phases[1].wall_s));
         runs.get(runs.len().saturating_sub(1) / 2).copied()
     }
@@ -247,77 +267,5 @@ pub fn git_commit() -> String {
             _ => head,
         },
         None => "unknown".into(),
-    }
-}
-
-/// The verdict on the seat-by-seat checks after each run's repair sweep:
-/// `None` when every seat matched MySQL, else a message with how many seats
-/// were still wrong in which run and an example key.
-pub fn unrepaired<'a>(after: impl ExactSizeIterator<Item = &'a Verification>) -> Option<String> {
-    let runs = after.len();
-    let failed: Vec<String> = after
-        .enumerate()
-        .filter(|(_, v)| v.wrong > 0)
-        .map(|(i, v)| {
-            format!(
-                "run {}/{runs}: {} of {} seats still wrong after the sweep, e.g. {}",
-                i + 1,
-                thousands(v.wrong),
-                thousands(v.seats_checked),
-                v.examples
-                    .first()
-                    .map_or("(no example kept)", String::as_str)
-            )
-        })
-        .collect();
-    (!failed.is_empty()).then(|| format!("verification failed: {}", failed.join("; ")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::unrepaired;
-    use crate::numbers::thousands;
-    use crate::verify::Verification;
-
-    #[test]
-    fn a_seat_left_wrong_fails_the_benchmark_and_is_named() {
-        let checked = |wrong: &[(&str, &str)]| {
-            let mut v = Verification::default();
-            for seat in ["A-1", "A-2", "A-3"] {
-                let redis = wrong
-                    .iter()
-                    .find(|(s, _)| *s == seat)
-                    .map_or("0", |(_, value)| value);
-                v.check("bench:seat:{7}", seat, Some(redis), "0");
-            }
-            v
-        };
-        let clean = [checked(&[]), checked(&[])];
-        assert_eq!(unrepaired(clean.iter()), None);
-
-        let second_wrong = [checked(&[]), checked(&[("A-2", "1"), ("A-3", "2")])];
-        assert_eq!(
-            unrepaired(second_wrong.iter()).as_deref(),
-            Some(
-                "verification failed: run 2/2: 2 of 3 seats still wrong after the sweep, \
-                 e.g. bench:seat:{7} field A-2: redis Some(\"1\"), expected \"0\""
-            )
-        );
-        // An absent hash is wrong too.
-        let mut absent = Verification::default();
-        absent.check("bench:seat:{8}", "A-1", None, "0");
-        assert!(
-            unrepaired([absent].iter())
-                .is_some_and(|m| m.contains("1 of 1 seats") && m.contains("bench:seat:{8}"))
-        );
-    }
-
-    #[test]
-    fn thousands_groups_digits_by_three() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(3_000_000), "3,000,000");
-        assert_eq!(thousands(12_345_678), "12,345,678");
     }
 }

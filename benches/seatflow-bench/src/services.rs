@@ -1,32 +1,21 @@
-//! The services and the machine: Redis `INFO` (commandstats, CPU, memory),
-//! MariaDB's `SHOW GLOBAL STATUS` and server process, this process's CPU time,
-//! and the machine facts recorded with every result.
+//! The services: Redis `INFO` (commandstats, CPU, memory), MariaDB's
+//! `SHOW GLOBAL STATUS` and server process, and this process's CPU time
+//! (the machine facts: machine.rs; a replica's counters: replica.rs).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
-use sqlx::Row;
 
 use crate::bench::Bench;
+use crate::counters::{ServerLoad, ServerSnapshot, sql_counters};
 use crate::launcher::timeval_s;
 use crate::numbers::thousands;
 use crate::process::process_cpu_s;
 
 /// How long the idle probe watches the services for other clients' traffic.
 const IDLE_PROBE: Duration = Duration::from_secs(1);
-
-/// Server counters sampled around each phase: statements, then why they cost.
-const SQL_COUNTERS: [&str; 7] = [
-    "Questions",
-    "Com_select",
-    "Com_insert",
-    "Com_update",
-    "Com_stmt_execute",
-    "Rows_read",
-    "Innodb_buffer_pool_reads",
-];
 
 /// One command's `INFO commandstats` numbers.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
@@ -45,6 +34,8 @@ pub struct Snapshot {
     pub redis_cpu_s: f64,
     pub mariadb_cpu_s: Option<f64>,
     pub own_cpu_s: f64,
+    /// `--replica-url`'s server, read once it caught up with the primary.
+    pub replica: Option<ServerSnapshot>,
 }
 
 /// What the services did between two snapshots (other clients included).
@@ -59,11 +50,18 @@ pub struct Load {
     pub redis_cpu_s: f64,
     pub mariadb_cpu_s: Option<f64>,
     pub bench_cpu_s: f64,
+    /// `--replica-url`'s server: its counters and CPU over the same phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ServerLoad>,
 }
 
 impl Load {
     pub fn sql_questions(&self) -> u64 {
-        self.sql.get("Questions").copied().unwrap_or(0)
+        self.sql("Questions")
+    }
+
+    pub fn sql(&self, counter: &str) -> u64 {
+        self.sql.get(counter).copied().unwrap_or(0)
     }
 
     /// `hgetall 10000, evalsha 300, …`, busiest first.
@@ -89,16 +87,21 @@ impl Snapshot {
                 by_command.insert(name.clone(), CmdStat { calls, usec });
             }
         }
+        // The later snapshot's own SHOW is counted in it, and with a replica
+        // each snapshot asks the primary its GTID position (a SELECT) after
+        // its SHOW: not measured work.
+        let gtid_ask = u64::from(self.replica.is_some());
+        let ours = |name: &str| match name {
+            "Questions" => 1 + gtid_ask,
+            "Com_select" => gtid_ask,
+            _ => 0,
+        };
         let sql = later
             .sql
             .iter()
             .map(|(k, v)| {
-                let mut delta = v.saturating_sub(self.sql.get(k).copied().unwrap_or(0));
-                // The later snapshot's own SHOW is counted in it: not measured work.
-                if k == "Questions" {
-                    delta = delta.saturating_sub(1);
-                }
-                (k.clone(), delta)
+                let delta = v.saturating_sub(self.sql.get(k).copied().unwrap_or(0));
+                (k.clone(), delta.saturating_sub(ours(k)))
             })
             .collect();
         Load {
@@ -111,6 +114,11 @@ impl Snapshot {
                 .zip(self.mariadb_cpu_s)
                 .map(|(a, b)| a - b),
             bench_cpu_s: later.own_cpu_s - self.own_cpu_s,
+            replica: self
+                .replica
+                .as_ref()
+                .zip(later.replica.as_ref())
+                .map(|(a, b)| a.load_until(b)),
         }
     }
 }
@@ -128,23 +136,18 @@ impl Bench {
         // "all" holds both sections we need, on every Redis version.
         let info: String = redis::cmd("INFO").arg("all").query_async(&mut conn).await?;
         let cpu = |field| info_field(&info, field).and_then(|v| v.parse::<f64>().ok());
-        let names = SQL_COUNTERS.map(|n| format!("'{n}'")).join(", ");
-        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "SHOW GLOBAL STATUS WHERE Variable_name IN ({names})"
-        )))
-        .fetch_all(&self.pool)
-        .await?;
-        let mut sql = BTreeMap::new();
-        for r in rows {
-            let (name, value): (String, String) = (r.try_get(0)?, r.try_get(1)?);
-            sql.insert(name, value.parse().unwrap_or(0));
-        }
+        let sql = sql_counters(&self.pool).await?;
+        let replica = match &self.replica {
+            Some(replica) => Some(replica.snapshot(&self.pool).await?),
+            None => None,
+        };
         Ok(Snapshot {
             redis: parse_commandstats(&info),
             sql,
             redis_cpu_s: cpu("used_cpu_user").unwrap_or(0.0) + cpu("used_cpu_sys").unwrap_or(0.0),
             mariadb_cpu_s: self.mariadb_pid.and_then(process_cpu_s),
             own_cpu_s: own_cpu_s(),
+            replica,
         })
     }
 
@@ -191,81 +194,6 @@ fn own_cpu_s() -> f64 {
     timeval_s(usage.ru_utime) + timeval_s(usage.ru_stime)
 }
 
-#[derive(Debug, Serialize)]
-pub struct Machine {
-    pub cpus: usize,
-    pub cpu_model: String,
-    pub memory_gib: f64,
-    pub load_average: String,
-    pub redis_version: String,
-    /// How Redis stores a seeded seat hash: a listpack (compact, scanned
-    /// linearly) below `hash-max-listpack-entries` fields, else a hash table.
-    pub redis_hash_encoding: String,
-    pub mariadb_version: String,
-    pub innodb_buffer_pool_mb: u64,
-}
-
-pub async fn machine(bench: &Bench) -> Result<Machine> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kib: f64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu_model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_default();
-    let mut conn = bench.redis.clone();
-    let server: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await?;
-    let mariadb_version: String = sqlx::query_scalar("SELECT VERSION()")
-        .fetch_one(&bench.pool)
-        .await?;
-    let buffer_pool: u64 = sqlx::query_scalar("SELECT @@innodb_buffer_pool_size")
-        .fetch_one(&bench.pool)
-        .await?;
-    let encoding: String = redis::cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(bench.keys.seat(1))
-        .query_async(&mut conn)
-        .await?;
-    // CONFIG may be disabled (managed Redis): the encoding alone still tells.
-    let limit: Option<(String, String)> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("hash-max-listpack-entries")
-        .query_async(&mut conn)
-        .await
-        .ok();
-    Ok(Machine {
-        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-        cpu_model,
-        memory_gib: mem_kib / (1024.0 * 1024.0),
-        load_average: load_average(),
-        redis_version: info_field(&server, "redis_version").unwrap_or("?").into(),
-        redis_hash_encoding: match limit {
-            Some((name, value)) => format!("{encoding} ({name} {value})"),
-            None => encoding,
-        },
-        mariadb_version,
-        innodb_buffer_pool_mb: buffer_pool / (1024 * 1024),
-    })
-}
-
-/// The 1, 5 and 15 minute load averages, e.g. `0.42 1.64 2.26`.
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +232,7 @@ mod tests {
             redis_cpu_s: 1.0,
             mariadb_cpu_s: None,
             own_cpu_s: 0.5,
+            replica: None,
         };
         let load = at(10, 4, 100).load_until(&at(25, 5, 103));
         assert_eq!(load.redis_commands, 15);

@@ -8,6 +8,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use crate::bench::Bench;
 use crate::launcher::{LAUNCHER_ENV, Measured, repo_root, run_reconciler, tail};
+use crate::replica::{Reads, replica_env};
 use crate::report::Phase;
 use crate::seeding::SeedStats;
 use crate::services::Load;
@@ -68,8 +69,13 @@ fn warn_if_stale(reconciler: &Path) {
 
 impl Bench {
     /// Runs the real reconciler over the three seat-level jobs.
-    pub async fn sweep(&self, reconciler: &Path, seeding: &SeedStats) -> Result<SweepRun> {
-        let cmd = self.sweep_command(reconciler, seeding)?;
+    pub async fn sweep(
+        &self,
+        reconciler: &Path,
+        seeding: &SeedStats,
+        reads: Option<Reads>,
+    ) -> Result<SweepRun> {
+        let cmd = self.sweep_command(reconciler, seeding, reads)?;
         let before = self.snapshot().await?;
         let child = tokio::task::spawn_blocking(move || run_reconciler(cmd)).await??;
         let load = before.load_until(&self.snapshot().await?);
@@ -102,7 +108,12 @@ impl Bench {
     /// The launcher running `seatflow-reconciler once --job … --output json`,
     /// configured by environment only, so that the whole estate is swept and
     /// all drift is repaired in one run, at once (no grace period).
-    fn sweep_command(&self, reconciler: &Path, seeding: &SeedStats) -> Result<Command> {
+    fn sweep_command(
+        &self,
+        reconciler: &Path,
+        seeding: &SeedStats,
+        reads: Option<Reads>,
+    ) -> Result<Command> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.env(LAUNCHER_ENV, "1").arg(reconciler).arg("once");
         for (_, job) in SEAT_JOBS {
@@ -115,11 +126,17 @@ impl Bench {
                 cmd.env_remove(key);
             }
         }
-        cmd.envs(self.sweep_env(seeding));
+        cmd.envs(self.sweep_env(seeding, reads)?);
         Ok(cmd)
     }
 
-    pub fn sweep_env(&self, seeding: &SeedStats) -> Vec<(String, String)> {
+    /// The reconciler's settings; with `reads` on the replica, also
+    /// `mysql.replica_url` (everything else is the same in both).
+    pub fn sweep_env(
+        &self,
+        seeding: &SeedStats,
+        reads: Option<Reads>,
+    ) -> Result<Vec<(String, String)>> {
         // Room for every injected repair (and then some), within the validator's range.
         let batch = (seeding.drift_total() * 2).clamp(1000, 10_000_000);
         let mut env: Vec<(String, String)> = [
@@ -153,7 +170,10 @@ impl Bench {
                 (self.showtimes + 1).to_string(),
             ));
         }
-        env
+        if let (Some(Reads::Replica), Some(replica)) = (reads, &self.replica) {
+            env.push(replica_env(&replica.url, &self.database)?);
+        }
+        Ok(env)
     }
 }
 

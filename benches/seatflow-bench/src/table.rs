@@ -2,12 +2,37 @@
 
 use std::fmt::Write as _;
 
+use crate::compare::{compare, write_comparison};
+use crate::counters::ServerLoad;
 use crate::estate::DriftKind;
 use crate::numbers::thousands;
 use crate::report::{Phase, Report, Run};
 
 /// One row of the results table: its label, and how to read it off a phase.
 type TableRow<'a> = (&'static str, &'a dyn Fn(&Phase) -> String);
+
+/// With `--replica-url`: the primary's SELECTs, then the replica's figures.
+const REPLICA_ROWS: [TableRow<'static>; 5] = [
+    ("SQL SELECTs (Com_select)", &|ph| {
+        thousands(ph.load.sql("Com_select"))
+    }),
+    ("replica: SQL statements", &|ph| {
+        replica(ph, |r| thousands(r.sql("Questions")))
+    }),
+    ("replica: SELECTs (Com_select)", &|ph| {
+        replica(ph, |r| thousands(r.sql("Com_select")))
+    }),
+    ("replica: rows read", &|ph| {
+        replica(ph, |r| thousands(r.sql("Rows_read")))
+    }),
+    ("replica: server CPU s", &|ph| {
+        replica(ph, |r| r.cpu_s.map_or("-".into(), |c| format!("{c:.2}")))
+    }),
+];
+
+fn replica(ph: &Phase, show: impl Fn(&ServerLoad) -> String) -> String {
+    ph.load.replica.as_ref().map_or("-".into(), show)
+}
 
 impl Report {
     pub fn table(&self) -> String {
@@ -50,6 +75,7 @@ impl Report {
         for (i, run) in self.runs.iter().enumerate() {
             self.write_run(out, i + 1, run)?;
         }
+        write_comparison(out, &compare(&self.runs))?;
         writeln!(
             out,
             "\ntargets (spec: 10k × 300 seats on 2 cores), judged on the median run:"
@@ -66,9 +92,15 @@ impl Report {
     }
 
     fn write_run(&self, out: &mut String, n: usize, run: &Run) -> std::fmt::Result {
+        let reads = run
+            .reads
+            .map_or(String::new(), |r| format!(", {}", r.label()));
+        let idle_replica = run.idle.replica.as_ref().map_or(String::new(), |r| {
+            format!(" (the replica {})", r.sql("Questions"))
+        });
         writeln!(
             out,
-            "\nrun {n}/{} (load average {}; in the idle second before it, other clients sent {} Redis commands and {} SQL statements)",
+            "\nrun {n}/{}{reads} (load average {}; in the idle second before it, other clients sent {} Redis commands and {} SQL statements{idle_replica})",
             self.runs.len(),
             run.load_average,
             run.idle.redis_commands,
@@ -121,7 +153,11 @@ impl Report {
                 None => "-".into(),
             }),
         ];
-        for (label, value) in rows {
+        let replica_rows: &[TableRow] = match run.phases[0].load.replica {
+            Some(_) => &REPLICA_ROWS,
+            None => &[],
+        };
+        for (label, value) in rows.iter().chain(replica_rows) {
             write!(out, "{label:<34}")?;
             for ph in &run.phases {
                 write!(out, "{:>18}", value(ph))?;

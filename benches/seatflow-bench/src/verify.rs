@@ -11,6 +11,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use crate::bench::{Bench, id_chunks};
 use crate::estate::Estate;
+use crate::numbers::thousands;
 
 /// Showtimes per step of the seat-by-seat verification.
 const VERIFY_CHUNK: usize = 1000;
@@ -102,3 +103,64 @@ impl Bench {
 pub const OCCUPANCY_SQL: &str = "SELECT os.showtime_id, os.seat_no, o.status FROM order_seat os \
      JOIN ticket_order o ON o.id = os.order_id \
      WHERE os.active = 1 AND o.status IN ('PENDING', 'PAID')";
+
+/// The verdict on the seat-by-seat checks after each run's repair sweep:
+/// `None` when every seat matched MySQL, else a message with how many seats
+/// were still wrong in which run and an example key.
+pub fn unrepaired<'a>(after: impl ExactSizeIterator<Item = &'a Verification>) -> Option<String> {
+    let runs = after.len();
+    let failed: Vec<String> = after
+        .enumerate()
+        .filter(|(_, v)| v.wrong > 0)
+        .map(|(i, v)| {
+            format!(
+                "run {}/{runs}: {} of {} seats still wrong after the sweep, e.g. {}",
+                i + 1,
+                thousands(v.wrong),
+                thousands(v.seats_checked),
+                v.examples
+                    .first()
+                    .map_or("(no example kept)", String::as_str)
+            )
+        })
+        .collect();
+    (!failed.is_empty()).then(|| format!("verification failed: {}", failed.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seat_left_wrong_fails_the_benchmark_and_is_named() {
+        let checked = |wrong: &[(&str, &str)]| {
+            let mut v = Verification::default();
+            for seat in ["A-1", "A-2", "A-3"] {
+                let redis = wrong
+                    .iter()
+                    .find(|(s, _)| *s == seat)
+                    .map_or("0", |(_, value)| value);
+                v.check("bench:seat:{7}", seat, Some(redis), "0");
+            }
+            v
+        };
+        let clean = [checked(&[]), checked(&[])];
+        assert_eq!(unrepaired(clean.iter()), None);
+
+        let second_wrong = [checked(&[]), checked(&[("A-2", "1"), ("A-3", "2")])];
+        assert_eq!(
+            unrepaired(second_wrong.iter()).as_deref(),
+            Some(
+                "verification failed: run 2/2: 2 of 3 seats still wrong after the sweep, \
+                 e.g. bench:seat:{7} field A-2: redis Some(\"1\"), expected \"0\""
+            )
+        );
+        // An absent hash is wrong too.
+        let mut absent = Verification::default();
+        absent.check("bench:seat:{8}", "A-1", None, "0");
+        assert!(
+            unrepaired([absent].iter())
+                .is_some_and(|m| m.contains("1 of 1 seats") && m.contains("bench:seat:{8}"))
+        );
+    }
+}

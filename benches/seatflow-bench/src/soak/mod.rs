@@ -35,10 +35,10 @@ use seatflow_reconciler::demo::servers::{PrivateServer, TempDir, require_binary}
 use crate::args::SoakArgs;
 use crate::bench::Bench;
 use crate::estate::Estate;
+use crate::machine::machine;
 use crate::numbers::thousands;
 use crate::report::git_commit;
 use crate::seeding::Seeder;
-use crate::services::machine;
 use crate::sweep::reconciler_path;
 
 use daemons::{Daemon, DaemonEnv};

@@ -5,9 +5,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::machine::Machine;
 use crate::numbers::thousands;
 use crate::seeding::SeedStats;
-use crate::services::{CmdStat, Load, Machine};
+use crate::services::{CmdStat, Load};
 
 use super::daemons::{Daemon, RssSample};
 use super::drift::{DriftAges, Injected};
