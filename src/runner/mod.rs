@@ -304,10 +304,21 @@ impl Runner {
             Trigger::Pass { slot } => *slot,
             _ => None,
         };
-        // From this fire to the next: what the pass's fit is judged by.
-        let interval = slot
-            .zip(self.ctx.pass_schedule.as_ref())
-            .and_then(|(s, schedule)| (schedule.next_after(s)? - s).to_std().ok());
+        // From this fire to the next: what the pass's fit is judged by. A
+        // pass outside the schedule (at start, after a gap) is judged by the
+        // cadence in force, so that the first pass of a large estate already
+        // says whether it fits and what one shard carries.
+        let interval = match slot {
+            Some(s) => self
+                .ctx
+                .pass_schedule
+                .as_ref()
+                .and_then(|schedule| (schedule.next_after(s)? - s).to_std().ok()),
+            None => self.fallback().map(|f| f.every).or_else(|| {
+                let schedule = self.ctx.pass_schedule.as_ref()?;
+                schedule.interval_after(Utc::now())
+            }),
+        };
         // Dry runs take no pass lease, so they keep to their own shard.
         let shards = if slot.is_some() && !settings.reconcile.dry_run {
             own.all_from_here()

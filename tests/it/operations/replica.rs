@@ -271,6 +271,14 @@ async fn the_daemon_shows_where_its_passes_read() {
         "{replica_status}"
     );
     assert_eq!(replica_status["last"]["lag_seconds"], 0, "{replica_status}");
+    // A pass outside the schedule (the admin's) is judged by the schedule's
+    // cadence too: capacity is known from the first pass on.
+    let status = daemon
+        .status_when("the pass is measured", |s| {
+            !s["capacity"]["showtimes_per_shard"].is_null()
+        })
+        .await;
+    assert_eq!(status["capacity"]["shards_for_estate"], 1, "{status}");
     let exposition = metric_reaches_at_least(
         &daemon,
         r#"seatflow_reconcile_bulk_reads_total{reason="current",server="replica"}"#,
