@@ -59,13 +59,6 @@ pub struct ChunkSource {
     replica: Option<Arc<Replica>>,
 }
 
-impl ChunkSource {
-    /// Whether this chunk's bulk reads go to the replica.
-    pub fn on_replica(&self) -> bool {
-        self.replica.is_some()
-    }
-}
-
 impl Context {
     /// Connects to both stores; an error here is "unreachable at start".
     pub async fn connect(settings: Settings) -> Result<Context> {

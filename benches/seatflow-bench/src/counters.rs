@@ -58,6 +58,22 @@ impl ServerLoad {
     }
 }
 
+/// `SHOW GLOBAL STATUS` counters from `before` to `after`, less the
+/// benchmark's own statements (`ours`, by counter).
+pub fn sql_deltas(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    ours: impl Fn(&str) -> u64,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| {
+            let delta = v.saturating_sub(before.get(k).copied().unwrap_or(0));
+            (k.clone(), delta.saturating_sub(ours(k)))
+        })
+        .collect()
+}
+
 impl ServerSnapshot {
     pub fn load_until(&self, later: &ServerSnapshot) -> ServerLoad {
         let ours = |name: &str| match name {
@@ -66,14 +82,7 @@ impl ServerSnapshot {
             "Com_select" => later.waits,
             _ => 0,
         };
-        let sql = later
-            .sql
-            .iter()
-            .map(|(k, v)| {
-                let delta = v.saturating_sub(self.sql.get(k).copied().unwrap_or(0));
-                (k.clone(), delta.saturating_sub(ours(k)))
-            })
-            .collect();
+        let sql = sql_deltas(&self.sql, &later.sql, ours);
         ServerLoad {
             sql,
             cpu_s: later.cpu_s.zip(self.cpu_s).map(|(a, b)| a - b),

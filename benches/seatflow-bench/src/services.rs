@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::bench::Bench;
-use crate::counters::{ServerLoad, ServerSnapshot, sql_counters};
+use crate::counters::{ServerLoad, ServerSnapshot, sql_counters, sql_deltas};
 use crate::launcher::timeval_s;
 use crate::numbers::thousands;
 use crate::process::process_cpu_s;
@@ -96,14 +96,7 @@ impl Snapshot {
             "Com_select" => gtid_ask,
             _ => 0,
         };
-        let sql = later
-            .sql
-            .iter()
-            .map(|(k, v)| {
-                let delta = v.saturating_sub(self.sql.get(k).copied().unwrap_or(0));
-                (k.clone(), delta.saturating_sub(ours(k)))
-            })
-            .collect();
+        let sql = sql_deltas(&self.sql, &later.sql, ours);
         Load {
             redis_commands: by_command.values().map(|s| s.calls).sum(),
             redis_by_command: by_command,
