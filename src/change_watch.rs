@@ -153,12 +153,14 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                     let ours = own.ours(message);
                     match message {
                         Message::Seat(s) | Message::SeatOther(s) => {
-                            changes.metrics.events.inc();
                             if ours {
                                 changes.metrics.own_events.inc();
                             } else if shard.covers(s) {
                                 changes.ask(s, Instant::now() + settle, Source::Event);
                             }
+                            // Counted once asked: whoever reads the count
+                            // finds the check in the queue.
+                            changes.metrics.events.inc();
                         }
                         Message::Probe { key, hash_event } => {
                             if let Some(v) = changes.probe_seen(key, hash_event) {

@@ -975,7 +975,19 @@ async fn a_pass_counts_as_missed_only_what_no_check_was_due_for() {
     one_more_pass(&daemon, "paid_seats").await;
 
     assert!(env.fx.pay(order).await.unwrap());
+    let events = sample(
+        &metrics(&daemon).await,
+        "seatflow_reconcile_change_events_total",
+    );
     env.fx.warm(2, &[("A-2", "1")]).await.unwrap();
+    // The notification travels on its own connection: the lock's check is
+    // due only once the watch has read it (counted once it has asked).
+    metric_reaches_at_least(
+        &daemon,
+        "seatflow_reconcile_change_events_total",
+        events + 1.0,
+    )
+    .await;
     // A seat job started alone is a pass of its own (each counts).
     one_more_pass(&daemon, "orphan_locks").await;
     one_more_pass(&daemon, "paid_seats").await;
