@@ -24,22 +24,14 @@ impl Settings {
         // Its parameters (`ssl-mode`, `charset`, …) as the driver reads them:
         // a value it refuses is a configuration error, found here rather
         // than at the first connection.
-        self.mysql
-            .url
-            .expose()
-            .parse::<sqlx::mysql::MySqlConnectOptions>()
-            .map_err(|e| ConfigError::new("mysql.url", driver_words(&e.to_string())))?;
+        mysql_driver_reads("mysql.url", &self.mysql.url)?;
         if !self.mysql.replica_url.is_empty() {
             check_url(
                 "mysql.replica_url",
                 &self.mysql.replica_url,
                 &["mysql", "mariadb"],
             )?;
-            self.mysql
-                .replica_url
-                .expose()
-                .parse::<sqlx::mysql::MySqlConnectOptions>()
-                .map_err(|e| ConfigError::new("mysql.replica_url", driver_words(&e.to_string())))?;
+            mysql_driver_reads("mysql.replica_url", &self.mysql.replica_url)?;
         }
         if self.mysql.max_replica_lag < Duration::from_secs(1) {
             return Err(ConfigError::new(
@@ -300,6 +292,15 @@ impl Settings {
 /// `check_url` names it).
 fn has_password(url: &SecretUrl) -> bool {
     url::Url::parse(url.expose()).is_ok_and(|u| u.password().is_some())
+}
+
+/// Whether the MySQL driver reads `url` (`key`): its parameters (`ssl-mode`,
+/// `charset`, …) as the driver reads them.
+fn mysql_driver_reads(key: &str, url: &SecretUrl) -> Result<(), ConfigError> {
+    url.expose()
+        .parse::<sqlx::mysql::MySqlConnectOptions>()
+        .map(drop)
+        .map_err(|e| ConfigError::new(key, driver_words(&e.to_string())))
 }
 
 /// A driver's refusal of a URL, without its "error with configuration:"

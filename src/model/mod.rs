@@ -181,13 +181,8 @@ pub struct SeatFields {
 }
 
 impl SeatFields {
-    /// From the flat reply; a dangling last item (never sent by Redis) is dropped.
-    pub fn from_flat<B: AsRef<[u8]>>(items: Vec<B>) -> SeatFields {
-        SeatFields::from_items(&items)
-    }
-
     /// From the flat reply's items (field, value, …), copied into one
-    /// buffer; a dangling last item is dropped.
+    /// buffer; a dangling last item (never sent by Redis) is dropped.
     pub fn from_items<B: AsRef<[u8]>>(items: &[B]) -> SeatFields {
         let items = &items[..items.len() - items.len() % 2];
         let total = items.iter().map(|i| i.as_ref().len()).sum();
@@ -482,7 +477,7 @@ mod tests {
             pairs,
             vec![(&b"A-1"[..], &b"0"[..]), (&b"A-2"[..], &b"2"[..])]
         );
-        assert_eq!(SeatFields::from_flat(vec![b"A-1".to_vec()]).len(), 0);
+        assert_eq!(SeatFields::from_items(&[b"A-1".to_vec()]).len(), 0);
     }
 
     #[test]

@@ -538,7 +538,7 @@ mod tests {
     #[test]
     fn a_field_that_is_not_utf8_is_bad_data_not_a_failed_read() {
         let template = seats(&["A-1"]);
-        let h = SeatFields::from_flat(vec![
+        let h = SeatFields::from_items(&[
             b"A-1".to_vec(),
             b"0".to_vec(),
             vec![0xff, b'!'],

@@ -4,9 +4,10 @@
 //! missing hashes, and their audit (rule 10).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::error::Error;
-use crate::model::{FixAction, Kind, SeatNo, SeatRows, SeatState, ShowtimeId};
+use crate::model::{FixAction, Kind, SeatNo, SeatRows, SeatState, ShowtimeId, Template};
 use crate::plan;
 use crate::store::mysql::{FixRecord, SeatConfirmation};
 use crate::store::redis::{Fenced, Replied, SeatBatch, SuspectOp};
@@ -312,31 +313,22 @@ impl<'a> Sweep<'a, '_> {
             .collect();
         // With a replica, the cached templates may be the replica's, older
         // than the primary's: a rebuild writes the primary's.
-        let from_primary = match ctx.replica {
+        let from_primary: Option<HashMap<i64, Arc<Template>>> = match ctx.replica {
             Some(_) => {
                 let mut hall_ids: Vec<i64> = halls.values().copied().collect();
                 hall_ids.sort_unstable();
                 hall_ids.dedup();
-                let read = ctx
+                let (read, _) = ctx
                     .retry("read templates", || ctx.mysql.templates(&hall_ids))
                     .await?;
-                Some(read.0)
+                Some(read.into_iter().map(|(h, t)| (h, Arc::new(t))).collect())
             }
             None => None,
         };
-        let templates: HashMap<ShowtimeId, std::sync::Arc<crate::model::Template>> = halls
-            .iter()
-            .filter_map(|(id, hall)| {
-                let template = match &from_primary {
-                    Some(read) => read.get(hall).cloned().map(std::sync::Arc::new),
-                    None => self.templates.get(hall).cloned(),
-                };
-                Some((*id, template?))
-            })
-            .collect();
         let token = self.leases.token().to_string();
         for id in ids {
-            let Some(template) = templates.get(&id).cloned() else {
+            let templates = from_primary.as_ref().unwrap_or(&self.templates);
+            let Some(template) = halls.get(&id).and_then(|h| templates.get(h)).cloned() else {
                 tracing::info!(
                     showtime_id = id,
                     "showtime left ON_SALE since the scan; not rebuilt"

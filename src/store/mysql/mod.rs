@@ -87,6 +87,35 @@ fn connect_options(url: &str, tls: &MysqlTls) -> Result<MySqlConnectOptions> {
     Ok(options)
 }
 
+/// A pool of at most `max_connections`, each acquired within
+/// `acquire_timeout`, each session with the strict `sql_mode` (rule 17)
+/// and, when given, waiting on a row lock at most `lock_wait`. The primary's
+/// and the replica's sessions are made here alike: what a read decodes must
+/// not depend on the server it ran on.
+fn session_pool(
+    max_connections: u32,
+    acquire_timeout: Duration,
+    lock_wait: Option<Duration>,
+) -> MySqlPoolOptions {
+    MySqlPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                sqlx::query(SESSION_SQL_MODE).execute(&mut *conn).await?;
+                if let Some(lock_wait) = lock_wait {
+                    // Whole seconds, at least 1 (the configuration checks it).
+                    let seconds = lock_wait.as_secs().max(1);
+                    sqlx::query("SET SESSION innodb_lock_wait_timeout = ?")
+                        .bind(seconds)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Ok(())
+            })
+        })
+}
+
 impl MysqlStore {
     /// A pool of at most `max_connections`, each acquired within
     /// `acquire_timeout`, speaking TLS as `tls` says, each session with its
@@ -107,21 +136,7 @@ impl MysqlStore {
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)??;
         let _ = first.close().await;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(acquire_timeout)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    sqlx::query(SESSION_SQL_MODE).execute(&mut *conn).await?;
-                    // Whole seconds, at least 1 (the configuration checks it).
-                    let seconds = lock_wait.as_secs().max(1);
-                    sqlx::query("SET SESSION innodb_lock_wait_timeout = ?")
-                        .bind(seconds)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(())
-                })
-            })
+        let pool = session_pool(max_connections, acquire_timeout, Some(lock_wait))
             .connect_with(options)
             .await?;
         Ok(MysqlStore::from_pool(pool))

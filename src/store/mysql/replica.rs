@@ -35,18 +35,8 @@ impl MysqlStore {
         acquire_timeout: Duration,
     ) -> Result<MysqlStore> {
         let options = connect_options(url, tls)?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(acquire_timeout)
-            // The same session as the primary's: what the reads decode
-            // must not depend on the server they ran on.
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::query(SESSION_SQL_MODE).execute(&mut *conn).await?;
-                    Ok(())
-                })
-            })
-            .connect_lazy_with(options);
+        // The primary's session (it only reads: no lock wait to bound).
+        let pool = session_pool(max_connections, acquire_timeout, None).connect_lazy_with(options);
         Ok(MysqlStore {
             pool,
             contract: self.contract.clone(),
