@@ -10,7 +10,7 @@ use crate::report::{Phase, Run};
 use crate::services::Load;
 
 /// One server's medians over the runs of one kind, for one phase.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ServerMedians {
     pub statements: f64,
     pub com_select: f64,
@@ -48,25 +48,24 @@ pub fn compare(runs: &[Run]) -> Vec<Compared> {
                 let v: Option<Vec<f64>> = phases.iter().map(|p| f(p)).collect();
                 v.map(median)
             };
-            let replica = |l: &Load| l.replica.clone().unwrap_or_default();
+            let server = |sql: &dyn Fn(&Load, &str) -> u64, cpu: &dyn Fn(&Load) -> Option<f64>| {
+                ServerMedians {
+                    statements: m(&|p| sql(&p.load, "Questions") as f64),
+                    com_select: m(&|p| sql(&p.load, "Com_select") as f64),
+                    rows_read: m(&|p| sql(&p.load, "Rows_read") as f64),
+                    cpu_s: mo(&|p| cpu(&p.load)),
+                }
+            };
             out.push(Compared {
                 phase: phases[0].name.clone(),
                 reads,
                 runs: phases.len(),
                 wall_s: m(&|p| p.wall_s),
                 client_cpu_s: mo(&|p| p.cpu_s),
-                primary: ServerMedians {
-                    statements: m(&|p| p.load.sql("Questions") as f64),
-                    com_select: m(&|p| p.load.sql("Com_select") as f64),
-                    rows_read: m(&|p| p.load.sql("Rows_read") as f64),
-                    cpu_s: mo(&|p| p.load.mariadb_cpu_s),
-                },
-                replica: ServerMedians {
-                    statements: m(&|p| replica(&p.load).sql("Questions") as f64),
-                    com_select: m(&|p| replica(&p.load).sql("Com_select") as f64),
-                    rows_read: m(&|p| replica(&p.load).sql("Rows_read") as f64),
-                    cpu_s: mo(&|p| replica(&p.load).cpu_s),
-                },
+                primary: server(&|l, c| l.sql(c), &|l| l.mariadb_cpu_s),
+                replica: server(&|l, c| l.replica.as_ref().map_or(0, |r| r.sql(c)), &|l| {
+                    l.replica.as_ref().and_then(|r| r.cpu_s)
+                }),
             });
         }
     }

@@ -99,17 +99,15 @@ async fn run(args: Args) -> Result<()> {
         }
     };
     let reconciler = reconciler_path(args.reconciler.as_deref())?;
+    // The replica first: it needs nothing of the bench's database, and a
+    // refusal then leaves nothing to tear down.
+    let replica = match &args.replica_url {
+        Some(url) => Some(ReplicaServer::connect(url).await?),
+        None => None,
+    };
     let mut bench =
         Bench::connect(&args.estate, args.database(), &args.redis_url, scan_chunk).await?;
-    if let Some(url) = &args.replica_url {
-        match ReplicaServer::connect(url).await {
-            Ok(replica) => bench.replica = Some(replica),
-            Err(e) => {
-                bench.teardown().await?;
-                return Err(e);
-            }
-        }
-    }
+    bench.replica = replica;
     let outcome = bench.seed_and_measure(&args, &reconciler).await;
     if args.keep {
         eprintln!(

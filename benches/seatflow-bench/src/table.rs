@@ -114,8 +114,7 @@ impl Report {
         let chunks = self.params.showtimes.div_ceil(self.params.scan_chunk) as f64;
         let num = |v: f64, prec: usize| format!("{v:.prec$}");
         let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| num(v, prec));
-        let sql =
-            |ph: &Phase, counter: &str| thousands(ph.load.sql.get(counter).copied().unwrap_or(0));
+        let sql = |ph: &Phase, counter: &str| thousands(ph.load.sql(counter));
         let rows: [TableRow; 16] = [
             ("wall s", &|ph| num(ph.wall_s, 2)),
             ("  reconciler's own duration s", &|ph| {

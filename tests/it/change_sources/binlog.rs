@@ -12,7 +12,7 @@ use seatflow_reconciler::store::mysql::binlog::{
     BinlogOptions, BinlogSource, Checkpoint, Committed, ServerIdentity, StartedFrom,
 };
 use seatflow_test_support::TestEnv;
-use seatflow_test_support::servers::{PrivateServer, mariadb_with_binlog, purge_to};
+use seatflow_test_support::servers::{mariadb_with_binlog, purge_to, root_url};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -34,14 +34,10 @@ async fn next(source: &mut BinlogSource) -> Committed {
         .expect("the binlog stream")
 }
 
-fn base_url(server: &PrivateServer) -> String {
-    format!("mysql://root@127.0.0.1:{}", server.port())
-}
-
 #[tokio::test]
 async fn committed_changes_to_the_contract_tables_name_their_showtimes() {
     let server = mariadb_with_binlog();
-    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let env = TestEnv::on(&root_url(&server), |_| {}).await;
     let pool = env.ctx.mysql.pool();
     env.fx.hall(1, 1, 4).await.unwrap();
     for id in [10, 20, 30] {
@@ -203,7 +199,7 @@ async fn user(env: &TestEnv, name: &str, grants: &[&str]) -> String {
 #[tokio::test]
 async fn what_the_server_does_not_allow_is_named_as_the_statement_to_run() {
     let server = mariadb_with_binlog();
-    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let env = TestEnv::on(&root_url(&server), |_| {}).await;
 
     // May read the position, not the binlog.
     let url = user(&env, "sf_no_slave", &["REPLICATION CLIENT"]).await;
@@ -270,7 +266,7 @@ async fn dump_thread(pool: &sqlx::MySqlPool) -> Option<i64> {
 #[tokio::test]
 async fn a_killed_replication_connection_and_a_purged_position_are_gaps() {
     let server = mariadb_with_binlog();
-    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let env = TestEnv::on(&root_url(&server), |_| {}).await;
     let pool = env.ctx.mysql.pool();
     env.fx.hall(1, 1, 2).await.unwrap();
     env.fx.showtime(10, 1, 60, "ON_SALE").await.unwrap();
@@ -339,7 +335,7 @@ async fn a_killed_replication_connection_and_a_purged_position_are_gaps() {
 #[tokio::test]
 async fn a_position_of_another_server_is_not_read() {
     let server = mariadb_with_binlog();
-    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let env = TestEnv::on(&root_url(&server), |_| {}).await;
     env.fx.hall(1, 1, 2).await.unwrap();
     let source = start(&env.db_url, 4280).await.unwrap();
     let here = source.checkpoint();
@@ -387,7 +383,7 @@ async fn the_replication_connection_speaks_tls_as_configured_and_names_certifica
     // source that gets as far as reading its settings spoke TLS.
     let pki = Pki::new();
     let server = tls_mariadb(&pki);
-    let url = format!("mysql://root@127.0.0.1:{}/mysql", server.port());
+    let url = format!("{}/mysql", root_url(&server));
     let tls = |ca: &std::path::Path, mode| MysqlTls {
         mode: Some(mode),
         ca_file: Some(ca.to_owned()),
@@ -433,7 +429,7 @@ async fn the_replication_connection_speaks_tls_as_configured_and_names_certifica
 #[tokio::test]
 async fn the_daemon_refuses_to_start_when_it_may_not_read_the_binlog() {
     let server = mariadb_with_binlog();
-    let env = TestEnv::on(&base_url(&server), |_| {}).await;
+    let env = TestEnv::on(&root_url(&server), |_| {}).await;
     let url = user(&env, "sf_daemon", &["REPLICATION CLIENT"]).await;
     // Every grant of the runs (deploy/README.md), so that the binlog's is
     // the one missing.

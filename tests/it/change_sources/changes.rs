@@ -800,7 +800,7 @@ async fn passes_after(daemon: &InProcessDaemon, wait: Duration) -> f64 {
 #[tokio::test]
 async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_back() {
     let mariadb = servers::mariadb_with_binlog();
-    let base = format!("mysql://root@127.0.0.1:{}", mariadb.port());
+    let base = servers::root_url(&mariadb);
     let every = Duration::from_secs(2);
     for events in [false, true] {
         let redis = events.then(servers::redis_with_keyspace_events);
@@ -1072,7 +1072,7 @@ async fn whole_redis(env: &TestEnv) -> std::collections::BTreeMap<String, Vec<u8
 async fn a_dry_run_daemon_with_both_sources_leaves_both_stores_as_they_were() {
     let mysql = servers::mariadb_with_binlog();
     let redis = servers::redis_with_keyspace_events();
-    let base = format!("mysql://root@127.0.0.1:{}", mysql.port());
+    let base = servers::root_url(&mysql);
     let env = estate_on(&base, Some(&redis), 4, |s| {
         s.reconcile.dry_run = true;
         s.reconcile.orphan_grace = Duration::from_secs(1);

@@ -452,7 +452,7 @@ async fn chaos(binlog_mariadb: Option<&servers::PrivateServer>) {
     let url = format!("redis://127.0.0.1:{}", redis.port());
     let env = match binlog_mariadb {
         Some(m) => {
-            let base = format!("mysql://root@127.0.0.1:{}", m.port());
+            let base = servers::root_url(m);
             TestEnv::on(&base, |s| s.redis.url = SecretUrl::new(url)).await
         }
         None => TestEnv::with(|s| s.redis.url = SecretUrl::new(url)).await,

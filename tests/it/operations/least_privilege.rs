@@ -81,7 +81,7 @@ fn documented_grants(env: &TestEnv, user: &str, binlog: bool) -> Vec<String> {
 async fn a_daemon_under_exactly_the_documented_acl_and_grants_does_all_its_work() {
     let mysql = servers::mariadb_with_binlog();
     let redis = servers::redis_with_keyspace_events();
-    let base = format!("mysql://root@127.0.0.1:{}", mysql.port());
+    let base = servers::root_url(&mysql);
     let env = estate_on(&base, Some(&redis), 4, |s| {
         s.changes.mysql_binlog = true;
         s.changes.redis_events = RedisEvents::Auto;

@@ -15,7 +15,8 @@ use seatflow_reconciler::model::Kind;
 use seatflow_test_support::daemon::{metric_reaches_at_least, sample};
 use seatflow_test_support::estate::{after_a_first_pass, estate_on};
 use seatflow_test_support::servers::{
-    PrivateServer, mariadb_with_replica, replica_caught_up, replicate, root_url, wait_until,
+    PrivateServer, delay_replica, mariadb_with_replica, replica_caught_up, replicate, root_url,
+    wait_until,
 };
 use seatflow_test_support::{DbUser, TestEnv, ended_well, run, seat};
 
@@ -52,10 +53,14 @@ fn read_from(s: &mut Settings, replica_base: &str) {
     s.mysql.replica_url = SecretUrl::new(format!("{replica_base}/{db}"));
 }
 
+/// `/status`'s `mysql_replica` of a context with a replica.
+fn replica_status(ctx: &Context) -> serde_json::Value {
+    ctx.replica.as_ref().unwrap().status()
+}
+
 /// The replica's chunks counted under `server/reason` in `/status`.
 fn chunks(env: &TestEnv, key: &str) -> u64 {
-    let status = env.ctx.replica.as_ref().unwrap().status();
-    status["chunks"][key].as_u64().unwrap()
+    replica_status(&env.ctx)["chunks"][key].as_u64().unwrap()
 }
 
 /// How many statements a server has run (`Com_select`, all sessions).
@@ -107,9 +112,7 @@ async fn a_replica_behind_the_primary_is_read_but_every_write_is_the_primarys() 
 
     // The replica holds every later change back for an hour, and reports a
     // lag within the limit meanwhile: a chunk reads it.
-    replicate(&replica, "STOP SLAVE").await;
-    replicate(&replica, "CHANGE MASTER TO MASTER_DELAY = 3600").await;
-    replicate(&replica, "START SLAVE").await;
+    delay_replica(&replica, 3600).await;
     // On the primary only: two customers' seats in 10 (held and paid; the
     // replica has neither order), the seat of 20 refunded and freed, and
     // 30's paid seat refunded with its hash lost.
@@ -187,9 +190,7 @@ async fn a_stopped_or_lagging_replica_is_read_from_the_primary_and_counted() {
     assert_eq!(chunks(&env, "replica/current"), 0);
 
     // Lagging: it applies each change an hour late, and says so.
-    replicate(&replica, "STOP SLAVE").await;
-    replicate(&replica, "CHANGE MASTER TO MASTER_DELAY = 3600").await;
-    replicate(&replica, "START SLAVE").await;
+    delay_replica(&replica, 3600).await;
     env.fx.order(10, "PAID", &["A-2"], 900).await.unwrap();
     let lag = |env: &TestEnv| {
         let replica = env.ctx.replica.as_ref().unwrap().clone();
@@ -212,7 +213,7 @@ async fn a_stopped_or_lagging_replica_is_read_from_the_primary_and_counted() {
     assert_eq!(seat(&env, 10, "A-2").await.as_deref(), Some("2"));
     assert!(chunks(&env, "primary/lagging") >= 1);
     assert_eq!(chunks(&env, "replica/current"), 0);
-    let status = env.ctx.replica.as_ref().unwrap().status();
+    let status = replica_status(&env.ctx);
     assert_eq!(status["last"]["reason"], "lagging", "{status}");
     assert_eq!(status["last"]["reads"], "primary", "{status}");
 }
@@ -322,7 +323,7 @@ async fn the_replica_user_needs_slave_monitor_to_report_its_lag() {
         let ctx = Context::connect(settings).await.unwrap();
         let report = run(&ctx, &PASS, pass_options()).await;
         ended_well(&report);
-        let status = ctx.replica.as_ref().unwrap().status();
+        let status = replica_status(&ctx);
         assert_eq!(status["chunks"][reads], 1, "{status}");
         let denied = ctx.denials.to_json().to_string();
         assert_eq!(

@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::fixtures::{self, Fixtures};
-use seatflow_test_support::servers::PrivateServer;
+use seatflow_test_support::servers::{PrivateServer, root_url};
 use seatflow_test_support::tls::{Pki, tls_mariadb, tls_redis};
 
 /// `once` of the real binary with these settings (and no `SEATFLOW__…`
@@ -64,7 +64,7 @@ fn assert_success(out: &Output) -> serde_json::Value {
 }
 
 fn mysql_url(db: &PrivateServer) -> String {
-    format!("mysql://root@127.0.0.1:{}/seatflow", db.port())
+    format!("{}/seatflow", root_url(db))
 }
 
 fn rediss_url(redis: &PrivateServer) -> String {
@@ -100,7 +100,7 @@ fn seed(vars: &[(&str, String)]) {
 fn present(db: &PrivateServer, pair: &seatflow_test_support::tls::Pair) {
     std::fs::copy(&pair.cert, db.dir().join("server.pem")).unwrap();
     std::fs::copy(&pair.key, db.dir().join("server.key")).unwrap();
-    let url = format!("mysql://root@127.0.0.1:{}/", db.port());
+    let url = format!("{}/", root_url(db));
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let pool = sqlx::MySqlPool::connect(&url).await.unwrap();

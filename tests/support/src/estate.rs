@@ -135,7 +135,7 @@ pub async fn daemon_on_binlog(
     server: &PrivateServer,
     grace: Duration,
 ) -> (TestEnv, InProcessDaemon, [i64; 2]) {
-    let base = format!("mysql://root@127.0.0.1:{}", server.port());
+    let base = crate::servers::root_url(server);
     let env = estate_on(&base, None, 2, |s| {
         s.reconcile.orphan_grace = grace;
         s.changes.redis_events = seatflow_reconciler::config::RedisEvents::Off;

@@ -420,8 +420,18 @@ pub async fn replicate(replica: &PrivateServer, statement: &str) {
     conn.close().await.ok();
 }
 
+/// Makes the replica apply every change `seconds` after the primary made
+/// it (`MASTER_DELAY`); its threads run again when this returns.
+pub async fn delay_replica(replica: &PrivateServer, seconds: u32) {
+    replicate(
+        replica,
+        &format!("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = {seconds}; START SLAVE"),
+    )
+    .await;
+}
+
 /// Whether the replica's I/O and SQL threads run.
-pub async fn replica_threads(replica: &PrivateServer) -> (bool, bool) {
+async fn replica_threads(replica: &PrivateServer) -> (bool, bool) {
     use sqlx::Connection as _;
     use sqlx::Row as _;
     let Ok(mut conn) = sqlx::MySqlConnection::connect(&root_url(replica)).await else {
