@@ -36,7 +36,7 @@ ALLOWED = {
 # The product's layers, lowest first, as ARCHITECTURE.md lists them: a
 # module imports only from the layers before its own.
 LAYERS = [
-    {"model", "error", "pace", "pass_fit", "schedule", "repeats", "process_metrics"},
+    {"model", "error", "pace", "pass_fit", "schedule", "repeats", "process_metrics", "progress"},
     {"plan", "store", "config", "capacity"},
     {"retry", "telemetry", "denials", "lease", "fixtures", "replica"},
     {"context"},

@@ -33,6 +33,7 @@ pub mod pass_fit;
 pub mod plan;
 #[cfg(target_os = "linux")]
 pub mod process_metrics;
+pub mod progress;
 pub mod push;
 pub mod repeats;
 pub mod replica;

@@ -231,7 +231,15 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
-            match ctx.mysql.migrate(reference_schema).await {
+            // An ALTER of a large audit table takes a while: say so on a terminal.
+            let step = seatflow_reconciler::progress::Activity::start(
+                std::io::stderr().is_terminal(),
+                "migrate",
+                "applying the reconciler's tables",
+            );
+            let applied = ctx.mysql.migrate(reference_schema).await;
+            step.finish();
+            match applied {
                 Ok(widened) => {
                     if let Some(chars) = widened {
                         tracing::info!(

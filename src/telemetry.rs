@@ -60,7 +60,7 @@ pub fn init(settings: &LogSettings) {
     set_format(settings.format);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter(&settings.level))
-        .with_writer(std::io::stderr)
+        .with_writer(|| AboveTheBars)
         .with_target(false);
     let _ = match settings.format {
         LogFormat::Json => builder
@@ -89,7 +89,25 @@ pub fn fatal(message: &str) {
         }
         LogFormat::Text => format!("error: {message}"),
     };
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let _ = writeln!(AboveTheBars, "{line}");
+}
+
+/// stderr, with any progress bars stepped around (`progress::suspend`):
+/// a log line is never drawn into a bar.
+struct AboveTheBars;
+
+impl std::io::Write for AboveTheBars {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        crate::progress::suspend(|| std::io::stderr().lock().write(buf))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        crate::progress::suspend(|| std::io::stderr().lock().write_all(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// The log format to use when the settings could not be loaded: what

@@ -19,6 +19,7 @@ use super::audit::AuditLog;
 use super::report::JobReport;
 use super::strict::UnknownRows;
 use crate::context::Context;
+use crate::progress::{Progress, Unit};
 
 /// Most orders with an undecodable deadline reported per run.
 const UNKNOWN_ORDERS_LISTED: usize = 100;
@@ -68,11 +69,19 @@ async fn cancel_expired(
         Err(e) => report.error(&e),
     }
     let mut budget = job.batch_size;
-    let mut progress = super::progress::Progress::new(
-        opts.progress,
-        Kind::ExpiredOrders.cli_name().to_string(),
-        "orders",
-    );
+    let mut progress = Progress::new(opts.progress, Kind::ExpiredOrders.cli_name(), Unit::Orders);
+    // The due orders' count is worth a query only when someone watches.
+    let total = if opts.progress {
+        let scope = ctx.scope(&opts.showtimes);
+        let n = ctx
+            .retry("count expired orders", || {
+                ctx.mysql.count_expired(deadline, scope)
+            })
+            .await?;
+        Some(n.min(job.scan_limit as u64))
+    } else {
+        None
+    };
     let mut after: Option<Keyset> = None;
     loop {
         if opts.stop.is_cancelled() {
@@ -124,7 +133,7 @@ async fn cancel_expired(
                 report.example(|| format!("cancels held back by the schema: {why}"));
             }
             report.held_back += page.len() as u64;
-            progress.tick(report.scanned, None, report.fixed);
+            progress.tick(report.scanned, total, report.fixed);
             if short {
                 break;
             }
@@ -152,7 +161,7 @@ async fn cancel_expired(
             tracing::warn!(error = %e, "expired-order chunk failed; skipped for this run");
             report.quarantine(&e, page[..take].iter().map(|o| o.showtime_id));
         }
-        progress.tick(report.scanned, None, report.fixed);
+        progress.tick(report.scanned, total, report.fixed);
         if short {
             break;
         }

@@ -4,7 +4,6 @@ pub mod audit;
 pub mod contract;
 pub mod expired_orders;
 pub mod pass_run;
-pub mod progress;
 pub mod report;
 pub mod request;
 pub mod seat_sweep;

@@ -30,10 +30,10 @@ use crate::store::redis::CursorMove;
 
 use super::RunOptions;
 use super::audit::AuditLog;
-use super::progress::Progress;
 use super::report::JobReport;
 use super::strict::UnknownRows;
 use crate::context::Context;
+use crate::progress::{Progress, Unit};
 
 mod chunk;
 mod notices;
@@ -181,7 +181,7 @@ async fn run_with_reporter<'a>(
             ctx.leases.clone(),
         ),
         templates: HashMap::new(),
-        progress: Progress::new(opts.progress, label, "showtimes"),
+        progress: Progress::new(opts.progress, &label, Unit::Showtimes),
         bad_data: BadDataLog::new(reporter, ctx.repeats.clone()),
         own_keys: OwnKeys::default(),
         unknown_rows: UnknownRows::new(opts.reported.clone(), ctx.repeats.clone()),

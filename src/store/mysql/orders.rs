@@ -77,14 +77,9 @@ impl MysqlStore {
     ) -> Result<ExpiredPage> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, showtime_id, expires_at, BINARY status = 'PENDING' AS exact \
-             FROM ticket_order WHERE status = 'PENDING' AND id IS NOT NULL AND ",
+             FROM ticket_order WHERE ",
         );
-        q.push(date_ok("expires_at")).push(" AND expires_at < ");
-        q.push_bind(deadline);
-        if self.contract().shape.order_id_unsigned {
-            q.push(" AND id <= 9223372036854775807");
-        }
-        push_scope(&mut q, "showtime_id", scope);
+        self.push_expired(&mut q, deadline, scope);
         push_after(&mut q, "expires_at", "id", after);
         q.push(" ORDER BY expires_at, id LIMIT ")
             .push_bind(limit as u64);
@@ -122,6 +117,27 @@ impl MysqlStore {
             ));
         }
         Ok(page)
+    }
+
+    /// How many orders [`MysqlStore::expired_page`] would read in all
+    /// (for the progress of a long run: one index range count).
+    pub async fn count_expired(&self, deadline: NaiveDateTime, scope: Scope<'_>) -> Result<u64> {
+        let mut q = QueryBuilder::<MySql>::new("SELECT COUNT(*) FROM ticket_order WHERE ");
+        self.push_expired(&mut q, deadline, scope);
+        let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
+        Ok(n as u64)
+    }
+
+    /// The orders of an expired page: PENDING by the collation, a deadline
+    /// that decodes and is before `deadline`, an id within BIGINT.
+    fn push_expired(&self, q: &mut QueryBuilder<MySql>, deadline: NaiveDateTime, scope: Scope<'_>) {
+        q.push("status = 'PENDING' AND id IS NOT NULL AND ");
+        q.push(date_ok("expires_at")).push(" AND expires_at < ");
+        q.push_bind(deadline);
+        if self.contract().shape.order_id_unsigned {
+            q.push(" AND id <= 9223372036854775807");
+        }
+        push_scope(q, "showtime_id", scope);
     }
 
     /// Deadlines of PENDING orders of the scope in `[from, to)`, soonest

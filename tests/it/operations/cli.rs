@@ -464,9 +464,11 @@ async fn lock_waited(env: &TestEnv) -> bool {
 #[tokio::test]
 async fn progress_never_appears_when_stderr_is_not_a_terminal() {
     let env = TestEnv::new().await;
-    let (_, err) = slow_expired_run(&env, |c| c).await;
-    assert!(!err.contains("scanned"), "{err}");
-    assert!(!err.contains('\r'), "{err:?}");
+    let (out, err) = slow_expired_run(&env, |c| c).await;
+    for text in [&out, &err] {
+        assert!(!text.contains("orders ·"), "{text}");
+        assert!(!text.contains('\r') && !text.contains('\x1b'), "{text:?}");
+    }
 }
 
 #[tokio::test]
@@ -489,10 +491,21 @@ async fn progress_appears_on_a_terminal() {
         s
     })
     .await;
+    // The bar while the job ran (the time left), then its final line of
+    // its own: the count of the total, the repairs, the rate, the time taken.
     assert!(
-        out.contains("expired-orders: 1 orders scanned, 1 repairs"),
+        out.contains("expired-orders [") && out.contains(" left"),
         "{out:?}"
     );
+    let done = out
+        .lines()
+        .find(|l| l.contains("expired-orders: "))
+        .unwrap_or_else(|| panic!("no final line: {out:?}"));
+    assert!(
+        done.contains("expired-orders: 1/1 orders · 1 repairs · "),
+        "{done:?}"
+    );
+    assert!(done.contains("/s · took "), "{done:?}");
 }
 
 /// The binary with JSON logs at debug level (every repair line included),
