@@ -27,7 +27,8 @@ const TLS_WATCH: std::time::Duration = std::time::Duration::from_secs(30);
 #[derive(Parser)]
 #[command(
     version,
-    about = "Keeps seatflow's Redis seat hashes and MySQL orders consistent"
+    about = "Keeps seatflow's Redis seat hashes and MySQL orders consistent",
+    after_help = "Start with `seatflow-reconciler demo`; the documents: README.md and docs/."
 )]
 struct Cli {
     /// TOML file with the settings to override (see config/default.toml).
@@ -48,9 +49,19 @@ enum Command {
     /// The daemon: the seat jobs' pass and expired-orders, each on its cron
     /// schedule; HTTP on http.listen (/metrics, /healthz, /readyz, /status,
     /// POST /jobs/{job}/run).
+    #[command(after_help = "Examples:
+  seatflow-reconciler --config /etc/seatflow-reconciler/config.toml run
+  SEATFLOW__RECONCILE__DRY_RUN=true seatflow-reconciler run   # report drift, write nothing
+
+More: docs/operations.md (deployment shapes, /status, shutdown).")]
     Run,
     /// Run every job once and exit: 0 all completed, 1 a job failed or was
     /// partial, 2 bad configuration or usage, 3 MySQL or Redis unreachable.
+    #[command(after_help = "Examples:
+  seatflow-reconciler once --dry-run                     # what it would repair
+  seatflow-reconciler once --job orphan-locks --showtime 42 --output json
+
+More: docs/operations.md (\"once\": output, exit codes, the CronJob).")]
     Once {
         /// Job to run (repeatable): expired-orders, paid-seats,
         /// missing-hashes, orphan-locks, sold-orphans. Default: all five.
@@ -69,6 +80,11 @@ enum Command {
         pushgateway: Option<String>,
     },
     /// Show one showtime's seat map: Redis against what MySQL implies.
+    #[command(after_help = "Examples:
+  seatflow-reconciler inspect --showtime 42
+  seatflow-reconciler inspect --showtime 42 --seat A-12   # the order, suspect time, last repairs
+
+More: docs/troubleshooting.md (\"How to look\").")]
     Inspect {
         #[arg(long, value_name = "ID")]
         showtime: i64,
@@ -79,16 +95,31 @@ enum Command {
         output: Output,
     },
     /// Apply the reconciler's own tables (audit).
+    #[command(after_help = "Examples:
+  seatflow-reconciler migrate                        # once per release, before `once` or `run`
+  seatflow-reconciler migrate --reference-schema     # also seatflow's tables (a test database)
+
+More: docs/operations.md (\"Upgrades and migrations\").")]
     Migrate {
         /// Also create seatflow's reference tables (tests, demo, local development).
         #[arg(long)]
         reference_schema: bool,
     },
     /// Validate the configuration and print it (secrets redacted).
+    #[command(after_help = "Examples:
+  seatflow-reconciler --config my.toml check-config
+  SEATFLOW__PASS__SCHEDULE='0 */5 * * * *' seatflow-reconciler check-config
+
+More: docs/configuration.md (every key), docs/security.md (grants, ACL).")]
     CheckConfig,
     /// Self-contained demo: seed every kind of drift, repair it. Runs on its
     /// own throwaway redis-server and mariadbd (installed, not running),
     /// removed afterwards.
+    #[command(after_help = "Examples:
+  seatflow-reconciler demo
+  seatflow-reconciler demo --keep     # leave the servers running; prints how to use and stop them
+
+More: README.md (\"Quick start\").")]
     Demo {
         /// Run on the configured mysql.url and redis.url instead (database
         /// seatflow_demo, dropped only if the demo created it; key prefix
