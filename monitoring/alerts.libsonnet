@@ -1,7 +1,7 @@
 // Alert rules. Conventions (monitoring-mixin): every alert is named
 // SeatflowReconciler*, has `severity` critical or warning, a `summary`, a
 // templated `description` and a `runbook_url` to its section of
-// deploy/prometheus/runbook.md.
+// docs/troubleshooting.md (its "Alerts").
 //
 // Labels: the binary exports `kind` (the job, snake_case), `stage`, `outcome`,
 // `shard`; Prometheus adds `job` and `instance`, prometheus-operator

@@ -28,7 +28,7 @@
     clusterLabel: 'cluster',
     showMultiCluster: false,
 
-    runbookURLPattern: 'https://github.com/seatflow/seatflow-reconciler/blob/main/deploy/prometheus/runbook.md#%s',
+    runbookURLPattern: 'https://github.com/seatflow/seatflow-reconciler/blob/main/docs/troubleshooting.md#%s',
 
     // ---------------------------------------------------------------- thresholds
     // A scrape target down (daemon only).

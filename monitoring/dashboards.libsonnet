@@ -186,7 +186,7 @@ local u = import 'lib/util.libsonnet';
 
   local changes = [
     [gr.timeseries('Checks between passes per minute, by source, and their repairs',
-                   'Showtimes checked between passes per minute, by what asked for the check: event (a Redis keyspace notification on its seat hash), binlog (a commit in MySQL read from its binlog), grace (an orphan whose grace period ended), retry (a failed check again); and the repairs those checks made (also counted in the repairs panels); and, by kind, the repairs a pass made while events were on with no gap, which the checks missed (MySQL-only changes among them). See SeatflowReconcilerChangesMissed. See README, "Change-driven checks".',
+                   'Showtimes checked between passes per minute, by what asked for the check: event (a Redis keyspace notification on its seat hash), binlog (a commit in MySQL read from its binlog), grace (an orphan whose grace period ended), retry (a failed check again); and the repairs those checks made (also counted in the repairs panels); and, by kind, the repairs a pass made while events were on with no gap, which the checks missed (MySQL-only changes among them). See SeatflowReconcilerChangesMissed. See docs/change-detection.md.',
                    [
                      gr.target(q('sum by (source) (rate(seatflow_reconcile_change_checks_total{%(s)s}[$__rate_interval])) * 60'), 'checks: {{source}}'),
                      gr.target(q('sum by (source) (rate(seatflow_reconcile_change_fixes_total{%(s)s}[$__rate_interval])) * 60'), 'repairs: {{source}}', 'B'),
@@ -307,7 +307,7 @@ local u = import 'lib/util.libsonnet';
       id: null,
       uid: c.dashboardUid,
       title: c.dashboardTitle,
-      description: "Seat inventory reconciliation between seatflow's Redis seat hashes and MySQL orders: repairs, drift and its age, runs, errors%s. Generated from monitoring/ (jsonnet mixin); alerts: deploy/prometheus/; runbook: deploy/prometheus/runbook.md." % (if daemon then ', seat passes, processes' else ' (CronJob mode: pushed `once` runs)'),
+      description: "Seat inventory reconciliation between seatflow's Redis seat hashes and MySQL orders: repairs, drift and its age, runs, errors%s. Generated from monitoring/ (jsonnet mixin); alerts: deploy/prometheus/; runbook: docs/troubleshooting.md." % (if daemon then ', seat passes, processes' else ' (CronJob mode: pushed `once` runs)'),
       tags: c.dashboardTags,
       timezone: c.dashboardTimezone,
       weekStart: '',

@@ -3,7 +3,7 @@
 //! covers its showtimes at the pace the last pass was measured at
 //! (`pass_fit`); its active replica checks the showtimes its changes name,
 //! at most `changes.max_checks_per_second`. `/status` shows it as
-//! `capacity`; the README's "Capacity" section has the measured figures.
+//! `capacity`; docs/operations.md ("Capacity") has the measured figures.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -323,7 +323,7 @@ fn log_verdict(v: &Verdict, topology: Option<&Topology>) {
             del_event,
             silent_primaries = %silent,
             needed = events::FLAGS_NEEDED,
-            "Redis keyspace notifications are off: the pass alone finds drift (README: \"Change-driven checks\")"
+            "Redis keyspace notifications are off: the pass alone finds drift (docs/change-detection.md)"
         ),
         Verdict::Stopped { .. } => tracing::warn!(
             hash_event,

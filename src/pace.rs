@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 /// Where the pace starts: on two cores, a pace that live holds barely
-/// notice (benches/README.md, "Soak").
+/// notice (benches/results/2026-12-04-pacing.md).
 const START_RATE: f64 = 2000.0;
 /// The pace never falls below this: a pass slows down under pressure, it
 /// never stops.

@@ -23,7 +23,7 @@
 #                    succeeded is shown, not hidden)
 #   rule-style       monitoring-mixin conventions: SeatflowReconciler* CamelCase
 #                    names, severity critical|warning, summary, description,
-#                    runbook_url to an existing section of runbook.md, `for:`
+#                    runbook_url to an existing section of docs/troubleshooting.md, `for:`
 #                    on every alert; every alert has a unit test where it fires
 #                    and one where it does not
 #   dashboard        dashboards/*.json: uid, UTC, current
@@ -46,7 +46,7 @@ alerts=$repo/deploy/prometheus/alerts.yaml
 alerts_test=$repo/deploy/prometheus/alerts_test.yaml
 alerts_cronjob=$repo/deploy/prometheus/alerts-cronjob.yaml
 alerts_cronjob_test=$repo/deploy/prometheus/alerts-cronjob_test.yaml
-runbook=$repo/deploy/prometheus/runbook.md
+runbook=$repo/docs/troubleshooting.md
 dashboards=("$repo/dashboards/seatflow-reconciler.json" "$repo/dashboards/seatflow-reconciler-cronjob.json")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/seatflow-observability.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -160,7 +160,7 @@ def anchor(h):
     h = re.sub(r"[^\w\- ]", "", h.strip().lower())
     return h.replace(" ", "-")
 anchors = {anchor(l.lstrip("#")) for l in open(runbook_path) if l.startswith("#")}
-runbook_base = "https://github.com/seatflow/seatflow-reconciler/blob/main/deploy/prometheus/runbook.md#"
+runbook_base = "https://github.com/seatflow/seatflow-reconciler/blob/main/docs/troubleshooting.md#"
 
 for name in ("SeatflowReconcilerDown", "SeatflowReconcilerMetricsAbsent"):
     if not any(r["alert"] == name for r in alert_rules):
@@ -189,7 +189,7 @@ for r in alert_rules + cron_rules:
         problems.append(f"{name}: description is not templated")
     url = str(ann.get("runbook_url", ""))
     if not url.startswith(runbook_base) or url[len(runbook_base):] not in anchors:
-        problems.append(f"{name}: runbook_url {url!r} is not a section of runbook.md")
+        problems.append(f"{name}: runbook_url {url!r} is not a section of docs/troubleshooting.md")
     if url[len(runbook_base):] != name.lower():
         problems.append(f"{name}: runbook_url should point at the section #{name.lower()}")
 

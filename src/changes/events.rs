@@ -39,7 +39,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// removed, the hash deleted, expired or evicted.
 pub const SEAT_EVENTS: [&str; 5] = ["hset", "hdel", "del", "expired", "evicted"];
 
-/// The flags the README asks for: keyspace channels (`K`) of hash (`h`) and
+/// The flags docs/change-detection.md asks for: keyspace channels (`K`) of hash (`h`) and
 /// generic (`g`) commands, expiries (`x`) and evictions (`e`).
 pub const FLAGS_NEEDED: &str = "Khgxe";
 

@@ -198,7 +198,7 @@ pub struct JobSettings {
 /// `pass.schedule = "auto"`: a pass every minute...
 pub const MINUTE_SWEEP: &str = "0 * * * * *";
 /// ... or every 20 minutes when both change sources are configured (Redis
-/// keyspace events and the MySQL binlog): measured in `benches/README.md`
+/// keyspace events and the MySQL binlog): measured in `benches/results/2026-12-05-both-sources.md`
 /// (the pass is then a third of the reads, the checks the rest).
 pub const COVERED_SWEEP: &str = "0 */20 * * * *";
 /// ... with a pass every minute still while either source is down.

@@ -94,7 +94,7 @@ async fn audit_rows_written_but_not_removed_are_written_once() {
     assert_eq!(backlog_len(&env).await, 0);
 }
 
-/// The README's audit query, as an operator runs it: every repair with its
+/// docs/change-detection.md's audit query, as an operator runs it: every repair with its
 /// run (and what found it).
 async fn audited_with_their_run(env: &TestEnv) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_fix f JOIN reconcile_run r USING (run_id)")

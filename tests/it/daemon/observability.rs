@@ -685,52 +685,26 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
         "exported but on no dashboard panel: {unshown:?}"
     );
 
-    // The README's metric table lists exactly the families a scrape shows.
-    let listed = readme_metric_families();
-    let process_listed = listed.contains("process_*");
+    // docs/metrics.md lists exactly the families a scrape shows (the fast
+    // check of types and labels is operations::docs).
+    let entries = seatflow_test_support::docs::metric_entries();
     let unlisted: Vec<&String> = families
         .iter()
-        .filter(|f| !(listed.contains(*f) || process_listed && f.starts_with("process_")))
+        .filter(|f| !entries.iter().any(|e| e.covers(f)))
         .collect();
     assert!(
         unlisted.is_empty(),
-        "exported, not in README.md's metric table: {unlisted:?}"
+        "exported, not in docs/metrics.md: {unlisted:?}"
     );
-    let stale: Vec<&String> = listed
+    let stale: Vec<&String> = entries
         .iter()
-        .filter(|f| *f != "process_*" && !families.contains(*f))
+        .filter(|e| !families.iter().any(|f| e.covers(f)))
+        .map(|e| &e.name)
         .collect();
     assert!(
         stale.is_empty(),
-        "in README.md's metric table, not exported: {stale:?}"
+        "in docs/metrics.md, not exported: {stale:?}"
     );
-}
-
-/// The families README.md's metric table names (first column; `_x` after
-/// a full name abbreviates `seatflow_reconcile_x`).
-fn readme_metric_families() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let table = readme
-        .split("## Metrics and alerts")
-        .nth(1)
-        .expect("README.md has a Metrics and alerts section");
-    let mut out = BTreeSet::new();
-    for row in table
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-    {
-        let first = row.split('|').nth(1).unwrap_or_default();
-        for name in first.split('`').skip(1).step_by(2) {
-            out.insert(match name.strip_prefix('_') {
-                Some(short) => format!("seatflow_reconcile_{short}"),
-                None => name.to_string(),
-            });
-        }
-    }
-    assert!(out.len() >= 12, "README.md's metric table: {out:?}");
-    out
 }
 
 /// Seeds drift in showtime 1 the way tests/it/daemon/run.rs does, plus an expired

@@ -1,4 +1,4 @@
-//! TLS to Redis and MySQL with a private CA (README "TLS"): a repair goes
+//! TLS to Redis and MySQL with a private CA (docs/security.md, "TLS"): a repair goes
 //! through both over TLS, with and without client certificates; a wrong CA,
 //! a wrong host name, an expired certificate and plain text to a TLS-only
 //! server are configuration errors (exit 2) that name the key and say what

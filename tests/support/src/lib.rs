@@ -6,6 +6,7 @@
 //! seatflow's traffic (its own crate, which the benchmark's soak shares).
 
 pub mod daemon;
+pub mod docs;
 pub mod estate;
 pub mod own_keys;
 #[cfg(feature = "failpoints")]

@@ -78,7 +78,7 @@ pub fn redis() -> PrivateServer {
 }
 
 /// A started Redis that sends the keyspace notifications change-driven
-/// checks use (`notify-keyspace-events Khgxe`, as the README asks).
+/// checks use (`notify-keyspace-events Khgxe`, as docs/change-detection.md asks).
 pub fn redis_with_keyspace_events() -> PrivateServer {
     let mut s = redis_server(
         "redis-events",
@@ -147,7 +147,7 @@ impl RedisCluster {
 
     /// A cluster whose every node sends the keyspace notifications
     /// change-driven checks use (`notify-keyspace-events Khgxe`, on each
-    /// node, as the README asks).
+    /// node, as docs/change-detection.md asks).
     pub async fn with_keyspace_events() -> RedisCluster {
         RedisCluster::start_with(&["--notify-keyspace-events", "Khgxe"]).await
     }
