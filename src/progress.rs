@@ -362,6 +362,11 @@ mod tests {
         }
     }
 
+    /// A bar on `screen`, shown from its first tick.
+    fn shown(screen: &Screen, label: &str, unit: Unit) -> Progress {
+        Progress::on(Some(screen.bars()), label, unit, Duration::ZERO)
+    }
+
     #[test]
     fn a_job_shorter_than_the_delay_draws_nothing() {
         let screen = Screen::default();
@@ -380,12 +385,7 @@ mod tests {
     #[test]
     fn a_long_job_draws_its_counts_rate_and_time_left() {
         let screen = Screen::default();
-        let mut p = Progress::on(
-            Some(screen.bars()),
-            "paid-seats+orphan-locks",
-            Unit::Showtimes,
-            Duration::ZERO,
-        );
+        let mut p = shown(&screen, "paid-seats+orphan-locks", Unit::Showtimes);
         p.tick(400, Some(1000), 7);
         let drawn = screen.text();
         assert!(drawn.contains("paid-seats+orphan-locks ["), "{drawn}");
@@ -414,12 +414,7 @@ mod tests {
     #[test]
     fn without_a_total_the_count_and_rate_are_drawn() {
         let screen = Screen::default();
-        let mut p = Progress::on(
-            Some(screen.bars()),
-            "expired-orders",
-            Unit::Orders,
-            Duration::ZERO,
-        );
+        let mut p = shown(&screen, "expired-orders", Unit::Orders);
         p.tick(200, None, 3);
         p.finish();
         let drawn = screen.text();

@@ -113,20 +113,24 @@ pub fn metric_entries() -> Vec<MetricEntry> {
         .collect()
 }
 
+/// The lines of a Markdown text outside its fenced code blocks.
+fn prose_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut in_code = false;
+    text.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            return false;
+        }
+        !in_code
+    })
+}
+
 /// The anchors GitHub gives the headings of a Markdown text: lower case,
 /// punctuation but `-` and `_` dropped, spaces as `-`; a repeated one
 /// numbered (`-1`, `-2`, …). Headings inside code blocks are none.
 pub fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
-    let mut in_code = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code || !line.starts_with('#') {
-            continue;
-        }
+    for line in prose_lines(text).filter(|l| l.starts_with('#')) {
         let title = line.trim_start_matches('#').trim();
         let slug: String = title
             .to_lowercase()
@@ -149,15 +153,7 @@ pub fn anchors(text: &str) -> BTreeSet<String> {
 /// code blocks and code spans.
 pub fn links(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut in_code = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code {
-            continue;
-        }
+    for line in prose_lines(text) {
         // Code spans hold examples, not links.
         let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
         let mut rest = prose.as_str();
