@@ -30,6 +30,7 @@ pub use confirm::{SeatConfirmation, SeatNameAsk};
 pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
 pub use orders::{CancelledOrder, Cancels, ExpiredOrder, ExpiredPage};
 pub use replica::ReplicaReport;
+pub use sql::NonEmpty;
 pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
 
 /// Every connection's `sql_mode`, whatever the server's (rule 17): strict,

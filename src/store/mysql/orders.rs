@@ -234,9 +234,9 @@ impl MysqlStore {
         since: NaiveDateTime,
         audit: &RunIdentity<'_>,
     ) -> Result<Cancels> {
-        if ids.is_empty() {
+        let Some(ids) = NonEmpty::of(ids) else {
             return Ok(Cancels::default());
-        }
+        };
         let mut earlier = self.cancelled_by_us_since(ids, since).await?;
         let mut tx = self.pool.begin().await?;
         let mut q = QueryBuilder::<MySql>::new(
@@ -254,13 +254,12 @@ impl MysqlStore {
             .filter_map(|r| Some((int(r, "id").ok()?, int(r, "showtime_id").ok()?)))
             .collect();
         let mut refused = Vec::new();
-        if !self.contract().shape.order_ids_unique && !won.is_empty() {
+        let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
+        if !self.contract().shape.order_ids_unique
+            && let Some(won_ids) = NonEmpty::of(&won_ids)
+        {
             let mut q = QueryBuilder::<MySql>::new("SELECT id FROM ticket_order WHERE TRUE");
-            push_in(
-                &mut q,
-                "id",
-                &won.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-            );
+            push_in(&mut q, "id", won_ids);
             q.push(" GROUP BY id HAVING COUNT(*) > 1");
             let twice: Vec<i64> = q
                 .build()
@@ -291,11 +290,11 @@ impl MysqlStore {
         // left for a later run, not waited for.
         let mut seats: HashMap<i64, Vec<(ShowtimeId, SeatNo)>> = HashMap::new();
         let mut held: HashMap<i64, i64> = HashMap::new();
-        if !won_ids.is_empty() {
+        if let Some(won_ids) = NonEmpty::of(&won_ids) {
             let mut q = QueryBuilder::<MySql>::new(
                 "SELECT order_id, showtime_id, seat_no FROM order_seat WHERE active = 1",
             );
-            push_in(&mut q, "order_id", &won_ids);
+            push_in(&mut q, "order_id", won_ids);
             q.push(" ORDER BY order_id, seat_no FOR UPDATE SKIP LOCKED");
             for r in q.build().fetch_all(&mut *tx).await? {
                 let Ok(order) = int(&r, "order_id") else {
@@ -316,36 +315,36 @@ impl MysqlStore {
         }
         won.retain(|(id, _)| !locked.contains(id));
         locked.sort_unstable();
-        if won.is_empty() {
+        let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
+        let (Some(won_ids), Some(won_rows)) = (NonEmpty::of(&won_ids), NonEmpty::of(&won)) else {
             tx.rollback().await?;
             return Ok(Cancels {
                 cancelled: earlier,
                 refused,
                 locked,
             });
-        }
-        let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
+        };
         race_window!(crate::race_window::EXPIRED_CANCEL_ROWS_LOCKED);
 
         let mut q = QueryBuilder::<MySql>::new(CANCEL_ORDERS);
         q.push_bind(CANCEL_REASON)
             .push(" WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ")
             .push_bind(deadline);
-        push_in(&mut q, "id", &won_ids);
+        push_in(&mut q, "id", won_ids);
         let updated = q.build().execute(&mut *tx).await?.rows_affected();
-        if updated != won_ids.len() as u64 {
+        if updated != won_ids.items().len() as u64 {
             // Impossible while we hold the row locks; refuse rather than guess.
             tx.rollback().await?;
             return Err(crate::error::Error::MysqlInvariant(format!(
                 "cancel updated {updated} of {} locked orders",
-                won_ids.len()
+                won_ids.items().len()
             )));
         }
         let mut q = QueryBuilder::<MySql>::new(END_ORDER_SEATS);
-        push_in(&mut q, "order_id", &won_ids);
+        push_in(&mut q, "order_id", won_ids);
         q.build().execute(&mut *tx).await?;
         let mut q = QueryBuilder::<MySql>::new(super::audit::INSERT_FIXES);
-        q.push_values(&won, |mut b, (id, showtime_id)| {
+        push_rows(&mut q, won_rows, |mut b, (id, showtime_id)| {
             b.push_bind(uuid::Uuid::new_v4().simple().to_string())
                 .push_bind(audit.run_id)
                 .push_bind(Kind::ExpiredOrders.label())
@@ -387,7 +386,7 @@ impl MysqlStore {
     /// with the seats they held.
     pub(super) async fn cancelled_by_us_since(
         &self,
-        ids: &[i64],
+        ids: NonEmpty<'_, i64>,
         since: NaiveDateTime,
     ) -> Result<Vec<CancelledOrder>> {
         let mut q = QueryBuilder::<MySql>::new(
@@ -426,7 +425,7 @@ impl MysqlStore {
 /// consistent read: it waits for no lock).
 async fn still_due(
     tx: &mut sqlx::Transaction<'_, MySql>,
-    ids: &[i64],
+    ids: NonEmpty<'_, i64>,
     deadline: NaiveDateTime,
 ) -> Result<Vec<i64>> {
     let mut q = QueryBuilder::<MySql>::new(
@@ -448,9 +447,9 @@ async fn active_rows(
     tx: &mut sqlx::Transaction<'_, MySql>,
     orders: &[i64],
 ) -> Result<Vec<(i64, i64)>> {
-    if orders.is_empty() {
+    let Some(orders) = NonEmpty::of(orders) else {
         return Ok(Vec::new());
-    }
+    };
     let mut q = QueryBuilder::<MySql>::new(
         "SELECT order_id, COUNT(*) AS n FROM order_seat WHERE active = 1",
     );

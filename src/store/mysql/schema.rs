@@ -235,12 +235,7 @@ impl MysqlStore {
             )));
         };
         let everywhere = matches!(of, GroupsOf::Everywhere);
-        let mut q = match of {
-            GroupsOf::Halls(ids) | GroupsOf::Showtimes(ids) if ids.is_empty() => {
-                return Ok((Vec::new(), false));
-            }
-            _ => seat_groups_query(cs, coll, of),
-        };
+        let mut q = seat_groups_query(cs, coll, of);
         let rows = q.build().fetch_all(&self.pool).await?;
         let more = everywhere && rows.len() > LISTED;
         let listed = if everywhere { LISTED } else { rows.len() };
@@ -308,8 +303,8 @@ pub fn seat_groups_query<'a>(
 #[derive(Debug, Clone, Copy)]
 pub enum GroupsOf<'a> {
     Everywhere,
-    Halls(&'a [i64]),
-    Showtimes(&'a [ShowtimeId]),
+    Halls(NonEmpty<'a, i64>),
+    Showtimes(NonEmpty<'a, ShowtimeId>),
 }
 
 #[cfg(test)]

@@ -191,28 +191,107 @@ pub(super) fn push_shard(q: &mut QueryBuilder<MySql>, col: &str, shard: Shard) {
     }
 }
 
-/// ` AND <col> is in the scope`: its shard, and its ids when it names some.
+/// ` AND <col> is in the scope`: its shard, and its ids when it names some
+/// (a scope naming none is the whole shard).
 pub(super) fn push_scope(q: &mut QueryBuilder<MySql>, col: &str, scope: Scope<'_>) {
     push_shard(q, col, scope.shard);
-    push_in(q, col, scope.only);
+    if let Some(only) = NonEmpty::of(scope.only) {
+        push_in(q, col, only);
+    }
 }
 
-/// ` AND col IN (?, ?, …)` unless `values` is empty.
-pub(super) fn push_in(q: &mut QueryBuilder<MySql>, col: &str, values: &[i64]) {
-    if values.is_empty() {
-        return;
+/// A list with at least one item: what every builder of `IN (…)`,
+/// `FIELD(…)`, `CASE … END` and multi-row `INSERT` takes, so that no
+/// statement is built with an empty list. MySQL refuses most of them
+/// (`IN ()`, `FIELD(x)`: 1582, `VALUES` with no row), and a filter quietly
+/// left out would read, or write, the whole table. The caller of a builder
+/// decides what an empty list means (usually: no statement at all).
+#[derive(Debug)]
+pub struct NonEmpty<'a, T>(&'a [T]);
+
+// Copy whatever T is: it is a borrowed slice.
+impl<T> Clone for NonEmpty<'_, T> {
+    fn clone(&self) -> Self {
+        *self
     }
+}
+
+impl<T> Copy for NonEmpty<'_, T> {}
+
+impl<'a, T> NonEmpty<'a, T> {
+    /// The list, when it has an item.
+    pub fn of(items: &'a [T]) -> Option<NonEmpty<'a, T>> {
+        (!items.is_empty()).then_some(NonEmpty(items))
+    }
+
+    pub fn items(&self) -> &'a [T] {
+        self.0
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'a, T> {
+        self.0.iter()
+    }
+}
+
+/// ` AND col IN (?, ?, …)`.
+pub(super) fn push_in(q: &mut QueryBuilder<MySql>, col: &str, values: NonEmpty<'_, i64>) {
     q.push(format_args!(" AND {col} IN ("));
+    push_list(q, values.iter().copied());
+    q.push(")");
+}
+
+/// `VALUES (…), (…)`: one row per item, each pushed by `row` (sqlx's
+/// `push_values`, given a list that cannot be empty).
+pub(super) fn push_rows<'a, T>(
+    q: &mut QueryBuilder<MySql>,
+    rows: NonEmpty<'a, T>,
+    row: impl FnMut(sqlx::query_builder::Separated<'_, MySql, &'static str>, &'a T),
+) {
+    q.push_values(rows.iter(), row);
+}
+
+/// `?, ?, …`: the binds of a list, comma-separated (the caller's list is
+/// a [`NonEmpty`]'s items).
+pub(super) fn push_list<'t, T>(q: &mut QueryBuilder<MySql>, values: impl Iterator<Item = T>)
+where
+    T: sqlx::Encode<'t, MySql> + sqlx::Type<MySql>,
+{
     let mut sep = q.separated(", ");
     for v in values {
-        sep.push_bind(*v);
+        sep.push_bind(v);
     }
-    q.push(")");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list builder is given one item at least: the one-element list
+    /// builds a statement MySQL takes; the empty one cannot be given.
+    #[test]
+    fn list_builders_take_one_element_and_never_none() {
+        assert!(NonEmpty::<i64>::of(&[]).is_none());
+        let one = [7_i64];
+        let mut q = QueryBuilder::<MySql>::new("SELECT 1 FROM t WHERE TRUE");
+        push_in(&mut q, "id", NonEmpty::of(&one).unwrap());
+        assert_eq!(q.sql().as_str(), "SELECT 1 FROM t WHERE TRUE AND id IN (?)");
+        let mut q = QueryBuilder::<MySql>::new("INSERT INTO t (a) ");
+        push_rows(&mut q, NonEmpty::of(&one).unwrap(), |mut b, v| {
+            b.push_bind(*v);
+        });
+        assert_eq!(q.sql().as_str(), "INSERT INTO t (a) VALUES (?)");
+        // An empty scope is the whole shard, not `IN ()`.
+        let mut q = QueryBuilder::<MySql>::new("SELECT 1 FROM t WHERE TRUE");
+        push_scope(
+            &mut q,
+            "id",
+            Scope {
+                shard: Shard::ALL,
+                only: &[],
+            },
+        );
+        assert_eq!(q.sql().as_str(), "SELECT 1 FROM t WHERE TRUE");
+    }
 
     /// `at`'s positions name the columns `SEAT_ROW_COLUMNS` selects (it is
     /// read by position; a column added in the middle must move them).

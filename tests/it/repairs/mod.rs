@@ -9,6 +9,7 @@
 mod audit;
 mod bad_data;
 mod bad_values;
+mod empty_lists;
 mod hands_off;
 mod jobs;
 mod junk_props;
