@@ -12,7 +12,7 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::holds::{ContractState, Finding};
-use crate::model::schema::{self, ColumnFacts, IndexFacts, Proof, SchemaFacts};
+use crate::model::schema::{self, ColumnFacts, IndexFacts, Proof, SchemaFacts, TriggerFacts};
 use crate::model::{SeatNo, ShowtimeId};
 
 /// The columns of the contract's tables and the audit table.
@@ -44,6 +44,18 @@ SELECT TABLE_NAME AS tbl, COLUMN_NAME AS col, INDEX_NAME AS index_name,
   FROM information_schema.STATISTICS
  WHERE TABLE_SCHEMA = DATABASE()
    AND TABLE_NAME IN ('hall_seat', 'showtime', 'ticket_order', 'order_seat', 'reconcile_fix')";
+
+/// The triggers on the contract's tables (see [`COLUMNS_QUERY`]): each may
+/// refuse or rewrite the cancel's writes. `information_schema.TRIGGERS`
+/// lists only the triggers of tables the user has the TRIGGER privilege
+/// on: the reconciler's least-privilege user sees none, and every cancel is
+/// read back before its seats are released all the same.
+pub const TRIGGERS_QUERY: &str = "\
+SELECT EVENT_OBJECT_TABLE AS tbl, TRIGGER_NAME AS name,
+       ACTION_TIMING AS timing, EVENT_MANIPULATION AS event
+  FROM information_schema.TRIGGERS
+ WHERE TRIGGER_SCHEMA = DATABASE()
+   AND EVENT_OBJECT_TABLE IN ('hall_seat', 'showtime', 'ticket_order', 'order_seat')";
 
 /// Rows a data check lists at most; more is "and more", held as a whole.
 const LISTED: usize = 100;
@@ -127,7 +139,19 @@ impl MysqlStore {
     pub async fn schema_facts(&self) -> Result<SchemaFacts> {
         let columns = sqlx::raw_sql(COLUMNS_QUERY).fetch_all(&self.pool).await?;
         let mut index_rows = sqlx::raw_sql(INDEXES_QUERY).fetch_all(&self.pool).await?;
+        let triggers = sqlx::raw_sql(TRIGGERS_QUERY).fetch_all(&self.pool).await?;
         let mut facts = SchemaFacts::default();
+        for r in &triggers {
+            facts.triggers.push(TriggerFacts {
+                table: lossy(r, "tbl"),
+                name: lossy(r, "name"),
+                timing: lossy(r, "timing").to_ascii_uppercase(),
+                event: lossy(r, "event").to_ascii_uppercase(),
+            });
+        }
+        facts
+            .triggers
+            .sort_by(|a, b| (&a.table, &a.name).cmp(&(&b.table, &b.name)));
         for r in &columns {
             facts.columns.push(ColumnFacts {
                 table: lossy(r, "tbl"),
@@ -289,8 +313,15 @@ pub fn seat_groups_query<'a>(
         GroupsOf::Halls(ids) => push_in(&mut q, "hs.hall_id", ids),
         GroupsOf::Showtimes(ids) => push_in(&mut q, "s.id", ids),
     }
+    // `binary` is a character set and a collation no `COLLATE` names (a
+    // syntax error): the comparison of bytes is `CAST(… AS BINARY)`.
+    let compared = if cs.eq_ignore_ascii_case("binary") || coll.eq_ignore_ascii_case("binary") {
+        "CAST(hs.seat_no AS BINARY)".to_string()
+    } else {
+        format!("CONVERT(hs.seat_no USING {cs}) COLLATE {coll}")
+    };
     q.push(format_args!(
-        " GROUP BY {key}, CONVERT(hs.seat_no USING {cs}) COLLATE {coll} \
+        " GROUP BY {key}, {compared} \
          HAVING COUNT(DISTINCT CAST(hs.seat_no AS BINARY)) > 1 ORDER BY {key}"
     ));
     if matches!(of, GroupsOf::Everywhere) {
@@ -320,6 +351,7 @@ mod tests {
         for statement in [
             COLUMNS_QUERY.to_string(),
             INDEXES_QUERY.to_string(),
+            TRIGGERS_QUERY.to_string(),
             NULL_SHOWTIME_ROWS.to_string(),
             DUPLICATE_SHOWTIMES.to_string(),
             groups.sql().as_str().to_string(),

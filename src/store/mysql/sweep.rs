@@ -105,9 +105,7 @@ impl MysqlStore {
         for r in &rows {
             // The SQL keeps ids within BIGINT and dates that decode: a key
             // that does not decode here is a type the schema check holds.
-            let (Ok(id), Ok(Some(starts_at))) =
-                (int(r, 0), column::<Option<NaiveDateTime>, _>(r, 2))
-            else {
+            let (Ok(id), Ok(Some(starts_at))) = (int(r, 0), datetime(r, 2)) else {
                 continue;
             };
             page.last = Some(Keyset { at: starts_at, id });
@@ -234,7 +232,10 @@ impl MysqlStore {
              WHERE (enabled IS NULL OR enabled <> 0)",
         );
         push_in(&mut q, "hall_id", halls);
-        q.push(" ORDER BY hall_id, row_label, col_no, seat_no");
+        // The seat-map order by the columns the schema has (rule 17: a
+        // missing `row_label` or `col_no` holds no job).
+        q.push(" ORDER BY hall_id, ")
+            .push(self.contract().shape.seat_order(""));
         let rows = q.build().fetch_all(&self.pool).await?;
         for r in rows {
             let Ok(hall) = int(&r, "hall_id") else {

@@ -16,6 +16,8 @@ mod junk_props;
 mod lua_scripts;
 mod own_keys;
 mod planner_props;
+mod refused_writes;
 mod safety;
 mod schema_deviations;
+mod schema_types;
 mod strict_reading;

@@ -9,12 +9,13 @@ use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_test_support::{TestEnv, ended_well, seat};
 
-/// The deviation the run reported for `table.column`, as (kind, holds).
+/// The deviation the run reported for `table.column`, as (kind, holds):
+/// the column's own, not a warning about an index it leads.
 fn deviation(report: &RunReport, table: &str, column: &str) -> Option<(String, bool)> {
     report
         .contract_deviations
         .iter()
-        .find(|d| d.table == table && d.column == column)
+        .find(|d| d.table == table && d.column == column && !d.warns)
         .map(|d| (d.kind.to_string(), d.holds))
 }
 
