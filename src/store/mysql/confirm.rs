@@ -6,6 +6,7 @@ use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, SeatRow, SeatRowFacts, UnknownRow};
 use crate::model::holds::SeatHold;
+use crate::model::seat_names::read_as;
 use crate::model::{OrderStatus, SeatNo, SeatRows, SeatTruth, ShowtimeId};
 use sqlx::{MySql, QueryBuilder};
 
@@ -289,11 +290,14 @@ impl MysqlStore {
             let mut no_showtime = shape
                 .null_showtime_rows
                 .then(|| null_showtime_query(every, seats, part_seats));
-            let (rows_in_showtime, rows_elsewhere, rows_no_showtime) = tokio::try_join!(
+            let mut look_alikes = NonEmpty::of(&lowering).map(look_alike_query);
+            let (rows_in_showtime, rows_elsewhere, rows_no_showtime, rows_look_alike) = tokio::try_join!(
                 in_showtime.build().fetch_all(&self.pool),
                 fetch_if(&self.pool, elsewhere.as_mut()),
                 fetch_if(&self.pool, no_showtime.as_mut()),
+                fetch_if(&self.pool, look_alikes.as_mut()),
             )?;
+            hold_look_alikes(&lowering, seats, &rows_look_alike, &mut out, &mut unknown);
             for (asked, rows, anywhere) in [
                 (&all[..], rows_in_showtime, false),
                 (&lowering[..], rows_elsewhere, false),
@@ -347,6 +351,66 @@ impl MysqlStore {
             }
         }
         Ok((out, unknown))
+    }
+}
+
+/// The rows of the lowering showtimes that hold a seat (`active` set): the
+/// showtime, order and seat of each, from `uq_occupancy` alone. Their
+/// names are compared with the asked seats' as a person reads them
+/// ([`hold_look_alikes`]).
+fn look_alike_query(lowering: NonEmpty<'_, Asked<'_>>) -> QueryBuilder<MySql> {
+    let mut q = QueryBuilder::<MySql>::new(
+        "SELECT os.showtime_id, os.order_id, os.seat_no FROM order_seat os \
+         WHERE os.active IS NOT NULL",
+    );
+    let showtimes: Vec<ShowtimeId> = lowering.iter().map(|(s, _)| *s).collect();
+    if let Some(showtimes) = NonEmpty::of(&showtimes) {
+        push_in(&mut q, "os.showtime_id", showtimes);
+    }
+    q
+}
+
+/// Rule 17: a row whose seat name is not the asked seat's, byte for byte,
+/// but reads as it (`model::seat_names`: NFKC, case, invisible characters)
+/// may hold it for the customer who reads it: the seat is not lowered, and
+/// the row is reported.
+fn hold_look_alikes(
+    lowering: &[Asked<'_>],
+    seats: &[(ShowtimeId, SeatNo, bool)],
+    rows: &[sqlx::mysql::MySqlRow],
+    out: &mut [SeatConfirmation],
+    unknown: &mut Vec<UnknownRow>,
+) {
+    if rows.is_empty() {
+        return;
+    }
+    let read: Vec<(usize, String)> = lowering
+        .iter()
+        .flat_map(|(_, idx)| idx.iter())
+        .filter(|&&i| seats[i].2)
+        .map(|&i| (i, read_as(&seats[i].1)))
+        .collect();
+    for r in rows {
+        let (Ok(showtime), Ok(name)) = (int(r, "showtime_id"), text(r, "seat_no")) else {
+            continue;
+        };
+        let mut as_read = None;
+        for (i, asked) in &read {
+            if seats[*i].0 != showtime || seats[*i].1 == name {
+                continue;
+            }
+            if as_read.get_or_insert_with(|| read_as(&name)) == asked {
+                out[*i].truth.unknown = true;
+                unknown.push(contract::unknown_seat_row(
+                    int(r, "order_id").unwrap_or_default(),
+                    &name,
+                    format!(
+                        "seat_no {name:?} reads as the template's {:?} (Unicode NFKC, case, invisible characters): that seat is raised only, never lowered",
+                        seats[*i].1
+                    ),
+                ));
+            }
+        }
     }
 }
 
