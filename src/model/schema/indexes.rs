@@ -1,11 +1,14 @@
-//! What the reads rely on besides the columns (rule 17): the indexes that
-//! make them ranges ([`INDEXES`]), and the triggers on the contract's
-//! tables, which may refuse or rewrite the cancel's writes. Neither holds
-//! anything: a missing index makes a read slow, not wrong, and every
-//! cancel is read back before its seats are released. Both are reported as
-//! warnings, with what they cost and the statement that fixes them.
+//! What the reads and the cancel rely on besides the columns (rule 17):
+//! the indexes that make the reads ranges ([`INDEXES`]), and the triggers
+//! and CHECK constraints on the contract's tables, which may refuse or
+//! rewrite the cancel's writes. None holds anything, but one: a missing
+//! index makes a read slow, not wrong, and every cancel fails alone and is
+//! read back before its seats are released. Each is reported as a warning,
+//! with what it costs and the statement that fixes it. The one that holds:
+//! a CHECK that no cancel can pass (MariaDB's JSON type on a column the
+//! cancel writes a word into).
 
-use super::{Deviation, DeviationKind, Handling, SchemaFacts};
+use super::{COLUMNS, Deviation, DeviationKind, Handling, Reach, SchemaFacts};
 
 /// An index a read relies on: some index (unique or not, whatever its
 /// name) whose first columns are `columns`.
@@ -140,4 +143,79 @@ pub(super) fn judge_triggers(facts: &SchemaFacts, out: &mut Vec<Deviation>) {
             }),
         });
     }
+}
+
+/// The columns the cancel writes, and what it writes into them.
+const CANCEL_WRITES: [(&str, &str, &str); 4] = [
+    ("ticket_order", "status", "CANCELLED"),
+    ("ticket_order", "cancel_reason", "RECONCILE_EXPIRED"),
+    ("ticket_order", "cancelled_at", "UTC_TIMESTAMP(3)"),
+    ("order_seat", "active", "NULL"),
+];
+
+/// Every CHECK constraint on a contract table. One on a column the cancel
+/// writes may refuse the cancel of an order (each order's cancel fails
+/// alone, and is reported): a warning; `json_valid` on a column the cancel
+/// writes a word into refuses every cancel: it holds them, and the fix is
+/// the contract's type. One on columns the reconciler never writes: harmless.
+pub(super) fn judge_checks(facts: &SchemaFacts, out: &mut Vec<Deviation>) {
+    for c in &facts.checks {
+        let Some(table) = super::CONTRACT_TABLES.iter().find(|t| **t == c.table) else {
+            continue;
+        };
+        let named = |column: &str| c.clause.contains(&format!("`{column}`"));
+        let written = CANCEL_WRITES
+            .iter()
+            .find(|(t, column, _)| t == table && named(column));
+        let json_word = written.filter(|(_, _, value)| {
+            c.clause.to_ascii_lowercase().starts_with("json_valid(")
+                && value.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')
+        });
+        let spec = json_word.and_then(|(t, column, _)| {
+            COLUMNS
+                .iter()
+                .find(|s| s.table == *t && s.column == *column)
+        });
+        let (column, fix, handling) = match (written, spec) {
+            (Some((_, column, value)), Some(spec)) => (
+                *column,
+                format!("ALTER TABLE {table} MODIFY {column} {}", spec.definition()),
+                Handling::Holds(
+                    Reach::Cancels,
+                    format!(
+                        "the cancel writes {value}, which is no JSON: MySQL refuses every cancel"
+                    )
+                    .into(),
+                ),
+            ),
+            (Some((_, column, _)), None) => (
+                *column,
+                drop_check(table, &c.name),
+                Handling::Warns(
+                    "it may refuse the cancel of an order: each order's cancel commits or fails alone, and a refused one is reported with MySQL's words and tried again next run",
+                ),
+            ),
+            (None, _) => (
+                "",
+                drop_check(table, &c.name),
+                Handling::Harmless("the reconciler writes no column it checks"),
+            ),
+        };
+        out.push(Deviation {
+            table,
+            column,
+            kind: DeviationKind::Check,
+            found: format!("CHECK `{}` ({})", c.name, c.clause),
+            expected: "no CHECK on a column the cancel writes".into(),
+            fix,
+            handling,
+        });
+    }
+}
+
+fn drop_check(table: &str, name: &str) -> String {
+    format!(
+        "ALTER TABLE {table} DROP CONSTRAINT `{}`",
+        name.replace('`', "``")
+    )
 }

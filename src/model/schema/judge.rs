@@ -52,12 +52,7 @@ pub fn judge(facts: &SchemaFacts) -> Vec<Deviation> {
         }
         match facts.column(spec.table, spec.column) {
             None => out.push(Deviation {
-                fix: format!(
-                    "ALTER TABLE {} ADD COLUMN {} {}",
-                    spec.table,
-                    spec.column,
-                    spec.definition()
-                ),
+                fix: add_column(facts, spec),
                 ..deviation(
                     spec,
                     DeviationKind::Missing,
@@ -88,6 +83,7 @@ pub fn judge(facts: &SchemaFacts) -> Vec<Deviation> {
     judge_audit(facts, &mut out);
     super::indexes::judge_indexes(facts, &mut out);
     super::indexes::judge_triggers(facts, &mut out);
+    super::indexes::judge_checks(facts, &mut out);
     for d in &mut out {
         if d.handling == Handling::Proved(Proof::NullShowtimeRows)
             && !facts.leads_an_index("order_seat", "showtime_id")
@@ -99,6 +95,29 @@ pub fn judge(facts: &SchemaFacts) -> Vec<Deviation> {
         }
     }
     out
+}
+
+/// `ALTER TABLE t ADD COLUMN c <the contract's definition>`; an
+/// AUTO_INCREMENT column must be a key as it is added: the primary one when
+/// the table has none (it went with the column), else a unique one.
+fn add_column(facts: &SchemaFacts, spec: &ColumnSpec) -> String {
+    let key = match spec.extra.contains("AUTO_INCREMENT") {
+        false => "",
+        true if facts
+            .indexes
+            .iter()
+            .any(|i| i.table == spec.table && i.name == "PRIMARY") =>
+        {
+            " UNIQUE"
+        }
+        true => " PRIMARY KEY",
+    };
+    format!(
+        "ALTER TABLE {} ADD COLUMN {} {}{key}",
+        spec.table,
+        spec.column,
+        spec.definition()
+    )
 }
 
 /// A deviation of `spec`'s column, fixed by giving it the contract's
@@ -387,7 +406,7 @@ pub fn handling(spec: &ColumnSpec, kind: DeviationKind) -> Handling {
                 "values are read whole; a longer seat_no needs an audit column as wide (reconcile_fix.seat_no)",
             ),
         },
-        K::Collation | K::MissingKey | K::Index | K::Trigger => {
+        K::Collation | K::MissingKey | K::Index | K::Trigger | K::Check => {
             Handling::Harmless("judged elsewhere")
         }
     }

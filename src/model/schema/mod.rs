@@ -37,7 +37,8 @@ pub struct ColumnFacts {
     pub column: String,
     /// `DATA_TYPE`, lower case: `bigint`, `varchar`.
     pub data_type: String,
-    /// `COLUMN_TYPE`, lower case: `bigint(20) unsigned`.
+    /// `COLUMN_TYPE` as MySQL gives it: `bigint(20) unsigned`, an ENUM's
+    /// members as spelled (`enum('PAID','PENDING')`).
     pub column_type: String,
     pub nullable: bool,
     /// `CHARACTER_MAXIMUM_LENGTH` (characters) of a string type.
@@ -67,6 +68,15 @@ pub struct TriggerFacts {
     pub event: String,
 }
 
+/// One CHECK constraint as `information_schema` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFacts {
+    pub table: String,
+    pub name: String,
+    /// `CHECK_CLAUSE`: identifiers quoted with backticks.
+    pub clause: String,
+}
+
 /// The schema MySQL has for the contract's tables and the audit table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SchemaFacts {
@@ -74,6 +84,9 @@ pub struct SchemaFacts {
     pub indexes: Vec<IndexFacts>,
     /// Triggers on the contract's tables.
     pub triggers: Vec<TriggerFacts>,
+    /// CHECK constraints on the contract's tables (MariaDB's JSON type is
+    /// one: `json_valid(col)`).
+    pub checks: Vec<CheckFacts>,
 }
 
 impl SchemaFacts {
@@ -148,6 +161,8 @@ pub enum DeviationKind {
     Index,
     /// A trigger on a contract table: it may refuse or rewrite a write.
     Trigger,
+    /// A CHECK constraint on a contract table: it may refuse a write.
+    Check,
 }
 
 impl DeviationKind {
@@ -165,6 +180,7 @@ impl DeviationKind {
             DeviationKind::MissingKey => "missing_key",
             DeviationKind::Index => "index",
             DeviationKind::Trigger => "trigger",
+            DeviationKind::Check => "check",
         }
     }
 }

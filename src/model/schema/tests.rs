@@ -74,6 +74,7 @@ pub(super) fn contract() -> SchemaFacts {
         columns,
         indexes,
         triggers: Vec::new(),
+        checks: Vec::new(),
     }
 }
 

@@ -50,6 +50,9 @@ pub struct CancelledOrder {
     pub seats: Vec<(ShowtimeId, SeatNo)>,
 }
 
+/// The orders a cancel commits (id, showtime) and their seats by order.
+type Committing = (Vec<(i64, i64)>, HashMap<i64, Vec<(ShowtimeId, SeatNo)>>);
+
 /// One transaction's cancel: committed, or rolled back with nothing
 /// cancelled when any order read back otherwise than cancelled.
 #[derive(Debug, Default)]
@@ -153,6 +156,49 @@ impl MysqlStore {
         audit: &RunIdentity<'_>,
     ) -> Result<Attempt> {
         let mut tx = self.pool.begin().await?;
+        let (mut out, commit) = match self.cancel_steps(&mut tx, ids, deadline, audit).await {
+            Ok(done) => done,
+            Err(e) => {
+                // Rolled back now, not when the dropped transaction's
+                // connection is next used: the cancel of each order alone
+                // that may follow must not find these rows still locked.
+                let _ = tx.rollback().await;
+                return Err(e);
+            }
+        };
+        let Some((won, mut seats)) = commit else {
+            tx.rollback().await?;
+            return Ok(out);
+        };
+        tx.commit().await?;
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!(crate::race_window::CANCEL_REPLY_LOST, |_| {
+            Err(Error::Mysql(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the commit's reply was lost (failpoint)",
+            ))))
+        });
+        out.cancelled = won
+            .into_iter()
+            .map(|(id, showtime_id)| CancelledOrder {
+                id,
+                showtime_id,
+                seats: seats.remove(&id).unwrap_or_default(),
+            })
+            .collect();
+        Ok(out)
+    }
+
+    /// [`MysqlStore::cancel_in_one`]'s statements in `tx`: what it found,
+    /// and, when it is to commit, the orders it cancelled (id, showtime)
+    /// with their seats.
+    async fn cancel_steps(
+        &self,
+        tx: &mut sqlx::Transaction<'static, MySql>,
+        ids: NonEmpty<'_, i64>,
+        deadline: NaiveDateTime,
+        audit: &RunIdentity<'_>,
+    ) -> Result<(Attempt, Option<Committing>)> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT id, showtime_id FROM ticket_order WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ",
         );
@@ -162,7 +208,7 @@ impl MysqlStore {
         // A row whose showtime does not decode (any more) is not cancelled.
         let mut won: Vec<(i64, i64)> = q
             .build()
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut **tx)
             .await?
             .iter()
             .filter_map(|r| Some((int(r, "id").ok()?, int(r, "showtime_id").ok()?)))
@@ -172,7 +218,7 @@ impl MysqlStore {
         if !self.contract().shape.order_ids_unique
             && let Some(won_ids) = NonEmpty::of(&won_ids)
         {
-            let twice = ids_on_two_rows(&mut tx, won_ids).await?;
+            let twice = ids_on_two_rows(tx, won_ids).await?;
             won.retain(|(id, _)| !twice.contains(id));
             out.refused.extend(twice.iter().map(|id| {
                 UnknownRow::new(
@@ -185,7 +231,7 @@ impl MysqlStore {
         won.sort_unstable();
         won.dedup();
         // Still due but not locked by us: another transaction holds the row.
-        out.locked = still_due(&mut tx, ids, deadline).await?;
+        out.locked = still_due(tx, ids, deadline).await?;
         out.locked.retain(|id| !won.iter().any(|(w, _)| w == id));
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
 
@@ -194,10 +240,10 @@ impl MysqlStore {
         // too; an order one of whose rows another transaction holds is
         // left for a later run, not waited for.
         let rows = match NonEmpty::of(&won_ids) {
-            Some(won_ids) => OrderRows::lock(&mut tx, won_ids).await?,
+            Some(won_ids) => OrderRows::lock(tx, won_ids).await?,
             None => OrderRows::default(),
         };
-        for (order, all) in row_counts(&mut tx, &won_ids).await? {
+        for (order, all) in row_counts(tx, &won_ids).await? {
             if rows.locked_of(order) < all {
                 out.locked.push(order);
             }
@@ -206,8 +252,7 @@ impl MysqlStore {
         out.locked.sort_unstable();
         let won_ids: Vec<i64> = won.iter().map(|(id, _)| *id).collect();
         let (Some(won_ids), Some(won_rows)) = (NonEmpty::of(&won_ids), NonEmpty::of(&won)) else {
-            tx.rollback().await?;
-            return Ok(out);
+            return Ok((out, None));
         };
         race_window!(crate::race_window::EXPIRED_CANCEL_ROWS_LOCKED);
 
@@ -216,16 +261,15 @@ impl MysqlStore {
             .push(" WHERE status = 'PENDING' AND BINARY status = 'PENDING' AND expires_at < ")
             .push_bind(deadline);
         push_in(&mut q, "id", won_ids);
-        q.build().execute(&mut *tx).await?;
+        q.build().execute(&mut **tx).await?;
         let mut q = QueryBuilder::<MySql>::new(END_ORDER_SEATS);
         push_in(&mut q, "order_id", won_ids);
-        q.build().execute(&mut *tx).await?;
+        q.build().execute(&mut **tx).await?;
         // Rule 16: a write is trusted only once it reads back as asked.
-        out.rewritten = read_back(&mut tx, won_ids, &rows).await?;
+        out.rewritten = read_back(tx, won_ids, &rows).await?;
         if !out.rewritten.is_empty() {
-            tx.rollback().await?;
             out.locked.clear();
-            return Ok(out);
+            return Ok((out, None));
         }
         let mut q = QueryBuilder::<MySql>::new(super::audit::INSERT_FIXES);
         push_rows(&mut q, won_rows, |mut b, (id, showtime_id)| {
@@ -242,25 +286,8 @@ impl MysqlStore {
                 .push_bind(audit.instance);
         });
         q.push(super::audit::FIX_ONCE);
-        q.build().execute(&mut *tx).await?;
-        tx.commit().await?;
-        #[cfg(feature = "failpoints")]
-        fail::fail_point!(crate::race_window::CANCEL_REPLY_LOST, |_| {
-            Err(Error::Mysql(sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "the commit's reply was lost (failpoint)",
-            ))))
-        });
-        let mut seats = rows.seats;
-        out.cancelled = won
-            .into_iter()
-            .map(|(id, showtime_id)| CancelledOrder {
-                id,
-                showtime_id,
-                seats: seats.remove(&id).unwrap_or_default(),
-            })
-            .collect();
-        Ok(out)
+        q.build().execute(&mut **tx).await?;
+        Ok((out, Some((won, rows.seats))))
     }
 
     /// Orders among `ids` cancelled by the reconciler at or after `since`,

@@ -12,7 +12,9 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::holds::{ContractState, Finding};
-use crate::model::schema::{self, ColumnFacts, IndexFacts, Proof, SchemaFacts, TriggerFacts};
+use crate::model::schema::{
+    self, CheckFacts, ColumnFacts, IndexFacts, Proof, SchemaFacts, TriggerFacts,
+};
 use crate::model::{SeatNo, ShowtimeId};
 
 /// The columns of the contract's tables and the audit table.
@@ -56,6 +58,18 @@ SELECT EVENT_OBJECT_TABLE AS tbl, TRIGGER_NAME AS name,
   FROM information_schema.TRIGGERS
  WHERE TRIGGER_SCHEMA = DATABASE()
    AND EVENT_OBJECT_TABLE IN ('hall_seat', 'showtime', 'ticket_order', 'order_seat')";
+
+/// The CHECK constraints on the contract's tables (see [`COLUMNS_QUERY`]):
+/// one may refuse the cancel's writes (MariaDB's JSON type is
+/// `json_valid(col)`). Joined by name with the table's constraints, as
+/// both MySQL and MariaDB describe them.
+pub const CHECKS_QUERY: &str = "\
+SELECT tc.TABLE_NAME AS tbl, cc.CONSTRAINT_NAME AS name, cc.CHECK_CLAUSE AS clause
+  FROM information_schema.TABLE_CONSTRAINTS tc
+  JOIN information_schema.CHECK_CONSTRAINTS cc
+    ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
+ WHERE tc.CONSTRAINT_TYPE = 'CHECK' AND tc.TABLE_SCHEMA = DATABASE()
+   AND tc.TABLE_NAME IN ('hall_seat', 'showtime', 'ticket_order', 'order_seat')";
 
 /// Rows a data check lists at most; more is "and more", held as a whole.
 const LISTED: usize = 100;
@@ -140,7 +154,19 @@ impl MysqlStore {
         let columns = sqlx::raw_sql(COLUMNS_QUERY).fetch_all(&self.pool).await?;
         let mut index_rows = sqlx::raw_sql(INDEXES_QUERY).fetch_all(&self.pool).await?;
         let triggers = sqlx::raw_sql(TRIGGERS_QUERY).fetch_all(&self.pool).await?;
+        let checks = sqlx::raw_sql(CHECKS_QUERY).fetch_all(&self.pool).await?;
         let mut facts = SchemaFacts::default();
+        for r in &checks {
+            facts.checks.push(CheckFacts {
+                table: lossy(r, "tbl"),
+                name: lossy(r, "name"),
+                clause: lossy(r, "clause"),
+            });
+        }
+        facts
+            .checks
+            .sort_by(|a, b| (&a.table, &a.name).cmp(&(&b.table, &b.name)));
+        facts.checks.dedup();
         for r in &triggers {
             facts.triggers.push(TriggerFacts {
                 table: lossy(r, "tbl"),
@@ -157,7 +183,8 @@ impl MysqlStore {
                 table: lossy(r, "tbl"),
                 column: lossy(r, "col"),
                 data_type: lossy(r, "data_type").to_ascii_lowercase(),
-                column_type: lossy(r, "column_type").to_ascii_lowercase(),
+                // As MySQL has it: the type lower case, ENUM members as spelled.
+                column_type: lossy(r, "column_type"),
                 nullable: lossy(r, "nullable") == "YES",
                 max_chars: int(r, "max_chars").ok().map(|n| n.max(0) as u64),
                 charset: text(r, "charset").ok(),
@@ -352,6 +379,7 @@ mod tests {
             COLUMNS_QUERY.to_string(),
             INDEXES_QUERY.to_string(),
             TRIGGERS_QUERY.to_string(),
+            CHECKS_QUERY.to_string(),
             NULL_SHOWTIME_ROWS.to_string(),
             DUPLICATE_SHOWTIMES.to_string(),
             groups.sql().as_str().to_string(),
