@@ -177,7 +177,9 @@ pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
     // none): held while active, ended while NULL, as any orderless row. One
     // the join found whose id does not decode (beyond BIGINT) has an order
     // nobody can name: unknown, and said so.
-    if let (Err(e), Some(_)) = (&row.order_id, &row.order) {
+    if let (Err(e), Some(_)) = (&row.order_id, &row.order)
+        && e != "NULL"
+    {
         return SeatRow::Unknown(format!("order_id does not decode ({e})"));
     }
     let order = row.order.as_ref().filter(|_| row.order_id.is_ok());
