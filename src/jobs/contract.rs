@@ -45,7 +45,8 @@ pub async fn at_start(ctx: &Context) {
 }
 
 /// A run reads the schema: each holding deviation is logged (a check's
-/// refresh, once an hour), each harmless one once an hour.
+/// refresh, once an hour), each warning and each harmless one once an
+/// hour.
 fn log_deviations(ctx: &Context, state: &ContractState, check: bool) {
     for j in &state.judged {
         let d = &j.deviation;
@@ -55,29 +56,30 @@ fn log_deviations(ctx: &Context, state: &ContractState, check: bool) {
             d.column,
             d.kind.label()
         );
-        if j.warns && ctx.repeats.sighting(&key, PROBLEM_EVERY).is_some() {
+        // A holding one on every run that read the schema (a check's
+        // refresh, once an hour); the others once an hour.
+        let due = (j.holds && !check) || ctx.repeats.sighting(&key, PROBLEM_EVERY).is_some();
+        if !due {
+            continue;
+        }
+        if j.holds || j.warns {
             tracing::warn!(
                 table = d.table,
                 column = d.column,
                 kind = d.kind.label(),
                 found = %d.found,
                 expected = %d.expected,
-                costs = %j.detail,
+                holds = j.holds,
+                detail = %j.detail,
                 fix = %d.fix,
-                "the schema deviates from the contract: nothing is held back, but see what it costs"
+                "the schema deviates from the contract: {}",
+                if j.holds {
+                    "repairs it may touch are held back (rule 17)"
+                } else {
+                    "nothing is held back, but see what it costs"
+                }
             );
-        } else if j.holds && (!check || ctx.repeats.sighting(&key, PROBLEM_EVERY).is_some()) {
-            tracing::warn!(
-                table = d.table,
-                column = d.column,
-                kind = d.kind.label(),
-                found = %d.found,
-                expected = %d.expected,
-                holds = %j.detail,
-                fix = %d.fix,
-                "the schema deviates from the contract: repairs it may touch are held back (rule 17)"
-            );
-        } else if !j.holds && !j.warns && ctx.repeats.sighting(&key, PROBLEM_EVERY).is_some() {
+        } else {
             tracing::info!(
                 table = d.table,
                 column = d.column,

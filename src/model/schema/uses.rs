@@ -145,6 +145,27 @@ mod tests {
     use super::*;
     use crate::model::schema::COLUMNS;
 
+    /// docs/seatflow-contract.md shows this table ("Which job uses which
+    /// column"), row for row.
+    #[test]
+    fn the_contract_page_shows_the_table() {
+        let doc = include_str!("../../../docs/seatflow-contract.md");
+        for u in USES.iter() {
+            let cell = |a: Access| match a.shown() {
+                "" => " ".to_string(),
+                shown => format!(" {shown} "),
+            };
+            let row = format!(
+                "| `{}.{}` |{}|{}|",
+                u.table,
+                u.column,
+                cell(u.sweep),
+                cell(u.cancel)
+            );
+            assert!(doc.contains(&row), "the page lacks:\n{row}");
+        }
+    }
+
     #[test]
     fn every_contract_column_has_its_users() {
         for (spec, uses) in COLUMNS.iter().zip(USES.iter()) {

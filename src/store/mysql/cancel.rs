@@ -439,6 +439,14 @@ async fn ids_on_two_rows(
     let mut q = QueryBuilder::<MySql>::new("SELECT id FROM ticket_order WHERE TRUE");
     push_in(&mut q, "id", ids);
     q.push(" GROUP BY id HAVING COUNT(*) > 1");
+    fetch_ids(tx, q).await
+}
+
+/// The `id` of each row `q` returns (those that decode).
+async fn fetch_ids(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    mut q: QueryBuilder<MySql>,
+) -> Result<Vec<i64>> {
     Ok(q.build()
         .fetch_all(&mut **tx)
         .await?
@@ -459,12 +467,7 @@ async fn still_due(
     );
     q.push_bind(deadline);
     push_in(&mut q, "id", ids);
-    Ok(q.build()
-        .fetch_all(&mut **tx)
-        .await?
-        .iter()
-        .filter_map(|r| int(r, "id").ok())
-        .collect())
+    fetch_ids(tx, q).await
 }
 
 /// How many rows each of `orders` has, as committed (a consistent read: it
