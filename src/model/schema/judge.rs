@@ -266,9 +266,9 @@ fn judge_seat_comparison(facts: &SchemaFacts, out: &mut Vec<Deviation>) {
         expected: format!("order_seat.seat_no's {}", name(rows)),
         fix: format!(
             "ALTER TABLE hall_seat MODIFY seat_no VARCHAR({}) CHARACTER SET {charset} COLLATE {collation} NOT NULL",
-            // A TEXT's length is no VARCHAR's: the contract's 16, or the
-            // longest name `migrate` lets the audit hold.
-            template.max_chars.unwrap_or(16).clamp(16, 512),
+            // `order_seat.seat_no`'s own width (the template's names are
+            // its names), within what `migrate` lets the audit hold.
+            rows.max_chars.unwrap_or(16).clamp(16, 512),
         ),
         handling: seat_groups(facts).map_or(
             Handling::Harmless("no comparison to make"),

@@ -63,10 +63,15 @@ struct Attempt {
     rewritten: Vec<(i64, String)>,
 }
 
-/// MySQL's words when it refused a statement (its error number and
-/// message); None for an error that is no refusal (a lost connection: the
-/// caller retries the chunk, and a retry recognises cancels that committed).
+/// MySQL's words when it refused a statement of one order's cancel (its
+/// error number and message); None for an error that is no order's (a
+/// lost connection: the caller retries the chunk, and a retry recognises
+/// cancels that committed; a permission the reconciler lacks: the job
+/// names it, rule 18).
 fn refusal(e: &Error) -> Option<String> {
+    if crate::error::Denial::of(e).is_some() {
+        return None;
+    }
     match e {
         Error::Mysql(sqlx::Error::Database(db)) => Some(
             match db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {

@@ -280,9 +280,11 @@ async fn types_of_every_column_are_judged_as_they_are_read() {
 /// What the judge said of a column's type, as the test saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
-    /// No deviation that keeps the column from being read: read back equal.
+    /// No deviation that keeps the column from being read, or holds
+    /// anything: read back equal.
     Read,
-    /// A named deviation, whose fix ran and made the column read back equal.
+    /// A named deviation that keeps it from being read or holds something,
+    /// whose fix ran and made the column read back equal.
     Refused,
     /// MySQL refused the type on the column: no database can have it.
     NotASchema,
@@ -305,6 +307,11 @@ async fn judge_columns(
             let case = format!("{}.{} {ty}", spec.table, spec.column);
             let altered = match ty.as_str() {
                 "missing" => format!("ALTER TABLE {} DROP COLUMN {}", spec.table, spec.column),
+                // The contract's type, the other nullability.
+                "NULL" | "NOT NULL" => format!(
+                    "ALTER TABLE {} MODIFY {} {} {ty}",
+                    spec.table, spec.column, spec.sql_type
+                ),
                 _ => format!(
                     "ALTER TABLE {} MODIFY {} {ty} {}",
                     spec.table,
@@ -333,16 +340,17 @@ async fn judge_columns(
                         j.deviation.table == spec.table
                             && j.deviation.column == spec.column
                             && (["type", "charset", "missing"].contains(&j.deviation.kind.label())
-                                || (j.deviation.kind.label() == "check" && j.holds))
+                                || j.holds)
                     })
                     .map(|j| j.deviation.clone())
             };
-            match unreadable(&state) {
+            let latest = match unreadable(&state) {
                 None => {
                     if seeded {
                         assert_eq!(observe(&env).await, expected, "{case}: read back");
                     }
-                    out.push((case, Verdict::Read));
+                    out.push((case.clone(), Verdict::Read));
+                    state
                 }
                 Some(d) => {
                     assert!(!d.fix.is_empty(), "{case}: {d:?}");
@@ -358,13 +366,58 @@ async fn judge_columns(
                     assert_eq!(unreadable(&state), None, "{case}: after {}", d.fix);
                     assert!(seed(&mut admin).await, "{case}: after {}", d.fix);
                     assert_eq!(observe(&env).await, expected, "{case}: after {}", d.fix);
-                    out.push((case, Verdict::Refused));
+                    out.push((case.clone(), Verdict::Refused));
+                    state
                 }
-            }
+            };
+            fix_the_rest(&env, &mut admin, spec, &latest, &case).await;
             restore(&mut admin, spec.table).await;
         }
     }
     out
+}
+
+/// Every other deviation of the column (unsigned, NULL-able, a length, a
+/// collation, …): its printed fix runs, as an operator would run it, and
+/// the deviation is gone.
+async fn fix_the_rest(
+    env: &TestEnv,
+    admin: &mut sqlx::MySqlConnection,
+    spec: &seatflow_reconciler::model::schema::ColumnSpec,
+    state: &seatflow_reconciler::model::holds::ContractState,
+    case: &str,
+) {
+    let of_column = |state: &seatflow_reconciler::model::holds::ContractState| {
+        state
+            .judged
+            .iter()
+            .filter(|j| j.deviation.table == spec.table && j.deviation.column == spec.column)
+            .map(|j| j.deviation.clone())
+            .collect::<Vec<_>>()
+    };
+    let found = of_column(state);
+    if found.is_empty() {
+        return;
+    }
+    for d in &found {
+        if fix(admin, &d.fix).await.is_err() {
+            run(admin, &format!("DELETE FROM {}", spec.table))
+                .await
+                .ok();
+            if let Err(e) = fix(admin, &d.fix).await {
+                panic!("{case}: the printed fix of {d:?} does not run: {e}");
+            }
+        }
+    }
+    let left = of_column(&env.ctx.mysql.check_contract().await.unwrap());
+    for d in &found {
+        assert!(
+            !left.iter().any(|l| l.kind == d.kind),
+            "{case}: {} left {:?}",
+            d.fix,
+            left
+        );
+    }
 }
 
 /// The types tried on `spec`'s column, ENUM and SET members made of its
@@ -422,6 +475,13 @@ fn types_for(spec: &seatflow_reconciler::model::schema::ColumnSpec) -> Vec<Strin
     ]
     .map(String::from)
     .to_vec();
+    // The contract's type with the other nullability: a NULL-able key; an
+    // `active` that refuses the cancel's NULL.
+    if !spec.nullable {
+        out.push("NULL".into());
+    } else if spec.column == "active" {
+        out.push("NOT NULL".into());
+    }
     if !every.is_empty() {
         out.push(format!("ENUM({})", quoted(&every)));
         out.push(format!("SET({})", quoted(&every)));
