@@ -350,13 +350,14 @@ async fn cancel_locked(
         releases.clear();
     }
     // Rule 15: release only what MySQL, asked now in its own terms, shows
-    // held by nothing else (no valid order, no row outside the contract).
+    // held by nothing else (no valid order, no row outside the contract,
+    // no row whose seat name a person reads as the seat: rule 17).
     let asked: Vec<(ShowtimeId, SeatNo, bool)> = releases
         .iter()
         .map(|(s, seat, _)| (*s, seat.clone(), true))
         .collect();
     let (fresh, rows) = ctx
-        .retry("confirm seats", || ctx.mysql.confirm_seats(&asked))
+        .retry("confirm seats", || ctx.mysql.confirm_seats_as_read(&asked))
         .await?;
     unknown.report(report, &rows);
     let mut batches: BTreeMap<ShowtimeId, SeatReleases> = BTreeMap::new();

@@ -227,9 +227,35 @@ impl MysqlStore {
     /// showtimes the deviations hold, make the seat unknown (never
     /// lowered). Returns one entry per seat, in order, and the rows outside
     /// the contract among them.
+    ///
+    /// A row whose seat name only reads as the seat to a person (rule 17,
+    /// `model::seat_names`) is not asked here: the sweep's own read of the
+    /// showtimes names such rows ([`crate::model::seat_names`] in
+    /// `jobs::strict`), and no lowering is planned on their seat. A write
+    /// planned without that read asks [`MysqlStore::confirm_seats_as_read`].
     pub async fn confirm_seats(
         &self,
         seats: &[(ShowtimeId, SeatNo, bool)],
+    ) -> Result<(Vec<SeatConfirmation>, Vec<UnknownRow>)> {
+        self.confirm(seats, false).await
+    }
+
+    /// [`MysqlStore::confirm_seats`], and where a seat is lowered, also the
+    /// rows of its showtime whose seat name reads as the seat to a person
+    /// (NFKC, case, invisible characters): the seat is then unknown, never
+    /// lowered. For the cancel chain's release, which reads no showtime
+    /// before (a read of the showtime's held rows, from `uq_occupancy`).
+    pub async fn confirm_seats_as_read(
+        &self,
+        seats: &[(ShowtimeId, SeatNo, bool)],
+    ) -> Result<(Vec<SeatConfirmation>, Vec<UnknownRow>)> {
+        self.confirm(seats, true).await
+    }
+
+    async fn confirm(
+        &self,
+        seats: &[(ShowtimeId, SeatNo, bool)],
+        as_read: bool,
     ) -> Result<(Vec<SeatConfirmation>, Vec<UnknownRow>)> {
         let contract = self.contract();
         let shape = &contract.shape;
@@ -290,7 +316,9 @@ impl MysqlStore {
             let mut no_showtime = shape
                 .null_showtime_rows
                 .then(|| null_showtime_query(every, seats, part_seats));
-            let mut look_alikes = NonEmpty::of(&lowering).map(look_alike_query);
+            let mut look_alikes = NonEmpty::of(&lowering)
+                .filter(|_| as_read)
+                .map(look_alike_query);
             let (rows_in_showtime, rows_elsewhere, rows_no_showtime, rows_look_alike) = tokio::try_join!(
                 in_showtime.build().fetch_all(&self.pool),
                 fetch_if(&self.pool, elsewhere.as_mut()),
