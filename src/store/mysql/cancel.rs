@@ -123,15 +123,25 @@ impl MysqlStore {
             cancelled: self.cancelled_by_us_since(all, since).await?,
             ..Cancels::default()
         };
-        let together = self.cancel_in_one(all, deadline, audit).await;
-        match together {
-            Ok(a) if a.rewritten.is_empty() => {
+        // One order: its cancel together is its cancel alone.
+        let alone = match all.items() {
+            [one] => Some(*one),
+            _ => None,
+        };
+        match self.cancel_in_one(all, deadline, audit).await {
+            Ok(a) if a.rewritten.is_empty() || alone.is_some() => {
                 out.absorb(a);
                 return Ok(out);
             }
             Ok(_) => {}
-            Err(e) if refusal(&e).is_none() => return Err(e),
-            Err(_) => {}
+            Err(e) => match (refusal(&e), alone) {
+                (None, _) => return Err(e),
+                (Some(why), Some(id)) => {
+                    out.refused_by_mysql.push((id, why));
+                    return Ok(out);
+                }
+                (Some(_), None) => {}
+            },
         }
         // MySQL refused or rewrote something: each order alone.
         for id in all.iter() {
