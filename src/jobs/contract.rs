@@ -45,7 +45,8 @@ pub async fn at_start(ctx: &Context) {
 }
 
 /// A run reads the schema: each holding deviation is logged (a check's
-/// refresh, once an hour), each harmless one once an hour.
+/// refresh, once an hour), each warning and each harmless one once an
+/// hour.
 fn log_deviations(ctx: &Context, state: &ContractState, check: bool) {
     for j in &state.judged {
         let d = &j.deviation;
@@ -55,18 +56,30 @@ fn log_deviations(ctx: &Context, state: &ContractState, check: bool) {
             d.column,
             d.kind.label()
         );
-        if j.holds && (!check || ctx.repeats.sighting(&key, PROBLEM_EVERY).is_some()) {
+        // A holding one on every run that read the schema (a check's
+        // refresh, once an hour); the others once an hour.
+        let due = (j.holds && !check) || ctx.repeats.sighting(&key, PROBLEM_EVERY).is_some();
+        if !due {
+            continue;
+        }
+        if j.holds || j.warns {
             tracing::warn!(
                 table = d.table,
                 column = d.column,
                 kind = d.kind.label(),
                 found = %d.found,
                 expected = %d.expected,
-                holds = %j.detail,
+                holds = j.holds,
+                detail = %j.detail,
                 fix = %d.fix,
-                "the schema deviates from the contract: repairs it may touch are held back (rule 17)"
+                "the schema deviates from the contract: {}",
+                if j.holds {
+                    "repairs it may touch are held back (rule 17)"
+                } else {
+                    "nothing is held back, but see what it costs"
+                }
             );
-        } else if !j.holds && ctx.repeats.sighting(&key, PROBLEM_EVERY).is_some() {
+        } else {
             tracing::info!(
                 table = d.table,
                 column = d.column,
@@ -91,6 +104,9 @@ pub struct DeviationReport {
     pub expected: String,
     /// Something is held back because of it.
     pub holds: bool,
+    /// Nothing is held back, but it costs something (a missing index, a
+    /// trigger): logged as a warning.
+    pub warns: bool,
     /// Why harmless, or what it holds and why.
     pub detail: String,
     pub fix: String,
@@ -106,6 +122,7 @@ impl From<&Judged> for DeviationReport {
             found: d.found.clone(),
             expected: d.expected.clone(),
             holds: j.holds,
+            warns: j.warns,
             detail: j.detail.clone(),
             fix: d.fix.clone(),
         }
@@ -113,10 +130,10 @@ impl From<&Judged> for DeviationReport {
 }
 
 impl DeviationReport {
-    /// Every deviation of a verdict, holding ones first.
+    /// Every deviation of a verdict, holding ones first, then warnings.
     pub fn all(state: &ContractState) -> Vec<DeviationReport> {
         let mut out: Vec<DeviationReport> = state.judged.iter().map(Into::into).collect();
-        out.sort_by_key(|d| !d.holds);
+        out.sort_by_key(|d| (!d.holds, !d.warns));
         out
     }
 
@@ -133,7 +150,11 @@ impl DeviationReport {
             self.kind,
             self.found,
             self.expected,
-            if self.holds { "holds" } else { "harmless" },
+            match (self.holds, self.warns) {
+                (true, _) => "holds",
+                (false, true) => "warns (holds nothing)",
+                (false, false) => "harmless",
+            },
             self.detail,
             self.fix
         )

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::Error;
 use crate::model::contract::{self, UnknownRow};
+use crate::model::seat_names::ReadNames;
 use crate::model::{Holding, OccupancyBuilder, ShowtimeId, Template};
 use crate::store::mysql::{OccupancyRead, SeatNameAsk, ShowtimeRow};
 
@@ -87,13 +88,25 @@ impl UnknownRows {
     }
 }
 
+/// How a row that is no template seat byte for byte was given a seat.
+#[derive(Debug, Clone, Copy)]
+enum Named {
+    /// MySQL's comparison of `order_seat.seat_no` (its collation).
+    ByCollation,
+    /// As a person reads it (`model::seat_names`), where MySQL names none.
+    AsRead,
+}
+
 /// Names every row of a chunk's occupancy by the template's spelling of the
 /// seat it holds. A row whose seat number is an enabled template seat byte
 /// for byte is kept as read. Any other row is asked of MySQL (one query,
 /// only when there are such rows): the template seat its column's collation
 /// takes it for holds it as an unknown row (a valid occupancy spelled
 /// otherwise is not one by the contract: it is reported, and blocks
-/// lowering that seat); a row that names no enabled seat holds nothing here.
+/// lowering that seat); a row MySQL names no seat for, but whose name reads
+/// as a template seat's (`model::seat_names`: NFKC, case, invisible
+/// characters), holds that seat the same way; a row that names no enabled
+/// seat either way holds nothing here.
 pub async fn name_seats(
     ctx: &Context,
     page: &[ShowtimeRow],
@@ -143,25 +156,49 @@ pub async fn name_seats(
             out.push_row(showtime, seat, holding, order_id);
         }
     }
+    // Template seats by how a person reads them, per showtime, built only
+    // for a row MySQL's comparison names no seat for (rule 17).
+    let mut read_names: HashMap<ShowtimeId, ReadNames> = HashMap::new();
     for ((showtime, seat, holding, order_id), name) in strays.iter().zip(named) {
+        let (seats, how) = match (name, template_of.get(showtime)) {
+            (Some(name), _) => (vec![name], Named::ByCollation),
+            (None, Some(template)) => (
+                read_names
+                    .entry(*showtime)
+                    .or_insert_with(|| ReadNames::of(template.seats()))
+                    .seats_read_as(seat)
+                    .to_vec(),
+                Named::AsRead,
+            ),
+            (None, None) => (Vec::new(), Named::AsRead),
+        };
         if let Holding::Valid(_) = holding {
-            let why = match &name {
-                Some(t) => format!(
-                    "seat_no {} is the template's {} only under the collation",
-                    crate::plan::shown(seat),
-                    crate::plan::shown(t)
-                ),
-                None => format!(
+            let why = match (seats.as_slice(), how) {
+                ([], _) => format!(
                     "seat_no {} is no enabled seat of showtime {showtime}'s hall",
                     crate::plan::shown(seat)
+                ),
+                (named, Named::ByCollation) => format!(
+                    "seat_no {} is the template's {} only under the collation",
+                    crate::plan::shown(seat),
+                    crate::plan::shown(&named[0])
+                ),
+                (named, Named::AsRead) => format!(
+                    "seat_no {} reads as the template's {} (Unicode NFKC, case, invisible characters): that seat is raised only, never lowered",
+                    crate::plan::shown(seat),
+                    named
+                        .iter()
+                        .map(|n| crate::plan::shown(n))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
                 ),
             };
             unknown.push(contract::unknown_seat_row(*order_id, seat, why));
         }
-        if let Some(name) = name {
+        for name in &seats {
             out.push_row(
                 *showtime,
-                &name,
+                name,
                 Holding::Unknown {
                     order_id: *order_id,
                 },

@@ -105,8 +105,8 @@ impl SeatRow {
     }
 }
 
-/// `order 7 seat a-01` (`order NULL`, `seat NULL` where they do not decode):
-/// the row's key in reports.
+/// `order 7 seat a-01` (`order NULL`, `seat NULL` where they are NULL; an
+/// id beyond BIGINT as its digits): the row's key in reports.
 pub fn seat_row_key(facts: &SeatRowFacts) -> String {
     let shown = |c: &Column<String>| c.clone().unwrap_or_else(|_| "NULL".into());
     format!(
@@ -114,9 +114,20 @@ pub fn seat_row_key(facts: &SeatRowFacts) -> String {
         facts
             .order_id
             .as_ref()
-            .map_or_else(|_| "NULL".to_string(), |id| id.to_string()),
+            .map_or_else(|e| undecoded_id(e).to_string(), |id| id.to_string()),
         shown(&facts.seat_no)
     )
+}
+
+/// An id that did not decode, as a key shows it: its digits when it is a
+/// number beyond BIGINT (the decoder's words start with them), else NULL
+/// or `?`.
+fn undecoded_id(why: &str) -> &str {
+    match why.split_whitespace().next() {
+        Some(n) if n.bytes().all(|b| b.is_ascii_digit()) => n,
+        _ if why == "NULL" => "NULL",
+        _ => "?",
+    }
 }
 
 /// The contract's order statuses, spelled exactly.
@@ -162,8 +173,15 @@ pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
             return SeatRow::Unknown(format!("active = {other}, neither 1 nor NULL"));
         }
     };
-    // A row whose order_id does not decode has no order to read (the join
-    // found none): held while active, ended while NULL, as any orderless row.
+    // A row whose order_id is NULL has no order to read (the join found
+    // none): held while active, ended while NULL, as any orderless row. One
+    // the join found whose id does not decode (beyond BIGINT) has an order
+    // nobody can name: unknown, and said so.
+    if let (Err(e), Some(_)) = (&row.order_id, &row.order)
+        && e != "NULL"
+    {
+        return SeatRow::Unknown(format!("order_id does not decode ({e})"));
+    }
     let order = row.order.as_ref().filter(|_| row.order_id.is_ok());
     let Some(order) = order else {
         return match active {
@@ -351,6 +369,16 @@ mod tests {
             SeatRow::Ended,
             "orderless, released"
         );
+        // An order the join found, whose id is beyond BIGINT: said so, by
+        // its digits, never "no ticket_order row".
+        let mut beyond = row(Ok(Some(1)), order("PAID"));
+        beyond.order_id =
+            Err("9223372036854775813 is beyond BIGINT (order_id is BIGINT UNSIGNED)".into());
+        assert_eq!(seat_row_key(&beyond), "order 9223372036854775813 seat A-1");
+        match read_seat_row(&beyond) {
+            SeatRow::Unknown(why) => assert!(why.contains("BIGINT UNSIGNED"), "{why}"),
+            other => panic!("{other:?}"),
+        }
         let mut bad_status = order("PAID");
         if let Some(o) = &mut bad_status {
             o.status = Err("NULL".into());

@@ -90,6 +90,9 @@ pub struct Judged {
     pub deviation: Deviation,
     /// Something is held back because of it (the metric's value 1).
     pub holds: bool,
+    /// Holds nothing, but is logged as a warning (an index the reads rely
+    /// on, a trigger).
+    pub warns: bool,
     /// Why harmless, or what it holds and why.
     pub detail: String,
 }
@@ -101,8 +104,11 @@ pub struct Holds {
     pub seat_writes: Option<String>,
     /// No lowering anywhere, why.
     pub lowering: Option<String>,
-    /// No cancel of an expired order, why.
+    /// No cancel of an expired order, why (they are still read and counted).
     pub cancels: Option<String>,
+    /// `expired-orders` reads nothing: its page cannot be read as the
+    /// contract has it, why.
+    pub order_reads: Option<String>,
     /// Showtimes with no seat write, why.
     pub seat_writes_in: BTreeMap<ShowtimeId, String>,
     /// Showtimes with no lowering, why.
@@ -153,8 +159,17 @@ impl Holds {
             Reach::Lowering => set(&mut self.lowering),
             Reach::SeatWrites => set(&mut self.seat_writes),
             Reach::Cancels => set(&mut self.cancels),
+            Reach::OrderReads => {
+                set(&mut self.order_reads);
+                set(&mut self.cancels);
+            }
+            Reach::SeatWritesAndCancels => {
+                set(&mut self.seat_writes);
+                set(&mut self.cancels);
+            }
             Reach::Everything => {
                 set(&mut self.seat_writes);
+                set(&mut self.order_reads);
                 set(&mut self.cancels);
             }
             // Decided per repair, by the audit column's width (`ReadShape`).
@@ -184,6 +199,10 @@ pub struct ReadShape {
     pub order_ids_unique: bool,
     /// `reconcile_fix.seat_no`'s width in characters (None: not read).
     pub audit_seat_chars: Option<u64>,
+    /// Contract columns missing from tables that exist: the reads that use
+    /// them only to order (`row_label`, `col_no`) or to show (`order_no`)
+    /// leave them out.
+    pub absent: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for ReadShape {
@@ -197,6 +216,7 @@ impl Default for ReadShape {
             seat_groups: None,
             order_ids_unique: true,
             audit_seat_chars: None,
+            absent: Vec::new(),
         }
     }
 }
@@ -224,7 +244,28 @@ impl ReadShape {
             audit_seat_chars: facts
                 .column(super::schema::AUDIT_TABLE, "seat_no")
                 .and_then(|c| c.max_chars),
+            absent: super::schema::COLUMNS
+                .iter()
+                .filter(|c| facts.has_table(c.table) && facts.column(c.table, c.column).is_none())
+                .map(|c| (c.table, c.column))
+                .collect(),
         }
+    }
+
+    /// The column is there to read (or the schema was not read yet).
+    pub fn has(&self, table: &str, column: &str) -> bool {
+        !self.absent.iter().any(|(t, c)| *t == table && *c == column)
+    }
+
+    /// `hall_seat`'s order in a rebuilt hash and the seat map, by the
+    /// columns it has (the contract's: `row_label, col_no, seat_no`).
+    pub fn seat_order(&self, alias: &str) -> String {
+        ["row_label", "col_no", "seat_no"]
+            .iter()
+            .filter(|c| self.has("hall_seat", c))
+            .map(|c| format!("{alias}{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The audit row of a repair of `seat` fits `reconcile_fix.seat_no`.
@@ -274,10 +315,10 @@ impl ContractState {
             .into_iter()
             .map(|deviation| {
                 let (held, detail) = match &deviation.handling {
-                    Handling::Harmless(why) => (false, (*why).to_string()),
+                    Handling::Harmless(why) | Handling::Warns(why) => (false, (*why).to_string()),
                     Handling::Holds(reach, why) => {
                         holds.everywhere(*reach, why);
-                        (true, (*why).to_string())
+                        (true, format!("{why}; holds {}", reach.jobs()))
                     }
                     Handling::Proved(proof) => {
                         let failed = Finding::Failed("not run".into());
@@ -286,6 +327,7 @@ impl ContractState {
                     }
                 };
                 Judged {
+                    warns: matches!(deviation.handling, Handling::Warns(_)),
                     deviation,
                     holds: held,
                     detail,

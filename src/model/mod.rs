@@ -11,6 +11,7 @@ pub mod holds;
 mod occupancy;
 mod rows_mark;
 pub mod schema;
+pub mod seat_names;
 
 pub use occupancy::{
     Holding, Occupancy, OccupancyBuilder, OrderStatus, SeatTruth, ShowtimeOccupancy,

@@ -340,8 +340,10 @@ impl<'a> Sweep<'a, '_> {
                 .iter()
                 .map(|seat| (id, seat.clone(), true))
                 .collect();
+            // The whole hash is written from this read: it also asks for rows
+            // whose seat name reads as a template seat (rule 17).
             let (fresh, unknown) = ctx
-                .retry("confirm seats", || ctx.mysql.confirm_seats(&seats))
+                .retry("confirm seats", || ctx.mysql.confirm_seats_as_read(&seats))
                 .await?;
             self.unknown(&unknown);
             let fields: Vec<(SeatNo, SeatState)> = template

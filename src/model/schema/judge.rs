@@ -3,25 +3,18 @@
 //! ([`handling`]: the table in docs/seatflow-contract.md, "When the schema
 //! deviates").
 
-use super::Family::{DateTime, Integer, Text};
+use std::borrow::Cow;
+
+use super::types::{self, Family};
+use super::uses::{self, Use};
 use super::{
     AUDIT_TABLE, CANCEL_REASON_CHARS, COLUMNS, CONTRACT_TABLES, ColumnFacts, ColumnSpec, Deviation,
-    DeviationKind, Family, Handling, KEYS, KeySpec, Proof, Reach, SchemaFacts,
+    DeviationKind, Handling, KEYS, KeySpec, Proof, Reach, Read, SchemaFacts,
 };
 
 /// Character sets whose bytes for ASCII text are not ASCII: `BINARY status
 /// = 'PAID'` is false for every row of them.
 const WIDE_CHARSETS: [&str; 4] = ["ucs2", "utf16", "utf16le", "utf32"];
-
-fn family_of(data_type: &str) -> Option<Family> {
-    Some(match data_type {
-        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" => Integer,
-        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "binary"
-        | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" | "enum" => Text(0),
-        "datetime" | "timestamp" => DateTime,
-        _ => return None,
-    })
-}
 
 /// `bigint(20) unsigned NULL`: the type and nullability MySQL has.
 fn described(c: &ColumnFacts) -> String {
@@ -33,7 +26,8 @@ fn described(c: &ColumnFacts) -> String {
 }
 
 /// Every way `facts` deviates from the contract, in the order of
-/// [`COLUMNS`] and then [`KEYS`].
+/// [`COLUMNS`], then [`KEYS`], the audit table, the indexes the reads rely
+/// on and the triggers.
 pub fn judge(facts: &SchemaFacts) -> Vec<Deviation> {
     let mut out = Vec::new();
     for table in CONTRACT_TABLES {
@@ -45,7 +39,10 @@ pub fn judge(facts: &SchemaFacts) -> Vec<Deviation> {
                 found: "no such table".into(),
                 expected: "the table".into(),
                 fix: "seatflow-reconciler migrate --reference-schema (or your seatflow's own migration)".into(),
-                handling: Handling::Holds(Reach::Everything, "every read of it fails"),
+                handling: unreadable(
+                    uses::of_table(table),
+                    "every read of the table fails".into(),
+                ),
             });
         }
     }
@@ -54,11 +51,18 @@ pub fn judge(facts: &SchemaFacts) -> Vec<Deviation> {
             continue;
         }
         match facts.column(spec.table, spec.column) {
-            None => out.push(deviation(
-                spec,
-                DeviationKind::MissingColumn,
-                "no such column".into(),
-            )),
+            None => out.push(Deviation {
+                fix: add_column(facts, spec),
+                ..deviation(
+                    spec,
+                    DeviationKind::Missing,
+                    "no such column".into(),
+                    unreadable(
+                        uses::of(spec.table, spec.column).and_then(Use::reach),
+                        "every read of the column fails".into(),
+                    ),
+                )
+            }),
             Some(found) => judge_column(spec, found, &mut out),
         }
     }
@@ -77,76 +81,155 @@ pub fn judge(facts: &SchemaFacts) -> Vec<Deviation> {
         }
     }
     judge_audit(facts, &mut out);
+    super::indexes::judge_indexes(facts, &mut out);
+    super::indexes::judge_triggers(facts, &mut out);
+    super::indexes::judge_checks(facts, &mut out);
     for d in &mut out {
         if d.handling == Handling::Proved(Proof::NullShowtimeRows)
             && !facts.leads_an_index("order_seat", "showtime_id")
         {
             d.handling = Handling::Holds(
                 Reach::Lowering,
-                "no index leads with order_seat.showtime_id, so its NULL rows cannot be found cheaply",
+                "no index leads with order_seat.showtime_id, so its NULL rows cannot be found cheaply".into(),
             );
         }
     }
     out
 }
 
-fn deviation(spec: &ColumnSpec, kind: DeviationKind, found: String) -> Deviation {
+/// `ALTER TABLE t ADD COLUMN c <the contract's definition>`; an
+/// AUTO_INCREMENT column must be a key as it is added: the primary one when
+/// the table has none (it went with the column), else a unique one.
+fn add_column(facts: &SchemaFacts, spec: &ColumnSpec) -> String {
+    let key = match spec.extra.contains("AUTO_INCREMENT") {
+        false => "",
+        true if facts
+            .indexes
+            .iter()
+            .any(|i| i.table == spec.table && i.name == "PRIMARY") =>
+        {
+            " UNIQUE"
+        }
+        true => " PRIMARY KEY",
+    };
+    format!(
+        "ALTER TABLE {} ADD COLUMN {} {}{key}",
+        spec.table,
+        spec.column,
+        spec.definition()
+    )
+}
+
+/// A deviation of `spec`'s column, fixed by giving it the contract's
+/// definition (in `charset` when it needs one).
+fn deviation(
+    spec: &ColumnSpec,
+    kind: DeviationKind,
+    found: String,
+    handling: Handling,
+) -> Deviation {
     Deviation {
         table: spec.table,
         column: spec.column,
         kind,
         found,
-        expected: spec.definition.into(),
-        fix: format!(
-            "ALTER TABLE {} MODIFY {} {}",
-            spec.table, spec.column, spec.definition
+        expected: spec.definition(),
+        fix: modify(spec, None),
+        handling,
+    }
+}
+
+/// `ALTER TABLE t MODIFY c <the contract's definition>`, the character set
+/// where MySQL takes it: after the type, before the nullability.
+fn modify(spec: &ColumnSpec, charset: Option<&str>) -> String {
+    format!(
+        "ALTER TABLE {} MODIFY {} {}",
+        spec.table,
+        spec.column,
+        spec.definition_in(charset)
+    )
+}
+
+/// What a column (or table) that the reads cannot take holds: the jobs
+/// that use it ([`uses::USES`]), or nothing when none reads it.
+fn unreadable(reach: Option<Reach>, why: Cow<'static, str>) -> Handling {
+    match reach {
+        Some(reach) => Handling::Holds(reach, why),
+        None => Handling::Harmless(
+            "no job reads it; the seat map's order leaves it out (inspect shows it empty)",
         ),
-        handling: handling(spec, kind),
     }
 }
 
 fn judge_column(spec: &ColumnSpec, found: &ColumnFacts, out: &mut Vec<Deviation>) {
-    let family = family_of(&found.data_type);
-    let same_family = match (spec.family, family) {
-        (Text(_), Some(Text(_))) => true,
-        (want, Some(have)) => want == have,
-        (_, None) => false,
-    };
-    if !same_family {
-        out.push(deviation(spec, DeviationKind::Type, described(found)));
+    let reach = uses::of(spec.table, spec.column).and_then(Use::reach);
+    if let Err(why) = types::accepts(spec.read, found) {
+        out.push(deviation(
+            spec,
+            DeviationKind::Type,
+            described(found),
+            unreadable(reach, format!("the reads do not take it: {why}").into()),
+        ));
         return;
     }
-    if spec.family == Integer && found.column_type.contains("unsigned") {
-        out.push(deviation(spec, DeviationKind::Unsigned, described(found)));
+    let family = Family::of_data_type(&found.data_type);
+    if family == Family::Integer
+        && found.column_type.contains("unsigned")
+        && spec.read != Read::Unread
+    {
+        out.push(deviation(
+            spec,
+            DeviationKind::Unsigned,
+            described(found),
+            handling(spec, DeviationKind::Unsigned),
+        ));
     }
-    if found.nullable && !spec.nullable {
-        out.push(deviation(spec, DeviationKind::Nullable, described(found)));
+    for (differs, kind) in [
+        (found.nullable && !spec.nullable, DeviationKind::Nullable),
+        (!found.nullable && spec.nullable, DeviationKind::NotNull),
+    ] {
+        if differs {
+            out.push(deviation(
+                spec,
+                kind,
+                described(found),
+                handling(spec, kind),
+            ));
+        }
     }
-    if !found.nullable && spec.nullable {
-        out.push(deviation(spec, DeviationKind::NotNull, described(found)));
-    }
-    if let (Text(want), Some(have)) = (spec.family, found.max_chars)
+    // An ENUM's length is its longest member's: its members are judged.
+    if let (Some(want), Some(have), true) = (spec.chars, found.max_chars, family == Family::Text)
         && want != have
     {
-        let mut d = deviation(spec, DeviationKind::Length, described(found));
+        let mut d = deviation(
+            spec,
+            DeviationKind::Length,
+            described(found),
+            handling(spec, DeviationKind::Length),
+        );
         if spec.column == "cancel_reason" && have >= CANCEL_REASON_CHARS {
             d.handling =
                 Handling::Harmless("wide enough for the RECONCILE_EXPIRED the cancel writes");
         }
         out.push(d);
     }
-    if matches!(spec.family, Text(_))
-        && spec.column == "status"
+    if matches!(spec.read, Read::Spelled(_))
         && let Some(cs) = &found.charset
         && WIDE_CHARSETS.contains(&cs.as_str())
     {
-        let mut d = deviation(spec, DeviationKind::Charset, format!("CHARACTER SET {cs}"));
-        d.expected = "utf8mb4".into();
-        d.fix = format!(
-            "ALTER TABLE {} MODIFY {} {} CHARACTER SET utf8mb4",
-            spec.table, spec.column, spec.definition
-        );
-        out.push(d);
+        out.push(Deviation {
+            expected: "utf8mb4".into(),
+            fix: modify(spec, Some("utf8mb4")),
+            ..deviation(
+                spec,
+                DeviationKind::Charset,
+                format!("CHARACTER SET {cs}"),
+                unreadable(
+                    reach,
+                    "BINARY status = 'ON_SALE' compares the column's bytes, which for ASCII text in this character set are not ASCII".into(),
+                ),
+            )
+        });
     }
 }
 
@@ -158,6 +241,11 @@ fn judge_seat_comparison(facts: &SchemaFacts, out: &mut Vec<Deviation>) {
         facts.column("hall_seat", "seat_no"),
         facts.column("order_seat", "seat_no"),
     ) else {
+        return;
+    };
+    // A binary `order_seat.seat_no` compares bytes: no two template seats
+    // are one seat to it (its type is its own deviation, with its fix).
+    let (Some(charset), Some(collation)) = (&rows.charset, &rows.collation) else {
         return;
     };
     if template.collation == rows.collation && template.charset == rows.charset {
@@ -177,10 +265,10 @@ fn judge_seat_comparison(facts: &SchemaFacts, out: &mut Vec<Deviation>) {
         found: name(template),
         expected: format!("order_seat.seat_no's {}", name(rows)),
         fix: format!(
-            "ALTER TABLE hall_seat MODIFY seat_no VARCHAR({}) CHARACTER SET {} COLLATE {} NOT NULL",
-            template.max_chars.unwrap_or(16).max(16),
-            rows.charset.as_deref().unwrap_or("binary"),
-            rows.collation.as_deref().unwrap_or("binary")
+            "ALTER TABLE hall_seat MODIFY seat_no VARCHAR({}) CHARACTER SET {charset} COLLATE {collation} NOT NULL",
+            // `order_seat.seat_no`'s own width (the template's names are
+            // its names), within what `migrate` lets the audit hold.
+            rows.max_chars.unwrap_or(16).clamp(16, 512),
         ),
         handling: seat_groups(facts).map_or(
             Handling::Harmless("no comparison to make"),
@@ -197,12 +285,18 @@ pub fn seat_groups(facts: &SchemaFacts) -> Option<Proof> {
     let rows = facts.column("order_seat", "seat_no")?;
     let keyed = facts.has_unique("hall_seat", &["hall_id", "seat_no"]);
     let same = template.collation == rows.collation && template.charset == rows.charset;
+    // A binary `order_seat.seat_no` (no collation) compares bytes: two
+    // template seats are one seat to it only when byte-equal, and the
+    // template reads byte-equal names as one seat already.
+    let (Some(charset), Some(collation)) = (&rows.charset, &rows.collation) else {
+        return None;
+    };
     if keyed && same {
         return None;
     }
     Some(Proof::SeatGroups {
-        charset: rows.charset.clone().unwrap_or_else(|| "binary".into()),
-        collation: rows.collation.clone().unwrap_or_else(|| "binary".into()),
+        charset: charset.clone(),
+        collation: collation.clone(),
     })
 }
 
@@ -254,7 +348,8 @@ fn judge_audit(facts: &SchemaFacts, out: &mut Vec<Deviation>) {
             ),
             handling: Handling::Holds(
                 Reach::LongSeatNames,
-                "a seat name longer than the audit's column is not repaired (its audit row would not fit)",
+                "a seat name longer than the audit's column is not repaired (its audit row would not fit)"
+                    .into(),
             ),
         });
     }
@@ -265,33 +360,12 @@ fn judge_audit(facts: &SchemaFacts, out: &mut Vec<Deviation>) {
 pub fn handling(spec: &ColumnSpec, kind: DeviationKind) -> Handling {
     use DeviationKind as K;
     let table = spec.table;
-    let read = !matches!(
-        (table, spec.column),
-        ("showtime", "movie_id")
-            | ("ticket_order", "user_id" | "order_no")
-            | ("hall_seat", "row_label" | "col_no")
-    );
     match kind {
-        K::MissingTable | K::MissingColumn | K::Type | K::Charset if !read => Handling::Harmless(
-            "not read, or read for display and order only (a value that does not decode is shown as empty)",
+        // A column the reads cannot take holds the jobs that use it.
+        K::MissingTable | K::Missing | K::Type | K::Charset => unreadable(
+            uses::of(table, spec.column).and_then(Use::reach),
+            "the reads cannot take the column".into(),
         ),
-        K::MissingTable | K::MissingColumn => {
-            Handling::Holds(Reach::Everything, "every read of the column fails")
-        }
-        K::Type | K::Charset => match (table, spec.column) {
-            ("ticket_order", "cancel_reason") => Handling::Holds(
-                Reach::Cancels,
-                "the cancel writes RECONCILE_EXPIRED into it",
-            ),
-            ("ticket_order" | "order_seat", _) => Handling::Holds(
-                Reach::Everything,
-                "SQL compares it in another type's terms: which order holds a seat, and which is due, cannot be trusted",
-            ),
-            _ => Handling::Holds(
-                Reach::SeatWrites,
-                "SQL compares it in another type's terms: which showtime is on sale, and which template is its, cannot be trusted",
-            ),
-        },
         K::Unsigned => match (table, spec.column) {
             ("showtime", "id") => Handling::Proved(Proof::IdsBeyondBigint { table: "showtime" }),
             ("ticket_order", "id") => Handling::Proved(Proof::IdsBeyondBigint {
@@ -319,20 +393,22 @@ pub fn handling(spec: &ColumnSpec, kind: DeviationKind) -> Handling {
         K::NotNull => match (table, spec.column) {
             ("order_seat", "active") => Handling::Holds(
                 Reach::Cancels,
-                "the cancel chain sets active = NULL, which the column refuses",
+                "the cancel chain sets active = NULL, which the column refuses".into(),
             ),
             _ => Handling::Harmless("the reads take every value the column can hold"),
         },
         K::Length => match (table, spec.column) {
             ("ticket_order", "cancel_reason") => Handling::Holds(
                 Reach::Cancels,
-                "the cancel writes RECONCILE_EXPIRED (17 characters) into it",
+                "the cancel writes RECONCILE_EXPIRED (17 characters) into it".into(),
             ),
             _ => Handling::Harmless(
                 "values are read whole; a longer seat_no needs an audit column as wide (reconcile_fix.seat_no)",
             ),
         },
-        K::Collation | K::MissingKey => Handling::Harmless("judged elsewhere"),
+        K::Collation | K::MissingKey | K::Index | K::Trigger | K::Check => {
+            Handling::Harmless("judged elsewhere")
+        }
     }
 }
 
@@ -349,7 +425,8 @@ fn handling_of_key(facts: &SchemaFacts, key: &KeySpec) -> Handling {
         ),
         ("ticket_order", _) => Handling::Holds(
             Reach::Cancels,
-            "no index leads with ticket_order.id: the cancel's locking read would lock every order",
+            "no index leads with ticket_order.id: the cancel's locking read would lock every order"
+                .into(),
         ),
         ("order_seat", "PRIMARY") => {
             Handling::Harmless("a row read twice says the same thing twice")
@@ -363,7 +440,8 @@ fn handling_of_key(facts: &SchemaFacts, key: &KeySpec) -> Handling {
             if prefixed {
                 Handling::Holds(
                     Reach::Lowering,
-                    "a unique key over a prefix of seat_no makes two seat names one seat to MySQL",
+                    "a unique key over a prefix of seat_no makes two seat names one seat to MySQL"
+                        .into(),
                 )
             } else {
                 Handling::Harmless(

@@ -11,168 +11,179 @@ pub const AUDIT_TABLE: &str = "reconcile_fix";
 /// What the reconciler writes into `ticket_order.cancel_reason`.
 pub const CANCEL_REASON_CHARS: u64 = "RECONCILE_EXPIRED".len() as u64;
 
-/// A column's type family: the types the reconciler reads the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    /// Any integer type (signed; an unsigned one is its own deviation).
-    Integer,
-    /// Any string type, with the contract's length.
-    Text(u64),
-    /// `DATETIME` or `TIMESTAMP`, any precision.
-    DateTime,
-}
+use super::types::Read;
 
 /// One column as the contract defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnSpec {
     pub table: &'static str,
     pub column: &'static str,
-    /// As the contract writes it: the `MODIFY` of the fix.
-    pub definition: &'static str,
-    pub family: Family,
+    /// The type as the contract writes it: `BIGINT`, `VARCHAR(16)`.
+    pub sql_type: &'static str,
     pub nullable: bool,
+    /// What follows the nullability: `DEFAULT 1`, `AUTO_INCREMENT`, or "".
+    pub extra: &'static str,
+    /// A string column's length in characters.
+    pub chars: Option<u64>,
+    /// How the reconciler reads it: the types it takes (`types.rs`).
+    pub read: Read,
+}
+
+impl ColumnSpec {
+    /// `VARCHAR(16) NOT NULL`, `TINYINT(1) NULL DEFAULT 1`: as the contract
+    /// writes the column.
+    pub fn definition(&self) -> String {
+        self.definition_in(None)
+    }
+
+    /// [`ColumnSpec::definition`] with a character set, which MySQL takes
+    /// right after the type and before the nullability.
+    pub fn definition_in(&self, charset: Option<&str>) -> String {
+        let mut out = self.sql_type.to_string();
+        if let Some(cs) = charset {
+            out.push_str(" CHARACTER SET ");
+            out.push_str(cs);
+        }
+        out.push_str(if self.nullable { " NULL" } else { " NOT NULL" });
+        if !self.extra.is_empty() {
+            out.push(' ');
+            out.push_str(self.extra);
+        }
+        out
+    }
 }
 
 const fn col(
     table: &'static str,
     column: &'static str,
-    definition: &'static str,
-    family: Family,
+    sql_type: &'static str,
     nullable: bool,
+    extra: &'static str,
+    read: Read,
 ) -> ColumnSpec {
     ColumnSpec {
         table,
         column,
-        definition,
-        family,
+        sql_type,
         nullable,
+        extra,
+        chars: None,
+        read,
     }
 }
 
-use Family::{DateTime, Integer, Text};
+/// A `VARCHAR(chars)` column.
+const fn text(
+    table: &'static str,
+    column: &'static str,
+    sql_type: &'static str,
+    chars: u64,
+    nullable: bool,
+    read: Read,
+) -> ColumnSpec {
+    ColumnSpec {
+        chars: Some(chars),
+        ..col(table, column, sql_type, nullable, "", read)
+    }
+}
+
+/// The contract's spellings of `showtime.status`.
+pub const SHOWTIME_STATUSES: &[&str] = &["SCHEDULED", "ON_SALE", "CLOSED", "CANCELLED"];
+/// The contract's spellings of `ticket_order.status` (the cancel writes
+/// `CANCELLED`).
+pub const ORDER_STATUSES: &[&str] = &["PENDING", "PAID", "CANCELLED", "REFUNDED"];
+
+use Read::{DateTime, Flag, Integer, Name, Spelled, Unread};
 
 /// Every column of the contract's tables, as `migrations/reference`
-/// creates them.
+/// creates them, with how the reconciler reads each.
 pub const COLUMNS: [ColumnSpec; 24] = [
-    col("hall_seat", "hall_id", "BIGINT NOT NULL", Integer, false),
-    col(
-        "hall_seat",
-        "seat_no",
-        "VARCHAR(16) NOT NULL",
-        Text(16),
-        false,
-    ),
-    col("hall_seat", "row_label", "VARCHAR(8) NULL", Text(8), true),
-    col("hall_seat", "col_no", "INT NULL", Integer, true),
+    col("hall_seat", "hall_id", "BIGINT", false, "", Integer),
+    text("hall_seat", "seat_no", "VARCHAR(16)", 16, false, Name),
+    text("hall_seat", "row_label", "VARCHAR(8)", 8, true, Name),
+    col("hall_seat", "col_no", "INT", true, "", Integer),
     col(
         "hall_seat",
         "enabled",
-        "TINYINT(1) NOT NULL DEFAULT 1",
-        Integer,
+        "TINYINT(1)",
         false,
+        "DEFAULT 1",
+        Flag,
     ),
-    col("showtime", "id", "BIGINT NOT NULL", Integer, false),
-    col("showtime", "movie_id", "BIGINT NOT NULL", Integer, false),
-    col("showtime", "hall_id", "BIGINT NOT NULL", Integer, false),
-    col(
-        "showtime",
-        "starts_at",
-        "DATETIME(3) NOT NULL",
-        DateTime,
-        false,
-    ),
-    col(
+    col("showtime", "id", "BIGINT", false, "", Integer),
+    col("showtime", "movie_id", "BIGINT", false, "", Unread),
+    col("showtime", "hall_id", "BIGINT", false, "", Integer),
+    col("showtime", "starts_at", "DATETIME(3)", false, "", DateTime),
+    text(
         "showtime",
         "status",
-        "VARCHAR(16) NOT NULL",
-        Text(16),
+        "VARCHAR(16)",
+        16,
         false,
+        Spelled(SHOWTIME_STATUSES),
     ),
     col(
         "ticket_order",
         "id",
-        "BIGINT NOT NULL AUTO_INCREMENT",
+        "BIGINT",
+        false,
+        "AUTO_INCREMENT",
         Integer,
-        false,
     ),
-    col(
-        "ticket_order",
-        "order_no",
-        "VARCHAR(40) NOT NULL",
-        Text(40),
-        false,
-    ),
-    col("ticket_order", "user_id", "BIGINT NOT NULL", Integer, false),
-    col(
-        "ticket_order",
-        "showtime_id",
-        "BIGINT NOT NULL",
-        Integer,
-        false,
-    ),
-    col(
+    text("ticket_order", "order_no", "VARCHAR(40)", 40, false, Unread),
+    col("ticket_order", "user_id", "BIGINT", false, "", Unread),
+    col("ticket_order", "showtime_id", "BIGINT", false, "", Integer),
+    text(
         "ticket_order",
         "status",
-        "VARCHAR(16) NOT NULL",
-        Text(16),
+        "VARCHAR(16)",
+        16,
         false,
+        Spelled(ORDER_STATUSES),
     ),
     col(
         "ticket_order",
         "expires_at",
-        "DATETIME(3) NOT NULL",
-        DateTime,
+        "DATETIME(3)",
         false,
+        "",
+        DateTime,
     ),
     col(
         "ticket_order",
         "created_at",
-        "DATETIME(3) NOT NULL",
-        DateTime,
+        "DATETIME(3)",
         false,
-    ),
-    col(
-        "ticket_order",
-        "paid_at",
-        "DATETIME(3) NULL",
+        "",
         DateTime,
-        true,
     ),
+    col("ticket_order", "paid_at", "DATETIME(3)", true, "", DateTime),
     col(
         "ticket_order",
         "cancelled_at",
-        "DATETIME(3) NULL",
-        DateTime,
+        "DATETIME(3)",
         true,
+        "",
+        DateTime,
     ),
-    col(
+    text(
         "ticket_order",
         "cancel_reason",
-        "VARCHAR(32) NULL",
-        Text(32),
+        "VARCHAR(32)",
+        32,
         true,
+        Spelled(&["RECONCILE_EXPIRED"]),
     ),
-    col("order_seat", "order_id", "BIGINT NOT NULL", Integer, false),
-    col(
-        "order_seat",
-        "showtime_id",
-        "BIGINT NOT NULL",
-        Integer,
-        false,
-    ),
-    col(
-        "order_seat",
-        "seat_no",
-        "VARCHAR(16) NOT NULL",
-        Text(16),
-        false,
-    ),
+    col("order_seat", "order_id", "BIGINT", false, "", Integer),
+    col("order_seat", "showtime_id", "BIGINT", false, "", Integer),
+    text("order_seat", "seat_no", "VARCHAR(16)", 16, false, Name),
     col(
         "order_seat",
         "active",
-        "TINYINT(1) NULL DEFAULT 1",
-        Integer,
+        "TINYINT(1)",
         true,
+        "DEFAULT 1",
+        Flag,
     ),
 ];
 

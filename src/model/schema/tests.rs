@@ -3,27 +3,25 @@ use crate::model::holds::{ContractState, Finding, Holds, ReadShape, SeatHold};
 use std::collections::HashMap;
 
 /// The reference schema as MariaDB describes it, with the audit table.
-fn contract() -> SchemaFacts {
+pub(super) fn contract() -> SchemaFacts {
     let mut columns: Vec<ColumnFacts> = COLUMNS
         .iter()
         .map(|c| {
-            let (data_type, column_type, max_chars) = match c.family {
-                Family::Integer if c.column == "col_no" => ("int", "int(11)".to_string(), None),
-                Family::Integer if c.definition.starts_with("TINYINT") => {
-                    ("tinyint", "tinyint(1)".to_string(), None)
-                }
-                Family::Integer => ("bigint", "bigint(20)".to_string(), None),
-                Family::Text(n) => ("varchar", format!("varchar({n})"), Some(n)),
-                Family::DateTime => ("datetime", "datetime(3)".to_string(), None),
+            let column_type = match c.sql_type {
+                "BIGINT" => "bigint(20)".to_string(),
+                "INT" => "int(11)".to_string(),
+                other => other.to_ascii_lowercase(),
             };
-            let text = max_chars.is_some();
+            let data_type =
+                column_type[..column_type.find('(').unwrap_or(column_type.len())].to_string();
+            let text = c.chars.is_some();
             ColumnFacts {
                 table: c.table.into(),
                 column: c.column.into(),
-                data_type: data_type.into(),
+                data_type,
                 column_type,
                 nullable: c.nullable,
-                max_chars,
+                max_chars: c.chars,
                 charset: text.then(|| "utf8mb4".into()),
                 collation: text.then(|| "utf8mb4_general_ci".into()),
             }
@@ -48,16 +46,43 @@ fn contract() -> SchemaFacts {
             columns: k.columns.iter().map(|c| (c.to_string(), None)).collect(),
         })
         .collect();
-    indexes.push(IndexFacts {
-        table: "ticket_order".into(),
-        name: "idx_order_showtime_status".into(),
-        unique: false,
-        columns: vec![("showtime_id".into(), None), ("status".into(), None)],
-    });
-    SchemaFacts { columns, indexes }
+    for (table, name, cols) in [
+        (
+            "ticket_order",
+            "idx_order_showtime_status",
+            &["showtime_id", "status"][..],
+        ),
+        (
+            "ticket_order",
+            "idx_order_status_expires",
+            &["status", "expires_at"][..],
+        ),
+        (
+            "showtime",
+            "idx_showtime_status_starts",
+            &["status", "starts_at"][..],
+        ),
+    ] {
+        indexes.push(IndexFacts {
+            table: table.into(),
+            name: name.into(),
+            unique: false,
+            columns: cols.iter().map(|c| (c.to_string(), None)).collect(),
+        });
+    }
+    SchemaFacts {
+        columns,
+        indexes,
+        triggers: Vec::new(),
+        checks: Vec::new(),
+    }
 }
 
-fn column<'a>(facts: &'a mut SchemaFacts, table: &str, name: &str) -> &'a mut ColumnFacts {
+pub(super) fn column<'a>(
+    facts: &'a mut SchemaFacts,
+    table: &str,
+    name: &str,
+) -> &'a mut ColumnFacts {
     facts
         .columns
         .iter_mut()
@@ -65,14 +90,14 @@ fn column<'a>(facts: &'a mut SchemaFacts, table: &str, name: &str) -> &'a mut Co
         .expect("a contract column")
 }
 
-fn kinds(deviations: &[Deviation]) -> Vec<(&str, &str, DeviationKind)> {
+pub(super) fn kinds(deviations: &[Deviation]) -> Vec<(&str, &str, DeviationKind)> {
     deviations
         .iter()
         .map(|d| (d.table, d.column, d.kind))
         .collect()
 }
 
-fn decide(facts: &SchemaFacts, findings: &[(Proof, Finding)]) -> ContractState {
+pub(super) fn decide(facts: &SchemaFacts, findings: &[(Proof, Finding)]) -> ContractState {
     let findings: HashMap<Proof, Finding> = findings.iter().cloned().collect();
     ContractState::decide(facts, judge(facts), &findings)
 }
@@ -252,7 +277,10 @@ fn template_seats_are_grouped_under_order_seats_comparison() {
     let found = judge(&facts);
     assert_eq!(
         kinds(&found),
-        [("hall_seat", "PRIMARY", DeviationKind::MissingKey)]
+        [
+            ("hall_seat", "PRIMARY", DeviationKind::MissingKey),
+            ("hall_seat", "hall_id", DeviationKind::Index),
+        ]
     );
     assert_eq!(found[0].handling, Handling::Proved(groups));
 }
@@ -325,109 +353,9 @@ fn what_the_cancel_writes_must_fit() {
         kinds(&found),
         [("showtime", "status", DeviationKind::Charset)]
     );
-}
-
-/// A contract `seat_no` wider than the audit's: repairs of the longer
-/// names are held (per repair), and the fix is `migrate`.
-#[test]
-fn an_audit_column_narrower_than_the_seat_names_is_a_deviation() {
-    let mut facts = contract();
-    column(&mut facts, "order_seat", "seat_no").max_chars = Some(26);
-    column(&mut facts, "hall_seat", "seat_no").max_chars = Some(26);
-    let found = judge(&facts);
-    assert_eq!(
-        kinds(&found),
-        [
-            ("hall_seat", "seat_no", DeviationKind::Length),
-            ("order_seat", "seat_no", DeviationKind::Length),
-            (AUDIT_TABLE, "seat_no", DeviationKind::Length),
-        ]
-    );
-    let state = decide(&facts, &[]);
-    assert_eq!(state.holding().count(), 1);
-    assert!(state.shape.fits_audit(&"x".repeat(16)));
-    assert!(!state.shape.fits_audit(&"x".repeat(17)));
-    assert!(
-        state.shape.fits_audit(&"é".repeat(16)),
-        "characters, not bytes"
-    );
-}
-
-#[test]
-fn missing_tables_columns_and_keys_say_how_to_fix_them() {
-    let mut facts = contract();
-    facts.columns.retain(|c| c.table != "showtime");
-    let found = judge(&facts);
-    assert_eq!(
-        kinds(&found)[0],
-        ("showtime", "", DeviationKind::MissingTable)
-    );
-    assert!(decide(&facts, &[]).holds.cancels.is_some());
-
-    let mut facts = contract();
-    facts
-        .columns
-        .retain(|c| !(c.table == "ticket_order" && c.column == "expires_at"));
-    assert_eq!(
-        kinds(&judge(&facts)),
-        [("ticket_order", "expires_at", DeviationKind::MissingColumn)]
-    );
-
-    let mut facts = contract();
-    facts.indexes.retain(|i| i.name != "uq_occupancy");
-    let found = judge(&facts);
-    assert_eq!(
-        kinds(&found),
-        [("order_seat", "uq_occupancy", DeviationKind::MissingKey)]
-    );
-    assert!(matches!(found[0].handling, Handling::Harmless(_)));
     assert_eq!(
         found[0].fix,
-        "ALTER TABLE order_seat ADD UNIQUE KEY uq_occupancy (showtime_id, seat_no, active)"
+        "ALTER TABLE showtime MODIFY status VARCHAR(16) CHARACTER SET utf8mb4 NOT NULL",
+        "the character set before the nullability"
     );
-
-    // A unique key over a prefix of seat_no: two names one seat to MySQL.
-    let mut facts = contract();
-    for i in facts
-        .indexes
-        .iter_mut()
-        .filter(|i| i.name == "uq_occupancy")
-    {
-        i.columns[1].1 = Some(4);
-    }
-    assert_eq!(decide(&facts, &[]).holds.seat(1).0, SeatHold::Lowering);
-
-    let mut facts = contract();
-    facts.indexes.retain(|i| i.table != "showtime");
-    let state = decide(
-        &facts,
-        &[(
-            Proof::DuplicateShowtimes,
-            Finding::DuplicateShowtimes {
-                ids: vec![4],
-                more: false,
-            },
-        )],
-    );
-    assert_eq!(state.holds.seat(4).0, SeatHold::All);
-    assert_eq!(state.holds.seat(5).0, SeatHold::None);
-
-    let mut facts = contract();
-    facts
-        .indexes
-        .retain(|i| i.table != "ticket_order" || i.name != "PRIMARY");
-    let state = decide(&facts, &[]);
-    assert!(
-        state.holds.cancels.is_some(),
-        "no index on id: a locking read by id would lock every order"
-    );
-    facts.indexes.push(IndexFacts {
-        table: "ticket_order".into(),
-        name: "idx_id".into(),
-        unique: false,
-        columns: vec![("id".into(), None)],
-    });
-    let state = decide(&facts, &[]);
-    assert!(state.holds.is_empty(), "the cancel checks each id");
-    assert!(!state.shape.order_ids_unique);
 }

@@ -179,11 +179,11 @@ impl MysqlStore {
         instance: &str,
         fixes: &[FixRecord],
     ) -> Result<()> {
-        if fixes.is_empty() {
+        let Some(fixes) = super::NonEmpty::of(fixes) else {
             return Ok(());
-        }
+        };
         let mut q = QueryBuilder::<MySql>::new(INSERT_FIXES);
-        q.push_values(fixes, |mut b, f| {
+        super::sql::push_rows(&mut q, fixes, |mut b, f| {
             b.push_bind(&f.fix_id)
                 .push_bind(run_id)
                 .push_bind(f.job.label())

@@ -6,6 +6,7 @@ use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, SeatRow, SeatRowFacts, UnknownRow};
 use crate::model::holds::SeatHold;
+use crate::model::seat_names::read_as;
 use crate::model::{OrderStatus, SeatNo, SeatRows, SeatTruth, ShowtimeId};
 use sqlx::{MySql, QueryBuilder};
 
@@ -22,23 +23,26 @@ pub struct SeatConfirmation {
     pub order_id: Option<i64>,
 }
 
+/// A showtime and its asked seats (their indexes in the asked list): the
+/// `WHEN` of a `CASE`, the `FIELD` and the `IN` of the confirmation's
+/// statements, none of which may be built empty.
+type Asked<'a> = (ShowtimeId, NonEmpty<'a, usize>);
+
 /// `CASE <owner> WHEN S THEN FIELD(os.seat_no, <S's asked seats>) … END`:
 /// the 1-based place, among its showtime's asked seats, of the seat that
 /// MySQL's comparison of `os.seat_no` takes for the row's (0: none).
 fn push_position(
     q: &mut QueryBuilder<MySql>,
     owner: &str,
-    asked: &[&(ShowtimeId, Vec<usize>)],
+    asked: NonEmpty<'_, Asked<'_>>,
     seats: &[(ShowtimeId, SeatNo, bool)],
 ) {
     q.push(format_args!("CASE {owner}"));
-    for (s, idx) in asked {
+    for (s, idx) in asked.iter() {
         q.push(" WHEN ")
             .push_bind(*s)
-            .push(" THEN FIELD(os.seat_no");
-        for &i in idx {
-            q.push(", ").push_bind(seats[i].1.as_str());
-        }
+            .push(" THEN FIELD(os.seat_no, ");
+        push_list(q, idx.iter().map(|&i| seats[i].1.as_str()));
         q.push(")");
     }
     q.push(" ELSE 0 END");
@@ -50,7 +54,7 @@ fn push_position(
 /// returns `asked_showtime` and `pos` (the seat's place among its
 /// showtime's asked seats) with the row's columns.
 fn confirm_query(
-    asked: &[&(ShowtimeId, Vec<usize>)],
+    asked: NonEmpty<'_, Asked<'_>>,
     seats: &[(ShowtimeId, SeatNo, bool)],
     elsewhere: bool,
     null_seats: bool,
@@ -74,11 +78,10 @@ fn confirm_query(
              JOIN ticket_order o ON o.id = os.order_id \
              WHERE os.showtime_id <> mine.showtime_id",
         );
-        push_in(
-            &mut q,
-            "mine.showtime_id",
-            &asked.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
-        );
+        let showtimes: Vec<ShowtimeId> = asked.iter().map(|(s, _)| *s).collect();
+        if let Some(showtimes) = NonEmpty::of(&showtimes) {
+            push_in(&mut q, "mine.showtime_id", showtimes);
+        }
         q.push(" AND ");
         push_position(&mut q, owner, asked, seats);
         q.push(" > 0");
@@ -96,10 +99,7 @@ fn confirm_query(
                 .push("(os.showtime_id = ")
                 .push_bind(*s)
                 .push(" AND os.seat_no IN (");
-            let mut sep = q.separated(", ");
-            for &i in idx {
-                sep.push_bind(seats[i].1.as_str());
-            }
+            push_list(&mut q, idx.iter().map(|&i| seats[i].1.as_str()));
             // A row with no seat_no (a NULL-able column) may hold any seat
             // of its showtime: the same index range.
             q.push(if null_seats {
@@ -119,9 +119,9 @@ fn confirm_query(
 /// (`asked_showtime`, `pos` as in [`confirm_query`]), or, when the order's
 /// showtime does not decode, any asked seat.
 fn null_showtime_query(
-    asked: &[&(ShowtimeId, Vec<usize>)],
+    asked: NonEmpty<'_, Asked<'_>>,
     seats: &[(ShowtimeId, SeatNo, bool)],
-    part: &[usize],
+    part: NonEmpty<'_, usize>,
 ) -> QueryBuilder<MySql> {
     let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
     q.push(", o.showtime_id AS asked_showtime, ");
@@ -130,10 +130,7 @@ fn null_showtime_query(
         " AS pos FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
          WHERE os.showtime_id IS NULL AND os.seat_no IN (",
     );
-    let mut sep = q.separated(", ");
-    for &i in part {
-        sep.push_bind(seats[i].1.as_str());
-    }
+    push_list(&mut q, part.iter().map(|&i| seats[i].1.as_str()));
     q.push(")");
     q
 }
@@ -147,6 +144,30 @@ pub struct SeatNameAsk<'a> {
     pub candidates: &'a [SeatNo],
 }
 
+/// `SELECT i, FIELD(os.seat_no, <candidates>) … UNION ALL …`: for each ask
+/// (its index in `asks`, its candidates), the place of the candidate that
+/// MySQL's comparison of `os.seat_no` takes for the row's seat (0: none).
+fn seats_named_query(
+    asks: &[SeatNameAsk<'_>],
+    part: NonEmpty<'_, (usize, NonEmpty<'_, SeatNo>)>,
+) -> QueryBuilder<MySql> {
+    let mut q = QueryBuilder::<MySql>::new("");
+    for (n, (i, candidates)) in part.iter().enumerate() {
+        if n > 0 {
+            q.push(" UNION ALL ");
+        }
+        q.push("SELECT ")
+            .push_bind(*i as i64)
+            .push(" AS i, FIELD(os.seat_no, ");
+        push_list(&mut q, candidates.iter().map(String::as_str));
+        q.push(") AS pos FROM order_seat os WHERE os.order_id = ")
+            .push_bind(asks[*i].order_id)
+            .push(" AND os.seat_no = ")
+            .push_bind(asks[*i].seat_no);
+    }
+    q
+}
+
 impl MysqlStore {
     /// Which of `candidates` each row's seat number names under MySQL's own
     /// comparison of `order_seat.seat_no` (the column's collation, as
@@ -155,33 +176,32 @@ impl MysqlStore {
     /// column with the candidates in the column's collation.
     pub async fn seats_named(&self, asks: &[SeatNameAsk<'_>]) -> Result<Vec<Option<SeatNo>>> {
         let mut out = vec![None; asks.len()];
+        // A row of a hall with no enabled seat names none: no `FIELD` with
+        // nothing to compare (MySQL refuses it, 1582, for the whole chunk).
+        let askable: Vec<(usize, NonEmpty<'_, SeatNo>)> = asks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, ask)| Some((i, NonEmpty::of(ask.candidates)?)))
+            .collect();
         let mut from = 0;
-        while from < asks.len() {
+        while from < askable.len() {
             // Stay well inside the 65,535 placeholders of one statement.
             let mut to = from;
             let mut binds = 0;
-            while to < asks.len() && (to == from || binds + asks[to].candidates.len() + 3 < 30_000)
+            while to < askable.len()
+                && (to == from || binds + askable[to].1.items().len() + 3 < 30_000)
             {
-                binds += asks[to].candidates.len() + 3;
+                binds += askable[to].1.items().len() + 3;
                 to += 1;
             }
-            let mut q = QueryBuilder::<MySql>::new("");
-            for (i, ask) in asks[from..to].iter().enumerate() {
-                if i > 0 {
-                    q.push(" UNION ALL ");
-                }
-                q.push("SELECT ")
-                    .push_bind((from + i) as i64)
-                    .push(" AS i, FIELD(os.seat_no");
-                for c in ask.candidates {
-                    q.push(", ").push_bind(c.as_str());
-                }
-                q.push(") AS pos FROM order_seat os WHERE os.order_id = ")
-                    .push_bind(ask.order_id)
-                    .push(" AND os.seat_no = ")
-                    .push_bind(ask.seat_no);
-            }
-            for r in q.build().fetch_all(&self.pool).await? {
+            let Some(part) = NonEmpty::of(&askable[from..to]) else {
+                break;
+            };
+            for r in seats_named_query(asks, part)
+                .build()
+                .fetch_all(&self.pool)
+                .await?
+            {
                 let (Ok(i), Ok(pos)) = (int(&r, "i"), int(&r, "pos")) else {
                     continue;
                 };
@@ -207,9 +227,35 @@ impl MysqlStore {
     /// showtimes the deviations hold, make the seat unknown (never
     /// lowered). Returns one entry per seat, in order, and the rows outside
     /// the contract among them.
+    ///
+    /// A row whose seat name only reads as the seat to a person (rule 17,
+    /// `model::seat_names`) is not asked here: the sweep's own read of the
+    /// showtimes names such rows ([`crate::model::seat_names`] in
+    /// `jobs::strict`), and no lowering is planned on their seat. A write
+    /// planned without that read asks [`MysqlStore::confirm_seats_as_read`].
     pub async fn confirm_seats(
         &self,
         seats: &[(ShowtimeId, SeatNo, bool)],
+    ) -> Result<(Vec<SeatConfirmation>, Vec<UnknownRow>)> {
+        self.confirm(seats, false).await
+    }
+
+    /// [`MysqlStore::confirm_seats`], and where a seat is lowered, also the
+    /// rows of its showtime whose seat name reads as the seat to a person
+    /// (NFKC, case, invisible characters): the seat is then unknown, never
+    /// lowered. For the cancel chain's release, which reads no showtime
+    /// before (a read of the showtime's held rows, from `uq_occupancy`).
+    pub async fn confirm_seats_as_read(
+        &self,
+        seats: &[(ShowtimeId, SeatNo, bool)],
+    ) -> Result<(Vec<SeatConfirmation>, Vec<UnknownRow>)> {
+        self.confirm(seats, true).await
+    }
+
+    async fn confirm(
+        &self,
+        seats: &[(ShowtimeId, SeatNo, bool)],
+        as_read: bool,
     ) -> Result<(Vec<SeatConfirmation>, Vec<UnknownRow>)> {
         let contract = self.contract();
         let shape = &contract.shape;
@@ -217,20 +263,20 @@ impl MysqlStore {
         let mut unknown = Vec::new();
         // Template seats MySQL takes for one (rule 17): a row on one of them
         // is on all, and none of them is lowered.
-        let groups = match &shape.seat_groups {
-            Some((charset, collation)) => {
-                let mut showtimes: Vec<ShowtimeId> = seats.iter().map(|s| s.0).collect();
-                showtimes.sort_unstable();
-                showtimes.dedup();
+        let mut showtimes: Vec<ShowtimeId> = seats.iter().map(|s| s.0).collect();
+        showtimes.sort_unstable();
+        showtimes.dedup();
+        let groups = match (&shape.seat_groups, NonEmpty::of(&showtimes)) {
+            (Some((charset, collation)), Some(showtimes)) => {
                 self.seat_groups(
                     charset,
                     collation,
-                    super::schema::GroupsOf::Showtimes(&showtimes),
+                    super::schema::GroupsOf::Showtimes(showtimes),
                 )
                 .await?
                 .0
             }
-            None => Vec::new(),
+            _ => Vec::new(),
         };
         let group_of = |i: usize| {
             groups
@@ -248,25 +294,38 @@ impl MysqlStore {
                     None => by_showtime.push((seats[i].0, vec![i])),
                 }
             }
-            let lowering: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime
+            // Each showtime was pushed with its first seat: none is empty.
+            let all: Vec<Asked<'_>> = by_showtime
+                .iter()
+                .filter_map(|(s, v)| Some((*s, NonEmpty::of(v)?)))
+                .collect();
+            let lowering: Vec<Asked<'_>> = all
                 .iter()
                 .filter(|(_, v)| v.iter().any(|&i| seats[i].2))
+                .copied()
                 .collect();
-            let all: Vec<&(ShowtimeId, Vec<usize>)> = by_showtime.iter().collect();
+            let (Some(every), Some(part_seats)) = (NonEmpty::of(&all), NonEmpty::of(part)) else {
+                continue;
+            };
             // The statements run on their own connections at once: all are
             // read after the showtime leases were taken and before the
             // write, and none waits for another.
-            let mut in_showtime = confirm_query(&all, seats, false, shape.null_seat_rows);
-            let mut elsewhere = (!lowering.is_empty())
-                .then(|| confirm_query(&lowering, seats, true, shape.null_seat_rows));
+            let mut in_showtime = confirm_query(every, seats, false, shape.null_seat_rows);
+            let mut elsewhere = NonEmpty::of(&lowering)
+                .map(|lowering| confirm_query(lowering, seats, true, shape.null_seat_rows));
             let mut no_showtime = shape
                 .null_showtime_rows
-                .then(|| null_showtime_query(&all, seats, part));
-            let (rows_in_showtime, rows_elsewhere, rows_no_showtime) = tokio::try_join!(
+                .then(|| null_showtime_query(every, seats, part_seats));
+            let mut look_alikes = NonEmpty::of(&lowering)
+                .filter(|_| as_read)
+                .map(look_alike_query);
+            let (rows_in_showtime, rows_elsewhere, rows_no_showtime, rows_look_alike) = tokio::try_join!(
                 in_showtime.build().fetch_all(&self.pool),
                 fetch_if(&self.pool, elsewhere.as_mut()),
                 fetch_if(&self.pool, no_showtime.as_mut()),
+                fetch_if(&self.pool, look_alikes.as_mut()),
             )?;
+            hold_look_alikes(&lowering, seats, &rows_look_alike, &mut out, &mut unknown);
             for (asked, rows, anywhere) in [
                 (&all[..], rows_in_showtime, false),
                 (&lowering[..], rows_elsewhere, false),
@@ -291,19 +350,22 @@ impl MysqlStore {
                     };
                     if facts.seat_no.is_err() {
                         // No seat number: any asked seat of the showtime.
-                        for &i in idx {
+                        for &i in idx.iter() {
                             hold_row(&mut out[i], &mut unknown, &facts, &r, None);
                         }
                         continue;
                     }
                     let pos = int(&r, "pos").unwrap_or(0);
-                    let Some(&i) = usize::try_from(pos - 1).ok().and_then(|p| idx.get(p)) else {
+                    let Some(&i) = usize::try_from(pos - 1)
+                        .ok()
+                        .and_then(|p| idx.items().get(p))
+                    else {
                         continue;
                     };
                     // MySQL's FIELD names the first asked seat it takes the
                     // row for; the others of its group are the same seat.
                     let group = group_of(i);
-                    for &j in idx {
+                    for &j in idx.iter() {
                         if j == i || (group.is_some() && group_of(j) == group) {
                             hold_row(&mut out[j], &mut unknown, &facts, &r, Some(&seats[j].1));
                         }
@@ -317,6 +379,66 @@ impl MysqlStore {
             }
         }
         Ok((out, unknown))
+    }
+}
+
+/// The rows of the lowering showtimes that hold a seat (`active` set): the
+/// showtime, order and seat of each, from `uq_occupancy` alone. Their
+/// names are compared with the asked seats' as a person reads them
+/// ([`hold_look_alikes`]).
+fn look_alike_query(lowering: NonEmpty<'_, Asked<'_>>) -> QueryBuilder<MySql> {
+    let mut q = QueryBuilder::<MySql>::new(
+        "SELECT os.showtime_id, os.order_id, os.seat_no FROM order_seat os \
+         WHERE os.active IS NOT NULL",
+    );
+    let showtimes: Vec<ShowtimeId> = lowering.iter().map(|(s, _)| *s).collect();
+    if let Some(showtimes) = NonEmpty::of(&showtimes) {
+        push_in(&mut q, "os.showtime_id", showtimes);
+    }
+    q
+}
+
+/// Rule 17: a row whose seat name is not the asked seat's, byte for byte,
+/// but reads as it (`model::seat_names`: NFKC, case, invisible characters)
+/// may hold it for the customer who reads it: the seat is not lowered, and
+/// the row is reported.
+fn hold_look_alikes(
+    lowering: &[Asked<'_>],
+    seats: &[(ShowtimeId, SeatNo, bool)],
+    rows: &[sqlx::mysql::MySqlRow],
+    out: &mut [SeatConfirmation],
+    unknown: &mut Vec<UnknownRow>,
+) {
+    if rows.is_empty() {
+        return;
+    }
+    let read: Vec<(usize, String)> = lowering
+        .iter()
+        .flat_map(|(_, idx)| idx.iter())
+        .filter(|&&i| seats[i].2)
+        .map(|&i| (i, read_as(&seats[i].1)))
+        .collect();
+    for r in rows {
+        let (Ok(showtime), Ok(name)) = (int(r, "showtime_id"), text(r, "seat_no")) else {
+            continue;
+        };
+        let mut as_read = None;
+        for (i, asked) in &read {
+            if seats[*i].0 != showtime || seats[*i].1 == name {
+                continue;
+            }
+            if as_read.get_or_insert_with(|| read_as(&name)) == asked {
+                out[*i].truth.unknown = true;
+                unknown.push(contract::unknown_seat_row(
+                    int(r, "order_id").unwrap_or_default(),
+                    &name,
+                    format!(
+                        "seat_no {name:?} reads as the template's {:?} (Unicode NFKC, case, invisible characters): that seat is raised only, never lowered",
+                        seats[*i].1
+                    ),
+                ));
+            }
+        }
     }
 }
 
@@ -381,5 +503,55 @@ fn hold_row(
     if let Some(ms) = ms {
         let last = &mut entry.rows.last_activity_ms;
         *last = Some(last.map_or(ms, |m: i64| m.max(ms)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The confirmation's and the seat names' statements with one seat:
+    /// every `CASE` has its `WHEN`, every `FIELD` and `IN` its item.
+    #[test]
+    fn one_seat_builds_every_list_with_its_item() {
+        let seats = [(5, "A-1".to_string(), true)];
+        let idx = [0_usize];
+        let asked = [(5, NonEmpty::of(&idx).unwrap())];
+        let asked = NonEmpty::of(&asked).unwrap();
+        let sql = confirm_query(asked, &seats, false, false)
+            .sql()
+            .as_str()
+            .to_string();
+        assert!(
+            sql.contains("CASE os.showtime_id WHEN ? THEN FIELD(os.seat_no, ?) ELSE 0 END"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("(os.showtime_id = ? AND os.seat_no IN (?))"),
+            "{sql}"
+        );
+        let sql = confirm_query(asked, &seats, true, false)
+            .sql()
+            .as_str()
+            .to_string();
+        assert!(sql.contains("mine.showtime_id IN (?)"), "{sql}");
+        let sql = null_showtime_query(asked, &seats, NonEmpty::of(&idx).unwrap())
+            .sql()
+            .as_str()
+            .to_string();
+        assert!(sql.ends_with("os.seat_no IN (?)"), "{sql}");
+
+        let candidates = ["A-1".to_string()];
+        let asks = [SeatNameAsk {
+            order_id: 7,
+            seat_no: "a-1",
+            candidates: &candidates,
+        }];
+        let part = [(0, NonEmpty::of(&candidates[..]).unwrap())];
+        let sql = seats_named_query(&asks, NonEmpty::of(&part).unwrap())
+            .sql()
+            .as_str()
+            .to_string();
+        assert!(sql.contains("FIELD(os.seat_no, ?) AS pos"), "{sql}");
     }
 }

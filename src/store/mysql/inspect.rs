@@ -56,7 +56,7 @@ impl MysqlStore {
             Ok(ShowtimeInfo {
                 id: r.try_get("id")?,
                 hall_id: int(&r, "hall_id").unwrap_or_default(),
-                starts_at: r.try_get("starts_at").ok().flatten(),
+                starts_at: datetime(&r, "starts_at").ok().flatten(),
                 starts_at_raw: lossy(&r, "starts_raw"),
                 status: lossy(&r, "status"),
             })
@@ -67,13 +67,23 @@ impl MysqlStore {
     /// Every template seat of a hall with its position, enabled or not
     /// (`enabled` other than 0 or 1 reads as not enabled).
     pub async fn layout(&self, hall_id: i64) -> Result<Vec<LayoutSeat>> {
-        let rows = sqlx::query(
-            "SELECT seat_no, row_label, col_no, CAST(enabled AS SIGNED) AS enabled FROM hall_seat \
-             WHERE hall_id = ? ORDER BY row_label, col_no, seat_no",
-        )
-        .bind(hall_id)
-        .fetch_all(&self.pool)
-        .await?;
+        // A column the schema lacks is shown empty (rule 17: it holds no job).
+        let shape = self.contract().shape.clone();
+        let or_null = |c: &str| match shape.has("hall_seat", c) {
+            true => c.to_string(),
+            false => format!("NULL AS {c}"),
+        };
+        let sql = format!(
+            "SELECT seat_no, {}, {}, CAST(enabled AS SIGNED) AS enabled FROM hall_seat \
+             WHERE hall_id = ? ORDER BY {}",
+            or_null("row_label"),
+            or_null("col_no"),
+            shape.seat_order(""),
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(hall_id)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows
             .iter()
             .filter(|r| !is_null(r, "seat_no"))
@@ -91,8 +101,13 @@ impl MysqlStore {
     /// contract (ended rows are left out).
     pub async fn occupants(&self, showtime: ShowtimeId) -> Result<Vec<Occupant>> {
         let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
-        q.push(
-            ", o.order_no FROM order_seat os \
+        q.push(if self.contract().shape.has("ticket_order", "order_no") {
+            ", o.order_no"
+        } else {
+            ", NULL AS order_no"
+        })
+        .push(
+            " FROM order_seat os \
                  LEFT JOIN ticket_order o ON o.id = os.order_id WHERE os.showtime_id = ",
         )
         .push_bind(showtime)
@@ -107,7 +122,7 @@ impl MysqlStore {
             }
             out.push(Occupant {
                 order_no: lossy(r, "order_no"),
-                expires_at: r.try_get("o_expires_at").ok().flatten(),
+                expires_at: datetime(r, "o_expires_at").ok().flatten(),
                 unknown: reading.unknown_row(&facts),
                 seat_no: facts.seat_no.ok(),
                 order_id: facts.order_id.ok(),

@@ -15,6 +15,7 @@ use std::time::Duration;
 mod access;
 mod audit;
 pub mod binlog;
+mod cancel;
 mod confirm;
 pub mod grants;
 mod inspect;
@@ -26,10 +27,12 @@ mod sql;
 mod sweep;
 
 pub use audit::{AuditEntry, FixRecord, RunIdentity};
+pub use cancel::{CancelledOrder, Cancels};
 pub use confirm::{SeatConfirmation, SeatNameAsk};
 pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
-pub use orders::{CancelledOrder, Cancels, ExpiredOrder, ExpiredPage};
+pub use orders::{ExpiredOrder, ExpiredPage};
 pub use replica::ReplicaReport;
+pub use sql::NonEmpty;
 pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
 
 /// Every connection's `sql_mode`, whatever the server's (rule 17): strict,
@@ -37,8 +40,12 @@ pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
 /// never a silent truncation; and none of the modes that change how our
 /// statements read (`ANSI_QUOTES`, `PAD_CHAR_TO_FULL_LENGTH`,
 /// `NO_BACKSLASH_ESCAPES`, …). sqlx's own two are kept.
-pub const SESSION_SQL_MODE: &str =
-    "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,PIPES_AS_CONCAT'";
+///
+/// And the session's time zone pinned to UTC, whatever the server's or the
+/// URL's (`?timezone=`): a `TIMESTAMP` column is then read as it is stored
+/// (UTC), and compared with the UTC times the reconciler binds, as a
+/// `DATETIME` is (`model::schema::types`).
+pub const SESSION_SQL_MODE: &str = "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,PIPES_AS_CONCAT', time_zone = '+00:00'";
 
 /// The widest `reconcile_fix.seat_no` `migrate` makes: its index
 /// (`showtime_id, seat_no, fixed_at`) must stay within InnoDB's 3,072 bytes.

@@ -12,7 +12,9 @@ use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::holds::{ContractState, Finding};
-use crate::model::schema::{self, ColumnFacts, IndexFacts, Proof, SchemaFacts};
+use crate::model::schema::{
+    self, CheckFacts, ColumnFacts, IndexFacts, Proof, SchemaFacts, TriggerFacts,
+};
 use crate::model::{SeatNo, ShowtimeId};
 
 /// The columns of the contract's tables and the audit table.
@@ -44,6 +46,30 @@ SELECT TABLE_NAME AS tbl, COLUMN_NAME AS col, INDEX_NAME AS index_name,
   FROM information_schema.STATISTICS
  WHERE TABLE_SCHEMA = DATABASE()
    AND TABLE_NAME IN ('hall_seat', 'showtime', 'ticket_order', 'order_seat', 'reconcile_fix')";
+
+/// The triggers on the contract's tables (see [`COLUMNS_QUERY`]): each may
+/// refuse or rewrite the cancel's writes. `information_schema.TRIGGERS`
+/// lists only the triggers of tables the user has the TRIGGER privilege
+/// on: the reconciler's least-privilege user sees none, and every cancel is
+/// read back before its seats are released all the same.
+pub const TRIGGERS_QUERY: &str = "\
+SELECT EVENT_OBJECT_TABLE AS tbl, TRIGGER_NAME AS name,
+       ACTION_TIMING AS timing, EVENT_MANIPULATION AS event
+  FROM information_schema.TRIGGERS
+ WHERE TRIGGER_SCHEMA = DATABASE()
+   AND EVENT_OBJECT_TABLE IN ('hall_seat', 'showtime', 'ticket_order', 'order_seat')";
+
+/// The CHECK constraints on the contract's tables (see [`COLUMNS_QUERY`]):
+/// one may refuse the cancel's writes (MariaDB's JSON type is
+/// `json_valid(col)`). Joined by name with the table's constraints, as
+/// both MySQL and MariaDB describe them.
+pub const CHECKS_QUERY: &str = "\
+SELECT tc.TABLE_NAME AS tbl, cc.CONSTRAINT_NAME AS name, cc.CHECK_CLAUSE AS clause
+  FROM information_schema.TABLE_CONSTRAINTS tc
+  JOIN information_schema.CHECK_CONSTRAINTS cc
+    ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
+ WHERE tc.CONSTRAINT_TYPE = 'CHECK' AND tc.TABLE_SCHEMA = DATABASE()
+   AND tc.TABLE_NAME IN ('hall_seat', 'showtime', 'ticket_order', 'order_seat')";
 
 /// Rows a data check lists at most; more is "and more", held as a whole.
 const LISTED: usize = 100;
@@ -127,13 +153,38 @@ impl MysqlStore {
     pub async fn schema_facts(&self) -> Result<SchemaFacts> {
         let columns = sqlx::raw_sql(COLUMNS_QUERY).fetch_all(&self.pool).await?;
         let mut index_rows = sqlx::raw_sql(INDEXES_QUERY).fetch_all(&self.pool).await?;
+        let triggers = sqlx::raw_sql(TRIGGERS_QUERY).fetch_all(&self.pool).await?;
+        let checks = sqlx::raw_sql(CHECKS_QUERY).fetch_all(&self.pool).await?;
         let mut facts = SchemaFacts::default();
+        for r in &checks {
+            facts.checks.push(CheckFacts {
+                table: lossy(r, "tbl"),
+                name: lossy(r, "name"),
+                clause: lossy(r, "clause"),
+            });
+        }
+        facts
+            .checks
+            .sort_by(|a, b| (&a.table, &a.name).cmp(&(&b.table, &b.name)));
+        facts.checks.dedup();
+        for r in &triggers {
+            facts.triggers.push(TriggerFacts {
+                table: lossy(r, "tbl"),
+                name: lossy(r, "name"),
+                timing: lossy(r, "timing").to_ascii_uppercase(),
+                event: lossy(r, "event").to_ascii_uppercase(),
+            });
+        }
+        facts
+            .triggers
+            .sort_by(|a, b| (&a.table, &a.name).cmp(&(&b.table, &b.name)));
         for r in &columns {
             facts.columns.push(ColumnFacts {
                 table: lossy(r, "tbl"),
                 column: lossy(r, "col"),
                 data_type: lossy(r, "data_type").to_ascii_lowercase(),
-                column_type: lossy(r, "column_type").to_ascii_lowercase(),
+                // As MySQL has it: the type lower case, ENUM members as spelled.
+                column_type: lossy(r, "column_type"),
                 nullable: lossy(r, "nullable") == "YES",
                 max_chars: int(r, "max_chars").ok().map(|n| n.max(0) as u64),
                 charset: text(r, "charset").ok(),
@@ -235,12 +286,7 @@ impl MysqlStore {
             )));
         };
         let everywhere = matches!(of, GroupsOf::Everywhere);
-        let mut q = match of {
-            GroupsOf::Halls(ids) | GroupsOf::Showtimes(ids) if ids.is_empty() => {
-                return Ok((Vec::new(), false));
-            }
-            _ => seat_groups_query(cs, coll, of),
-        };
+        let mut q = seat_groups_query(cs, coll, of);
         let rows = q.build().fetch_all(&self.pool).await?;
         let more = everywhere && rows.len() > LISTED;
         let listed = if everywhere { LISTED } else { rows.len() };
@@ -294,8 +340,15 @@ pub fn seat_groups_query<'a>(
         GroupsOf::Halls(ids) => push_in(&mut q, "hs.hall_id", ids),
         GroupsOf::Showtimes(ids) => push_in(&mut q, "s.id", ids),
     }
+    // `binary` is a character set and a collation no `COLLATE` names (a
+    // syntax error): the comparison of bytes is `CAST(… AS BINARY)`.
+    let compared = if cs.eq_ignore_ascii_case("binary") || coll.eq_ignore_ascii_case("binary") {
+        "CAST(hs.seat_no AS BINARY)".to_string()
+    } else {
+        format!("CONVERT(hs.seat_no USING {cs}) COLLATE {coll}")
+    };
     q.push(format_args!(
-        " GROUP BY {key}, CONVERT(hs.seat_no USING {cs}) COLLATE {coll} \
+        " GROUP BY {key}, {compared} \
          HAVING COUNT(DISTINCT CAST(hs.seat_no AS BINARY)) > 1 ORDER BY {key}"
     ));
     if matches!(of, GroupsOf::Everywhere) {
@@ -308,8 +361,8 @@ pub fn seat_groups_query<'a>(
 #[derive(Debug, Clone, Copy)]
 pub enum GroupsOf<'a> {
     Everywhere,
-    Halls(&'a [i64]),
-    Showtimes(&'a [ShowtimeId]),
+    Halls(NonEmpty<'a, i64>),
+    Showtimes(NonEmpty<'a, ShowtimeId>),
 }
 
 #[cfg(test)]
@@ -325,6 +378,8 @@ mod tests {
         for statement in [
             COLUMNS_QUERY.to_string(),
             INDEXES_QUERY.to_string(),
+            TRIGGERS_QUERY.to_string(),
+            CHECKS_QUERY.to_string(),
             NULL_SHOWTIME_ROWS.to_string(),
             DUPLICATE_SHOWTIMES.to_string(),
             groups.sql().as_str().to_string(),

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::contract::{Column, OrderFacts, SeatRowFacts};
+use crate::model::schema::{Read, types};
 use crate::model::{Scope, Shard};
 use chrono::{Datelike, NaiveDateTime};
 use sqlx::mysql::MySqlRow;
@@ -64,24 +65,57 @@ pub(super) fn seat_row_facts(r: &MySqlRow) -> SeatRowFacts {
 /// `ALLOW_INVALID_DATES`) does not decode into a `NaiveDateTime`: an `Err`
 /// here, never a panic. Meaningless for a row with no order.
 pub(super) fn order_dates(r: &MySqlRow) -> Column<NaiveDateTime> {
-    // The same words whichever date it is: they are part of the rows' mark
-    // (`RowsMark`), which replicas of another build must compute alike.
-    const WHY: &str = "a zero or out-of-range date";
-    let date = |at: usize| match r.try_get::<Option<NaiveDateTime>, _>(at) {
-        Ok(Some(t)) if t.year() >= 1000 => Ok(Some(t)),
-        Ok(None) => Ok(None),
-        _ => Err(WHY.to_string()),
-    };
-    let expires = date(at::O_EXPIRES_AT)?;
-    let created = date(at::O_CREATED_AT)?;
-    let (paid, cancelled) = (date(at::O_PAID_AT)?, date(at::O_CANCELLED_AT)?);
+    let expires = datetime(r, at::O_EXPIRES_AT)?;
+    let created = datetime(r, at::O_CREATED_AT)?;
+    let (paid, cancelled) = (
+        datetime(r, at::O_PAID_AT)?,
+        datetime(r, at::O_CANCELLED_AT)?,
+    );
     match (expires, created) {
         (Some(_), Some(created)) => Ok([paid, cancelled]
             .into_iter()
             .flatten()
             .fold(created, NaiveDateTime::max)),
         // NOT NULL columns: NULL is no date (`date_ok` is false too).
-        _ => Err(WHY.to_string()),
+        _ => Err(NO_DATE.to_string()),
+    }
+}
+
+/// Why a date-time value is no date. The same words whichever date it is:
+/// they are part of the rows' mark (`RowsMark`), which replicas of another
+/// build must compute alike.
+const NO_DATE: &str = "a zero or out-of-range date";
+
+/// A date-time column (`DATETIME` or `TIMESTAMP`, any precision: the
+/// session's time zone is UTC, so both read as stored), `Ok(None)` for
+/// NULL. `Err` for a zero date, a day 0, a month 0 or a day past its
+/// month's end (stored under `ALLOW_INVALID_DATES`), a year before 1000,
+/// and a column of a type the reads do not take (`model::schema::types`),
+/// naming it. Never a panic (rule 16).
+pub(super) fn datetime<I>(r: &MySqlRow, at: I) -> Column<Option<NaiveDateTime>>
+where
+    I: sqlx::ColumnIndex<MySqlRow> + Copy,
+{
+    let checked = |t: Option<NaiveDateTime>| match t {
+        Some(t) if t.year() < 1000 => Err(NO_DATE.to_string()),
+        t => Ok(t),
+    };
+    // DATETIME: the common case, decoded as sqlx checks it.
+    if let Ok(t) = r.try_get::<Option<NaiveDateTime>, _>(at) {
+        return checked(t);
+    }
+    if is_null(r, at) {
+        return Ok(None);
+    }
+    // TIMESTAMP has DATETIME's encoding on the wire; sqlx takes only
+    // DATETIME for a `NaiveDateTime`, so the table decides, not sqlx.
+    let (name, ty) = typed(r, at);
+    if !types::decodes(Read::DateTime, &ty) {
+        return Err(refused(&name, &ty, "a date-time"));
+    }
+    match r.try_get_unchecked::<Option<NaiveDateTime>, _>(at) {
+        Ok(t) => checked(t),
+        Err(_) => Err(NO_DATE.to_string()),
     }
 }
 
@@ -102,43 +136,92 @@ fn why(e: sqlx::Error) -> String {
     }
 }
 
+/// The column's name as selected, and its value's type as the wire gives
+/// it (`BIGINT UNSIGNED`, `DATE`): what a decode error names.
+fn typed<I: sqlx::ColumnIndex<MySqlRow>>(r: &MySqlRow, at: I) -> (String, String) {
+    use sqlx::{Column as _, TypeInfo as _};
+    match r.try_column(at) {
+        Ok(c) => (c.name().to_string(), c.type_info().name().to_string()),
+        Err(_) => ("a column".to_string(), "absent".to_string()),
+    }
+}
+
+/// `o_expires_at is DATE, not read as a date-time`.
+fn refused(name: &str, ty: &str, what: &str) -> String {
+    format!("{name} is {ty}, not read as {what}")
+}
+
 /// True when the column is SQL NULL (or missing: nothing to read either).
 pub(super) fn is_null<I: sqlx::ColumnIndex<MySqlRow>>(r: &MySqlRow, at: I) -> bool {
     use sqlx::ValueRef as _;
     r.try_get_raw(at).map_or(true, |v| v.is_null())
 }
 
-/// An integer column of any integer type, signed or not, of any width, as
-/// BIGINT: `Err` for NULL, for a value beyond BIGINT (an unsigned column)
-/// and for a column of another type. Never fails the read (rule 16).
+/// An integer column as BIGINT: any integer type, signed or not, of any
+/// width, and a `DECIMAL` holding an integer (the types
+/// `model::schema::types` takes for an integer). `Err` for NULL, for a
+/// value beyond BIGINT (naming the column's type: an unsigned or a wide
+/// decimal column) and for a column of another type. Never fails the read
+/// (rule 16).
 pub(super) fn int<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, at: I) -> Column<i64> {
-    match r.try_get::<Option<i64>, _>(at) {
-        Ok(Some(v)) => Ok(v),
-        Ok(None) => Err("NULL".into()),
-        Err(signed) => match r.try_get::<Option<u64>, _>(at) {
-            Ok(Some(v)) => i64::try_from(v).map_err(|_| format!("{v} is beyond BIGINT")),
-            Ok(None) => Err("NULL".into()),
-            Err(_) => Err(why(signed)),
-        },
+    // The common case first, as sqlx checks it: a signed integer.
+    if let Ok(v) = r.try_get::<Option<i64>, _>(at) {
+        return v.ok_or_else(|| "NULL".to_string());
+    }
+    if is_null(r, at) {
+        return Err("NULL".into());
+    }
+    let (name, ty) = typed(r, at);
+    if !types::decodes(Read::Integer, &ty) {
+        return Err(refused(&name, &ty, "an integer"));
+    }
+    let beyond = |v: &dyn std::fmt::Display| format!("{v} is beyond BIGINT ({name} is {ty})");
+    if let Ok(Some(v)) = r.try_get::<Option<u64>, _>(at) {
+        return i64::try_from(v).map_err(|_| beyond(&v));
+    }
+    // A DECIMAL comes as its digits.
+    match r.try_get_unchecked::<&str, _>(at) {
+        Ok(digits) => digits.parse::<i64>().map_err(|_| beyond(&digits)),
+        Err(e) => Err(why(e)),
     }
 }
 
-/// A text column as UTF-8 (bytes that are not become U+FFFD); `Err` for NULL.
+/// A text column, exactly: `Err` for NULL, for bytes that are not UTF-8
+/// (a utf8mb4 session gets every character set as UTF-8: only a binary
+/// string can send other bytes, and a name read from them would not be
+/// the one MySQL holds) and for a column that is no string.
 pub(super) fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, at: I) -> Column<String> {
     match r.try_get::<Option<&[u8]>, _>(at) {
-        Ok(Some(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Ok(None) => Err("NULL".into()),
-        Err(_) => match r.try_get::<Option<String>, _>(at) {
-            Ok(Some(s)) => Ok(s),
-            Ok(None) => Err("NULL".into()),
-            Err(e) => Err(why(e)),
+        Ok(Some(b)) => match std::str::from_utf8(b) {
+            Ok(s) => Ok(s.to_string()),
+            Err(_) => {
+                let (name, ty) = typed(r, at);
+                Err(format!(
+                    "{name} ({ty}) holds bytes that are not UTF-8: {}",
+                    String::from_utf8_lossy(b).escape_debug()
+                ))
+            }
         },
+        Ok(None) => Err("NULL".into()),
+        Err(_) if is_null(r, at) => Err("NULL".into()),
+        Err(_) => {
+            let (name, ty) = typed(r, at);
+            Err(refused(&name, &ty, "text"))
+        }
     }
 }
 
-/// A text column as UTF-8 (bytes that are not become U+FFFD), "" when NULL.
+/// A text column for display: bytes that are not UTF-8 become U+FFFD,
+/// NULL and other types "".
 pub(super) fn lossy<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, at: I) -> String {
-    text(r, at).unwrap_or_default()
+    match r.try_get::<Option<&[u8]>, _>(at) {
+        Ok(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+        _ => r
+            .try_get::<Option<String>, _>(at)
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+    }
 }
 
 /// SQL, true when `col` holds a date that decodes: no zero date, no zero or
@@ -191,28 +274,107 @@ pub(super) fn push_shard(q: &mut QueryBuilder<MySql>, col: &str, shard: Shard) {
     }
 }
 
-/// ` AND <col> is in the scope`: its shard, and its ids when it names some.
+/// ` AND <col> is in the scope`: its shard, and its ids when it names some
+/// (a scope naming none is the whole shard).
 pub(super) fn push_scope(q: &mut QueryBuilder<MySql>, col: &str, scope: Scope<'_>) {
     push_shard(q, col, scope.shard);
-    push_in(q, col, scope.only);
+    if let Some(only) = NonEmpty::of(scope.only) {
+        push_in(q, col, only);
+    }
 }
 
-/// ` AND col IN (?, ?, …)` unless `values` is empty.
-pub(super) fn push_in(q: &mut QueryBuilder<MySql>, col: &str, values: &[i64]) {
-    if values.is_empty() {
-        return;
+/// A list with at least one item: what every builder of `IN (…)`,
+/// `FIELD(…)`, `CASE … END` and multi-row `INSERT` takes, so that no
+/// statement is built with an empty list. MySQL refuses most of them
+/// (`IN ()`, `FIELD(x)`: 1582, `VALUES` with no row), and a filter quietly
+/// left out would read, or write, the whole table. The caller of a builder
+/// decides what an empty list means (usually: no statement at all).
+#[derive(Debug)]
+pub struct NonEmpty<'a, T>(&'a [T]);
+
+// Copy whatever T is: it is a borrowed slice.
+impl<T> Clone for NonEmpty<'_, T> {
+    fn clone(&self) -> Self {
+        *self
     }
+}
+
+impl<T> Copy for NonEmpty<'_, T> {}
+
+impl<'a, T> NonEmpty<'a, T> {
+    /// The list, when it has an item.
+    pub fn of(items: &'a [T]) -> Option<NonEmpty<'a, T>> {
+        (!items.is_empty()).then_some(NonEmpty(items))
+    }
+
+    pub fn items(&self) -> &'a [T] {
+        self.0
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'a, T> {
+        self.0.iter()
+    }
+}
+
+/// ` AND col IN (?, ?, …)`.
+pub(super) fn push_in(q: &mut QueryBuilder<MySql>, col: &str, values: NonEmpty<'_, i64>) {
     q.push(format_args!(" AND {col} IN ("));
+    push_list(q, values.iter().copied());
+    q.push(")");
+}
+
+/// `VALUES (…), (…)`: one row per item, each pushed by `row` (sqlx's
+/// `push_values`, given a list that cannot be empty).
+pub(super) fn push_rows<'a, T>(
+    q: &mut QueryBuilder<MySql>,
+    rows: NonEmpty<'a, T>,
+    row: impl FnMut(sqlx::query_builder::Separated<'_, MySql, &'static str>, &'a T),
+) {
+    q.push_values(rows.iter(), row);
+}
+
+/// `?, ?, …`: the binds of a list, comma-separated (the caller's list is
+/// a [`NonEmpty`]'s items).
+pub(super) fn push_list<'t, T>(q: &mut QueryBuilder<MySql>, values: impl Iterator<Item = T>)
+where
+    T: sqlx::Encode<'t, MySql> + sqlx::Type<MySql>,
+{
     let mut sep = q.separated(", ");
     for v in values {
-        sep.push_bind(*v);
+        sep.push_bind(v);
     }
-    q.push(")");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list builder is given one item at least: the one-element list
+    /// builds a statement MySQL takes; the empty one cannot be given.
+    #[test]
+    fn list_builders_take_one_element_and_never_none() {
+        assert!(NonEmpty::<i64>::of(&[]).is_none());
+        let one = [7_i64];
+        let mut q = QueryBuilder::<MySql>::new("SELECT 1 FROM t WHERE TRUE");
+        push_in(&mut q, "id", NonEmpty::of(&one).unwrap());
+        assert_eq!(q.sql().as_str(), "SELECT 1 FROM t WHERE TRUE AND id IN (?)");
+        let mut q = QueryBuilder::<MySql>::new("INSERT INTO t (a) ");
+        push_rows(&mut q, NonEmpty::of(&one).unwrap(), |mut b, v| {
+            b.push_bind(*v);
+        });
+        assert_eq!(q.sql().as_str(), "INSERT INTO t (a) VALUES (?)");
+        // An empty scope is the whole shard, not `IN ()`.
+        let mut q = QueryBuilder::<MySql>::new("SELECT 1 FROM t WHERE TRUE");
+        push_scope(
+            &mut q,
+            "id",
+            Scope {
+                shard: Shard::ALL,
+                only: &[],
+            },
+        );
+        assert_eq!(q.sql().as_str(), "SELECT 1 FROM t WHERE TRUE");
+    }
 
     /// `at`'s positions name the columns `SEAT_ROW_COLUMNS` selects (it is
     /// read by position; a column added in the middle must move them).

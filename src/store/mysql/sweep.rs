@@ -105,9 +105,7 @@ impl MysqlStore {
         for r in &rows {
             // The SQL keeps ids within BIGINT and dates that decode: a key
             // that does not decode here is a type the schema check holds.
-            let (Ok(id), Ok(Some(starts_at))) =
-                (int(r, 0), column::<Option<NaiveDateTime>, _>(r, 2))
-            else {
+            let (Ok(id), Ok(Some(starts_at))) = (int(r, 0), datetime(r, 2)) else {
                 continue;
             };
             page.last = Some(Keyset { at: starts_at, id });
@@ -226,15 +224,18 @@ impl MysqlStore {
         let mut seats: HashMap<i64, Vec<SeatNo>> =
             hall_ids.iter().map(|&h| (h, Vec::new())).collect();
         let mut unknown = Vec::new();
-        if hall_ids.is_empty() {
+        let Some(halls) = NonEmpty::of(hall_ids) else {
             return Ok((HashMap::new(), unknown));
-        }
+        };
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT hall_id, seat_no, CAST(enabled AS SIGNED) AS enabled FROM hall_seat \
              WHERE (enabled IS NULL OR enabled <> 0)",
         );
-        push_in(&mut q, "hall_id", hall_ids);
-        q.push(" ORDER BY hall_id, row_label, col_no, seat_no");
+        push_in(&mut q, "hall_id", halls);
+        // The seat-map order by the columns the schema has (rule 17: a
+        // missing `row_label` or `col_no` holds no job).
+        q.push(" ORDER BY hall_id, ")
+            .push(self.contract().shape.seat_order(""));
         let rows = q.build().fetch_all(&self.pool).await?;
         for r in rows {
             let Ok(hall) = int(&r, "hall_id") else {
@@ -259,7 +260,7 @@ impl MysqlStore {
         }
         let groups = match &self.contract().shape.seat_groups {
             Some((charset, collation)) => {
-                self.seat_groups(charset, collation, super::schema::GroupsOf::Halls(hall_ids))
+                self.seat_groups(charset, collation, super::schema::GroupsOf::Halls(halls))
                     .await?
                     .0
             }
@@ -287,12 +288,12 @@ impl MysqlStore {
     pub async fn occupancy(&self, showtimes: &[ShowtimeId]) -> Result<OccupancyRead> {
         let mut out = OccupancyBuilder::default();
         let mut unknown = Vec::new();
-        if showtimes.is_empty() {
+        let Some(showtimes) = NonEmpty::of(showtimes) else {
             return Ok(OccupancyRead {
                 occupancy: out.finish(),
                 unknown,
             });
-        }
+        };
         let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
         q.push(
                 " FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \

@@ -121,6 +121,7 @@ fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
         found: String::new(),
         expected: String::new(),
         holds: false,
+        warns: false,
         detail: String::new(),
         fix: String::new(),
     }]);

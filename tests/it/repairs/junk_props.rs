@@ -1,6 +1,7 @@
 //! Property test over both real stores filled with junk, in every column of
 //! the contract: statuses spelled every way (showtimes and orders), seat
-//! numbers the collation folds (`a-1`, `A-1 `), `active` other than 1 or
+//! numbers the collation folds (`a-1`, `A-1 `) or that only read as the
+//! seat (`Ａ-1`, `A\u{a0}-1`, `A\u{200b}-1`), `active` other than 1 or
 //! NULL (and NULL on a valid order, 1 on an ended one), seat rows in another
 //! showtime than their order's, zero dates (under a permissive `sql_mode`)
 //! in `starts_at`, `expires_at`, `created_at` and `paid_at`, a template
@@ -43,7 +44,9 @@ enum Holder {
 #[derive(Debug, Clone, Copy)]
 enum RowJunk {
     None,
-    /// `order_seat.seat_no` spelled so that only the collation matches it.
+    /// `order_seat.seat_no` spelled so that only the collation matches it
+    /// (`lower`, `space`), or only a person's reading (`fullwidth`, `nbsp`,
+    /// `zwsp`: see [`look_alikes`]).
     Spelling(&'static str),
     /// `order_seat.active` set to this, whatever the status.
     Active(Option<i64>),
@@ -56,7 +59,8 @@ enum RowJunk {
 fn row_junk() -> impl Strategy<Value = RowJunk> {
     prop_oneof![
         6 => Just(RowJunk::None),
-        1 => prop::sample::select(vec!["lower", "space"]).prop_map(RowJunk::Spelling),
+        2 => prop::sample::select(vec!["lower", "space", "fullwidth", "nbsp", "zwsp"])
+            .prop_map(RowJunk::Spelling),
         1 => prop::sample::select(vec![Some(0), Some(2), Some(1), None]).prop_map(RowJunk::Active),
         1 => Just(RowJunk::OtherShowtime),
         1 => prop::sample::select(vec!["expires_at", "created_at", "paid_at"]).prop_map(RowJunk::ZeroDate),
@@ -220,9 +224,13 @@ async fn seed(env: &TestEnv, e: &Estate) {
                     "UPDATE order_seat SET seat_no = '{}' WHERE order_id = {id}",
                     seat.to_lowercase()
                 ),
-                RowJunk::Spelling(_) => {
+                RowJunk::Spelling("space") => {
                     format!("UPDATE order_seat SET seat_no = '{seat} ' WHERE order_id = {id}")
                 }
+                RowJunk::Spelling(how) => format!(
+                    "UPDATE order_seat SET seat_no = '{}' WHERE order_id = {id}",
+                    look_alike(seat, how)
+                ),
                 RowJunk::Active(v) => format!(
                     "UPDATE order_seat SET active = {} WHERE order_id = {id}",
                     v.map_or("NULL".to_string(), |v| v.to_string())
@@ -290,6 +298,27 @@ async fn seat_fields(env: &TestEnv, e: &Estate) -> BTreeMap<(i64, String), Strin
     out
 }
 
+/// How a person may read `seat` (`A-1`) though MySQL's collation does not:
+/// fullwidth letters and digits, a no-break space, a zero-width space.
+fn look_alike(seat: &str, how: &str) -> String {
+    match how {
+        "fullwidth" => seat
+            .chars()
+            .map(|c| match c {
+                'A'..='Z' | '0'..='9' => char::from_u32(c as u32 + 0xFEE0).unwrap_or(c),
+                c => c,
+            })
+            .collect(),
+        "nbsp" => seat.replacen('-', "\u{a0}-", 1),
+        _ => seat.replacen('-', "\u{200b}-", 1),
+    }
+}
+
+/// Every spelling the oracle takes for `seat` besides the collation's.
+fn look_alikes(seat: &str) -> [String; 3] {
+    ["fullwidth", "nbsp", "zwsp"].map(|how| look_alike(seat, how))
+}
+
 /// (showtime, seat) → exact status of the order holding it with `active = 1`.
 async fn holders(env: &TestEnv) -> HashMap<(i64, String), String> {
     let rows: Vec<(i64, String, Vec<u8>)> = sqlx::query_as(
@@ -313,7 +342,8 @@ async fn count(env: &TestEnv, sql: &'static str) -> i64 {
 
 /// The seats MySQL shows occupied, asked in its own terms: every
 /// (showtime, template seat) that some `order_seat` row names under the
-/// column's collation, in its own showtime or in its order's, unless the
+/// column's collation, or in a spelling a person reads as it
+/// ([`look_alikes`]), in its own showtime or in its order's, unless the
 /// row is cleanly ended (`active` NULL and its order exactly CANCELLED or
 /// REFUNDED, or no order at all); with the lowest value a write may leave
 /// there: "1" when every such row is a PENDING order read strictly (the
@@ -328,13 +358,16 @@ async fn occupied(env: &TestEnv, e: &Estate) -> Vec<((i64, String), Option<i64>)
                  AND o.expires_at >= '1000-01-01' AND o.created_at >= '1000-01-01' \
                  AND (o.paid_at IS NULL OR o.paid_at >= '1000-01-01')), 0) AS SIGNED) \
                  FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
-                 WHERE (os.showtime_id = ? OR o.showtime_id = ?) AND os.seat_no = ? \
+                 WHERE (os.showtime_id = ? OR o.showtime_id = ?) AND os.seat_no IN (?, ?, ?, ?) \
                  AND NOT (os.active IS NULL AND (o.id IS NULL OR BINARY o.status IN ('CANCELLED', 'REFUNDED')))",
             )
             .bind(seat)
             .bind(s.id)
             .bind(s.id)
             .bind(seat)
+            .bind(&look_alikes(seat)[0])
+            .bind(&look_alikes(seat)[1])
+            .bind(&look_alikes(seat)[2])
             .fetch_one(env.ctx.mysql.pool())
             .await
             .unwrap();

@@ -9,12 +9,15 @@
 mod audit;
 mod bad_data;
 mod bad_values;
+mod empty_lists;
 mod hands_off;
 mod jobs;
 mod junk_props;
 mod lua_scripts;
 mod own_keys;
 mod planner_props;
+mod refused_writes;
 mod safety;
 mod schema_deviations;
+mod schema_types;
 mod strict_reading;

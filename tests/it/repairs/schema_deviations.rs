@@ -9,12 +9,13 @@ use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_test_support::{TestEnv, ended_well, seat};
 
-/// The deviation the run reported for `table.column`, as (kind, holds).
+/// The deviation the run reported for `table.column`, as (kind, holds):
+/// the column's own, not a warning about an index it leads.
 fn deviation(report: &RunReport, table: &str, column: &str) -> Option<(String, bool)> {
     report
         .contract_deviations
         .iter()
-        .find(|d| d.table == table && d.column == column)
+        .find(|d| d.table == table && d.column == column && !d.warns)
         .map(|d| (d.kind.to_string(), d.holds))
 }
 
@@ -425,5 +426,130 @@ async fn a_column_of_another_type_holds_what_reads_it_and_nothing_else() {
     assert_eq!(
         deviation(&report, "showtime", "hall_id"),
         Some(("type".into(), true))
+    );
+}
+
+/// Rule 17, "holds only the jobs that use that column": a missing
+/// `ticket_order.cancel_reason` (written by the cancel alone) held all four
+/// seat jobs for the whole estate; a missing `expires_at` failed with a raw
+/// `1054`. Each is a deviation of kind `missing` whose fix is an `ADD`
+/// (executed here): the first holds `expired-orders`' cancels (its orders
+/// still read and counted) while the seat jobs repair; the second, read by
+/// both, holds both, each saying so; a missing `row_label` (read only to
+/// order a rebuilt hash) holds nothing.
+#[tokio::test]
+async fn a_missing_column_holds_only_the_jobs_that_use_it() {
+    for column in ["cancel_reason", "expires_at", "row_label"] {
+        let env = TestEnv::new().await;
+        showtime(&env, 1, 1, &[("A-1", "1"), ("A-2", "1")]).await;
+        let expired = env.fx.order(1, "PENDING", &["A-2"], -900).await.unwrap();
+        let table = if column == "row_label" {
+            "hall_seat"
+        } else {
+            "ticket_order"
+        };
+        env.sql(&format!("ALTER TABLE {table} DROP COLUMN {column}"))
+            .await;
+
+        let report = env.once(&Kind::ALL).await;
+        let text = report.to_text();
+        assert!(!text.contains("1054"), "{column}: {text}");
+        let d = report
+            .contract_deviations
+            .iter()
+            .find(|d| d.table == table && d.column == column)
+            .unwrap_or_else(|| panic!("{column}: {text}"));
+        assert_eq!(d.kind, "missing", "{column}");
+        assert!(d.fix.contains(&format!("ADD COLUMN {column}")), "{}", d.fix);
+        let orphans = seat(&env, 1, "A-1").await;
+        let status = env.fx.order_status(expired).await.unwrap();
+        match column {
+            "cancel_reason" => {
+                assert!(d.holds && d.detail.contains("expired-orders"), "{d:?}");
+                assert_eq!(orphans.as_deref(), Some("0"), "the seat jobs run: {text}");
+                assert_eq!(status, "PENDING", "{text}");
+                assert_eq!(report.jobs[0].held_back, 1, "{text}");
+            }
+            "expires_at" => {
+                assert!(d.holds, "{d:?}");
+                assert_eq!(orphans.as_deref(), Some("1"), "{text}");
+                for j in &report.jobs {
+                    let why = j.fatal.as_deref().unwrap_or_default();
+                    assert!(why.contains("held back by the schema"), "{text}");
+                }
+            }
+            _ => {
+                assert!(!d.holds, "{d:?}");
+                ended_well(&report);
+                assert_eq!(orphans.as_deref(), Some("0"), "{text}");
+                assert_eq!(status, "CANCELLED", "{text}");
+            }
+        }
+
+        env.sql(&d.fix).await;
+        let report = env.once(&Kind::ALL).await;
+        ended_well(&report);
+        assert!(
+            !report
+                .contract_deviations
+                .iter()
+                .any(|d| d.table == table && d.column == column),
+            "{column}: {}",
+            report.to_text()
+        );
+    }
+}
+
+/// The indexes the reads rely on are judged: without one that leads with
+/// `order_seat.showtime_id` (uq_occupancy dropped), `ticket_order (status,
+/// expires_at)` or `(showtime_id, status)`, each read is slow, not wrong:
+/// a deviation of kind `index` that warns and holds nothing, with the
+/// `CREATE INDEX` to run and what it costs; run, it clears the deviation.
+#[tokio::test]
+async fn a_missing_index_warns_with_its_cost_and_holds_nothing() {
+    let env = TestEnv::new().await;
+    showtime(&env, 1, 1, &[("A-1", "1"), ("A-3", "2")]).await;
+    env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
+    env.sql(
+        "ALTER TABLE order_seat DROP INDEX uq_occupancy; \
+         ALTER TABLE ticket_order DROP INDEX idx_order_status_expires, DROP INDEX idx_order_showtime_status",
+    )
+    .await;
+    let report = env.once(&Kind::ALL).await;
+    ended_well(&report);
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("0"));
+    assert_eq!(seat(&env, 1, "A-2").await.as_deref(), Some("2"));
+    let indexes: Vec<_> = report
+        .contract_deviations
+        .iter()
+        .filter(|d| d.kind == "index")
+        .collect();
+    assert_eq!(
+        indexes
+            .iter()
+            .map(|d| (d.table, d.column))
+            .collect::<Vec<_>>(),
+        [
+            ("order_seat", "showtime_id"),
+            ("ticket_order", "status"),
+            ("ticket_order", "showtime_id"),
+        ],
+        "{}",
+        report.to_text()
+    );
+    for d in &indexes {
+        assert!(d.warns && !d.holds, "{d:?}");
+        assert!(d.fix.starts_with("CREATE INDEX"), "{d:?}");
+        assert!(d.detail.contains("scan"), "what it costs: {d:?}");
+        env.sql(&d.fix).await;
+    }
+    let state = env.ctx.mysql.check_contract().await.unwrap();
+    assert!(
+        !state
+            .judged
+            .iter()
+            .any(|j| j.deviation.kind.label() == "index"),
+        "{:?}",
+        state.judged
     );
 }

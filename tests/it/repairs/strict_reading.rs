@@ -24,12 +24,26 @@ async fn showtime(env: &TestEnv, values: &[(&str, &str)]) {
 
 /// The user's case and its class: an order's seat spelled so that only the
 /// collation matches it to the template seat (`a-1`, `A-1 `, `á-1` are
-/// `A-1` to `uq_occupancy`). MySQL holds the seat with it: a sold seat is
-/// not released, a held one not freed, and a rebuilt hash gets no free
-/// field for it. The row is reported.
+/// `A-1` to `uq_occupancy`), or only a person's reading does (rule 17:
+/// fullwidth letters, a no-break space, a zero-width space, a word joiner,
+/// a space inside: Unicode NFKC, case folding,
+/// no white space or invisible characters). MySQL, or the customer who
+/// reads it, holds the seat with it: a sold seat is not released, a held
+/// one not freed, and a rebuilt hash gets no free field for it. The row is
+/// reported.
 #[tokio::test]
 async fn a_seat_named_only_by_the_collation_is_never_lowered() {
-    for spelling in ["a-1", "A-1 ", "á-1", "A-1  "] {
+    for spelling in [
+        "a-1",
+        "A-1 ",
+        "á-1",
+        "A-1  ",
+        "Ａ-1",
+        "A\u{a0}-1",
+        "A\u{200b}-1",
+        "ａ\u{2060}-1",
+        "A -1",
+    ] {
         for (status, value) in [("PAID", "2"), ("PENDING", "1")] {
             let env = TestEnv::new().await;
             showtime(&env, &[("A-1", value), ("A-2", value), ("A-4", value)]).await;
@@ -87,6 +101,70 @@ async fn a_seat_named_only_by_the_collation_is_never_lowered() {
             assert_eq!(hash.get("A-1"), None, "{status} {spelling:?}: {hash:?}");
             assert_eq!(hash.get("A-4"), None, "{status} {spelling:?}: {hash:?}");
         }
+    }
+}
+
+/// The user's case: the template spells the seat composed (`É-1`), the
+/// PAID order's row decomposed (`E` + U+0301); to the default collation
+/// they differ, to a person they are one seat. `sold-orphans` lowered it
+/// `2 -> 0`. It is raised only, never lowered, never rebuilt free; the row
+/// is reported (and `inspect` shows it). The cancel chain's release asks
+/// the same: an expired order's seat that another order holds under a
+/// look-alike name is not released.
+#[tokio::test]
+async fn a_seat_a_person_reads_as_the_template_seat_is_never_lowered() {
+    for (template, row) in [
+        ("É-1", "E\u{301}-1"),
+        ("Ｂ-1", "B-1"),
+        ("C-1", "c\u{200d}-1"),
+    ] {
+        let env = TestEnv::new().await;
+        env.fx.hall(1, 1, 2).await.unwrap();
+        sqlx::query(
+            "INSERT INTO hall_seat (hall_id, seat_no, row_label, col_no, enabled) VALUES (1, ?, 'Z', 1, 1)",
+        )
+        .bind(template)
+        .execute(env.ctx.mysql.pool())
+        .await
+        .unwrap();
+        env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
+        env.fx
+            .warm(1, &[("A-1", "1"), ("A-2", "1"), (template, "2")])
+            .await
+            .unwrap();
+        env.fx.order(1, "PAID", &[row], 900).await.unwrap();
+        // An expired order on A-2, and a PAID one reading as A-2.
+        let expired = env.fx.order(1, "PENDING", &["A-2"], -600).await.unwrap();
+        env.fx.order(1, "PAID", &["Ａ-2"], 900).await.unwrap();
+
+        let report = env.once(&Kind::ALL).await;
+        ended_well(&report);
+        let case = format!("{template:?} {row:?}: {}", report.to_text());
+        assert_eq!(
+            seat(&env, 1, template).await.as_deref(),
+            Some("2"),
+            "{case}"
+        );
+        assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("0"), "{case}");
+        assert_eq!(env.fx.order_status(expired).await.unwrap(), "CANCELLED");
+        assert_eq!(seat(&env, 1, "A-2").await.as_deref(), Some("1"), "{case}");
+        assert!(invalid(&report) >= 1, "{case}");
+        let map = inspect::load(&env.ctx, 1).await.unwrap().unwrap();
+        assert!(
+            map.unknown_rows.iter().any(|r| r.contains("reads as")),
+            "{:?}",
+            map.unknown_rows
+        );
+
+        let _: i64 = env
+            .redis(redis::cmd("DEL").arg(env.ctx.redis.keys.seat(1)))
+            .await;
+        let report = env.once(&Kind::ALL).await;
+        ended_well(&report);
+        let hash = env.fx.hash(1).await.unwrap();
+        assert_eq!(hash.get(template), None, "{case}: {hash:?}");
+        assert_eq!(hash.get("A-2"), None, "{case}: {hash:?}");
+        assert_eq!(hash.get("A-1").map(String::as_str), Some("0"), "{hash:?}");
     }
 }
 
