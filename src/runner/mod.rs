@@ -7,6 +7,7 @@
 //! what it shows of them (`/status`, metrics).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use crate::jobs::pass_run::PassOutcome;
 use crate::jobs::{self, RunRequest, Trigger};
 use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
+use crate::pass::{Holding, KeptPass};
 use crate::schedule::Schedule;
 
 mod status;
@@ -79,6 +81,14 @@ pub struct Runner {
     /// The passes' cadence while a change source is down (`change_watch`'s
     /// `while_uncovered`): None, the schedule's.
     fallback: Mutex<Option<Fallback>>,
+    /// The pass lease of this process's own shard, kept between passes
+    /// (None: no pass, or a dry run, which takes no lease).
+    kept: Option<Arc<KeptPass>>,
+    /// The stop of the pass under way: cancelled to start another at once
+    /// (Redis lost its data: the pass's cursors went with it).
+    pass_stop: Mutex<CancellationToken>,
+    /// A pass was started since the daemon started (whatever came of it).
+    passes_started: AtomicBool,
 }
 
 /// Why a trigger did not start a run.
@@ -144,12 +154,16 @@ impl Runner {
         if let Some(c) = &changes {
             metrics.export_changes(&c.metrics);
         }
+        let stop = CancellationToken::new();
+        let kept = (has_pass && !settings.reconcile.dry_run)
+            .then(|| Arc::new(KeptPass::new(settings.shard(), stop.clone())));
         Arc::new(Runner {
             ctx,
             metrics,
             pass_metrics,
             schedules,
-            stop: CancellationToken::new(),
+            pass_stop: Mutex::new(stop.child_token()),
+            stop,
             tracker: TaskTracker::new(),
             pass_guard: Default::default(),
             expired_guard: Default::default(),
@@ -157,7 +171,26 @@ impl Runner {
             changes,
             shards: Mutex::new(shards),
             fallback: Mutex::new(None),
+            kept,
+            passes_started: AtomicBool::new(false),
         })
+    }
+
+    /// The pass lease of this process's own shard, kept between passes
+    /// (None without a pass, and in a dry run).
+    pub fn kept_pass(&self) -> Option<&Arc<KeptPass>> {
+        self.kept.as_ref()
+    }
+
+    /// Whether a pass was started since the daemon started.
+    pub fn passes_started(&self) -> bool {
+        self.passes_started.load(Ordering::SeqCst)
+    }
+
+    /// Stops the pass under way, if any, so that the next one starts at
+    /// once (the caller asks for it): what it walked by is gone.
+    pub fn restart_pass(&self) {
+        lock(&self.pass_stop).cancel();
     }
 
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
@@ -173,7 +206,13 @@ impl Runner {
     /// The run `trigger` asks for, as the daemon runs it: stopped with the
     /// daemon, telling its findings to the change queue.
     pub fn request(&self, trigger: Trigger) -> RunRequest {
-        RunRequest::new(&self.ctx, trigger, self.stop.clone(), self.outbox())
+        RunRequest::new(
+            &self.ctx,
+            trigger,
+            self.stop.clone(),
+            self.outbox(),
+            self.kept.clone(),
+        )
     }
 
     /// Cancelled when the daemon shuts down.
@@ -186,20 +225,25 @@ impl Runner {
         self.tracker.spawn(task);
     }
 
-    /// Whether this process holds its own shard's pass now or ran its
-    /// latest one (holds the shard's work; only then does it check changes
-    /// between passes), or None before its first pass is claimed or ends.
+    /// Whether this process is its own shard's active replica (only then
+    /// does it check changes between passes): it holds the shard's pass
+    /// lease (Some(true)), or another reconciler's live lease holds it
+    /// (Some(false)); None while nobody can be said to (before the first
+    /// claim, a claim failing, a lease not renewed). A dry run takes no
+    /// lease: it is active once its first pass has run.
     pub fn active_on_own_shard(&self) -> Option<bool> {
-        // Claimed and under way: active already (a first pass of a large
-        // estate takes minutes; the checks need not wait for its end).
-        if self.changes.as_ref().is_some_and(|c| c.own_pass_claimed()) {
-            return Some(true);
+        let Some(kept) = &self.kept else {
+            let own = self.ctx.settings.shard().index;
+            return lock(&self.shards)
+                .get(&own)
+                .filter(|s| s.last_fire.is_some())
+                .map(|s| s.active);
+        };
+        match kept.holding() {
+            Holding::Held => Some(true),
+            Holding::Standby { .. } => Some(false),
+            Holding::NoHolder { .. } => None,
         }
-        let own = self.ctx.settings.shard().index;
-        lock(&self.shards)
-            .get(&own)
-            .filter(|s| s.last_fire.is_some())
-            .map(|s| s.active)
     }
 
     /// A pass now, outside the schedule (after a gap in change detection).
@@ -261,6 +305,9 @@ impl Runner {
             .map_err(|_| NotStarted::AlreadyRunning)?;
         let this = Arc::clone(self);
         self.set_running(&kinds, true);
+        if is_pass {
+            self.passes_started.store(true, Ordering::SeqCst);
+        }
         self.tracker.spawn(async move {
             let max = this.ctx.settings.daemon.start_jitter;
             if jitter && !max.is_zero() {
@@ -325,9 +372,12 @@ impl Runner {
         } else {
             vec![own]
         };
+        // This pass's own stop (under the daemon's): `restart_pass`.
+        let stop = self.stop.child_token();
+        *lock(&self.pass_stop) = stop.clone();
         let mut ran_any = false;
         for shard in shards {
-            if self.stop.is_cancelled() {
+            if stop.is_cancelled() {
                 break;
             }
             let ctx = self.ctx.for_shard(shard);
@@ -340,20 +390,18 @@ impl Runner {
                     .unwrap_or_default();
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = self.stop.cancelled() => break,
+                    _ = stop.cancelled() => break,
                 }
             }
             let started_at = Utc::now();
             if let Some(changes) = self.changes.as_ref().filter(|_| shard == own) {
                 changes.pass_starts();
             }
-            let request = RunRequest::new(&ctx, trigger.clone(), self.stop.clone(), self.outbox());
+            let kept = self.kept.clone().filter(|_| shard == own);
+            let request = RunRequest::new(&ctx, trigger.clone(), stop.clone(), self.outbox(), kept);
             let run = jobs::run(&ctx, request).await;
             ran_any |= !matches!(run.pass, PassOutcome::StoodBy { .. });
             self.record_pass(shard, &run.pass, &run.report, interval);
-            if let Some(changes) = self.changes.as_ref().filter(|_| shard == own) {
-                changes.own_pass_over();
-            }
             if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.pass)
                 && shard == own
             {
@@ -361,7 +409,7 @@ impl Runner {
             }
             self.record(run.report, started_at);
         }
-        if !ran_any && !self.stop.is_cancelled() {
+        if !ran_any && !stop.is_cancelled() {
             // A standby's scan gauges would otherwise show what it saw when
             // it was last active, long repaired since: the active one's are
             // the current ones (dashboards take the max over replicas).
@@ -389,7 +437,7 @@ impl Runner {
         if shard != own {
             return false;
         }
-        if own.total > 1 {
+        if own.total > 1 || self.kept.as_ref().is_some_and(|k| k.is_ours()) {
             return true;
         }
         match ctx.redis.read_pass(shard).await {
@@ -421,6 +469,10 @@ impl Runner {
         let held = self.ctx.leases.len();
         if let Err(e) = self.ctx.leases.release_all(&self.ctx.redis).await {
             tracing::warn!(error = %e, held, "could not release every showtime lease; they expire with their TTL");
+        }
+        // A standby takes the shard's pass at once, not a TTL later.
+        if let Some(kept) = &self.kept {
+            kept.release().await;
         }
     }
 

@@ -228,18 +228,22 @@ impl RedisStore {
         Ok(self.int_results(&[c]).await?[0])
     }
 
-    /// Records the completed pass and releases the lease, if still ours.
+    /// Records the completed pass and, when `release`, releases the lease,
+    /// if still ours (false: nothing written).
     pub async fn finish_pass(
         &self,
         shard: Shard,
         value: &str,
         record: &PassRecord,
+        release: bool,
     ) -> Result<bool> {
         let mut c = evalsha(
             &PASS_FINISH,
             &[self.keys.pass_lease(shard), self.keys.pass_record(shard)],
         );
-        c.arg(value).arg(record.encode());
+        c.arg(value)
+            .arg(record.encode())
+            .arg(if release { "1" } else { "0" });
         Ok(self.int_results(&[c]).await?[0])
     }
 
