@@ -47,6 +47,9 @@ pub(super) async fn keep_pass(runner: &Arc<Runner>, changes: &Changes) {
             _ = kept.woken() => {}
             _ = stop.cancelled() => return,
         }
+        // As this check finds it, before its claim (which renews a lapsed
+        // lease: the time without holder would go unseen).
+        let found = kept.holding();
         let mut claimed_now = false;
         wait = match kept.claim(ctx, 0).await {
             Ok((Claimed::Ours { .. }, fresh)) => {
@@ -62,7 +65,7 @@ pub(super) async fn keep_pass(runner: &Arc<Runner>, changes: &Changes) {
         let Some(holding) = runner.holding() else {
             return;
         };
-        if regained(shown.as_ref(), &holding, claimed_now) && runner.passes_started() {
+        if regained(shown.as_ref(), &found, &holding, claimed_now) && runner.passes_started() {
             changes.gap("no_holder");
         }
         log_change(shown.as_ref(), &holding);
@@ -70,16 +73,18 @@ pub(super) async fn keep_pass(runner: &Arc<Runner>, changes: &Changes) {
     }
 }
 
-/// Whether this process has just become the holder after a time the
-/// shard had none it could tell of (another holder gone, a claim failing,
-/// its own lease not renewed), or claimed it afresh: a gap, since nobody
-/// checked the shard's changes meanwhile. Not at the first check (`before`
-/// None): the daemon's first pass covers its start (`expedite`).
-fn regained(before: Option<&Holding>, now: &Holding, claimed_now: bool) -> bool {
-    let Some(before) = before else {
+/// Whether this process has just become the holder (`now`) after a time
+/// the shard had none it could tell of (another holder gone, a claim
+/// failing, its own lease not renewed), as the last check saw it (`last`)
+/// or this one found it before its claim (`found`: the claim renews a
+/// lapsed lease, which would hide the lapse), or claimed it afresh: a gap,
+/// since nobody checked the shard's changes meanwhile. Not at the first
+/// check (`last` None): the daemon's first pass covers its start.
+fn regained(last: Option<&Holding>, found: &Holding, now: &Holding, claimed_now: bool) -> bool {
+    let Some(last) = last else {
         return false;
     };
-    *now == Holding::Held && (claimed_now || *before != Holding::Held)
+    *now == Holding::Held && (claimed_now || *last != Holding::Held || *found != Holding::Held)
 }
 
 /// One line when who holds the pass changes (not every second).
@@ -124,14 +129,30 @@ mod tests {
         let standby = Holding::Standby { holder: "b".into() };
         let held = Holding::Held;
         // The start: its first pass covers it.
-        assert!(!regained(None, &held, true));
-        assert!(regained(Some(&none), &held, false), "a lapse renewed");
-        assert!(regained(Some(&none), &held, true), "a failed claim retried");
-        assert!(regained(Some(&standby), &held, true), "a holder gone");
-        assert!(regained(Some(&held), &held, true), "lost and claimed again");
-        assert!(!regained(Some(&held), &held, false), "kept");
-        assert!(!regained(Some(&held), &none, false));
-        assert!(!regained(Some(&none), &standby, false));
+        assert!(!regained(None, &none, &held, true));
+        assert!(
+            regained(Some(&none), &held, &held, false),
+            "a lapse renewed"
+        );
+        assert!(
+            regained(Some(&held), &none, &held, false),
+            "a lapse since the last check, renewed by this one's claim"
+        );
+        assert!(
+            regained(Some(&none), &none, &held, true),
+            "a failed claim retried"
+        );
+        assert!(
+            regained(Some(&standby), &standby, &held, true),
+            "a holder gone"
+        );
+        assert!(
+            regained(Some(&held), &held, &held, true),
+            "lost and claimed again"
+        );
+        assert!(!regained(Some(&held), &held, &held, false), "kept");
+        assert!(!regained(Some(&held), &none, &none, false));
+        assert!(!regained(Some(&none), &none, &standby, false));
     }
 
     #[test]

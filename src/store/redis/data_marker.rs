@@ -40,14 +40,8 @@ impl RedisStore {
                 c
             })
             .collect();
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.pipeline(&cmds)
-            .await?
-            .into_iter()
-            .map(|r| if write { set_or_found(r) } else { got(r) })
-            .collect()
+        self.replies(&cmds, |r| if write { set_or_found(r) } else { got(r) })
+            .await
     }
 }
 

@@ -128,19 +128,13 @@ impl RedisStore {
                 c
             })
             .collect();
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.pipeline(&cmds)
-            .await?
-            .into_iter()
-            .map(|r| match from_value::<i64>(r?)? {
-                1 => Ok(LeaseTake::Taken),
-                0 => Ok(LeaseTake::Busy),
-                2 => Ok(LeaseTake::Replaced),
-                other => Err(Error::Protocol(format!("lease script replied {other}"))),
-            })
-            .collect()
+        self.replies(&cmds, |r| match from_value::<i64>(r?)? {
+            1 => Ok(LeaseTake::Taken),
+            0 => Ok(LeaseTake::Busy),
+            2 => Ok(LeaseTake::Replaced),
+            other => Err(Error::Protocol(format!("lease script replied {other}"))),
+        })
+        .await
     }
 
     /// PTTL of each showtime lease in one round trip: ms left, -1 no
@@ -150,14 +144,7 @@ impl RedisStore {
             .iter()
             .map(|&id| redis::cmd("PTTL").arg(self.keys.showtime_lease(id)).clone())
             .collect();
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.pipeline(&cmds)
-            .await?
-            .into_iter()
-            .map(|r| from_value(r?))
-            .collect()
+        self.replies(&cmds, |r| from_value(r?)).await
     }
 
     /// Extends our leases; false where the lease is no longer ours.

@@ -17,10 +17,13 @@ use std::time::Duration;
 use seatflow_reconciler::config::{RedisEvents, SecretUrl, Settings};
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::model::Shard;
+use seatflow_reconciler::store::redis::key_slot;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{InProcessDaemon, metrics, sample};
-use seatflow_test_support::estate::{after_a_first_pass, estate, post, seat_becomes};
-use seatflow_test_support::servers::{self, PrivateServer, wait_until};
+use seatflow_test_support::estate::{
+    after_a_first_pass, daemon_on_estate, estate, estate_on, post, seat_becomes,
+};
+use seatflow_test_support::servers::{self, PrivateServer, RedisCluster, wait_until};
 
 /// Showtimes of each test's estate (one 1x4 hall).
 const SHOWTIMES: i64 = 4;
@@ -94,8 +97,13 @@ async fn no_holder(daemon: &InProcessDaemon, why: &str) -> String {
 
 /// Waits until every showtime's seat hash is back in Redis (`what`).
 async fn hashes_back(env: &TestEnv, what: &str) {
+    hashes_of_back(env, SHOWTIMES, what).await
+}
+
+/// The same for showtimes `1..=showtimes`.
+async fn hashes_of_back(env: &TestEnv, showtimes: i64, what: &str) {
     wait_until(what, Duration::from_secs(60), || async {
-        for showtime in 1..=SHOWTIMES {
+        for showtime in 1..=showtimes {
             match env.fx.hash(showtime).await {
                 Ok(h) if h.len() == 4 => {}
                 _ => return false,
@@ -122,6 +130,20 @@ async fn gap_counted(daemon: &InProcessDaemon, reason: &str, before: f64) {
         || async { gaps(daemon, reason).await > before },
     )
     .await;
+}
+
+/// The daemon comes back: a gap of `reason` counted (above `before`),
+/// every hash back (`what`), ready with the pass held.
+async fn comes_back(
+    env: &TestEnv,
+    daemon: &InProcessDaemon,
+    reason: &str,
+    before: f64,
+    what: &str,
+) {
+    gap_counted(daemon, reason, before).await;
+    hashes_back(env, what).await;
+    ready(daemon).await;
 }
 
 /// Redis comes back empty on its port after being away `down`.
@@ -216,9 +238,8 @@ async fn an_outage_between_passes_is_a_gap_and_every_hash_comes_back() {
     let (mut redis, env, daemon) = daemon_on(servers::redis(), |_| {}).await;
     let lost = gaps(&daemon, "redis_data_lost").await;
     outage(&mut redis, Duration::from_secs(2)).await;
-    gap_counted(&daemon, "redis_data_lost", lost).await;
-    hashes_back(&env, "every hash rebuilt after the outage").await;
-    ready(&daemon).await;
+    let what = "every hash rebuilt after the outage";
+    comes_back(&env, &daemon, "redis_data_lost", lost, what).await;
     daemon.stop().await;
 }
 
@@ -235,9 +256,8 @@ async fn a_flushall_a_flushdb_and_a_restart_each_start_a_pass_at_once() {
             "restart" => outage(&mut redis, Duration::ZERO).await,
             flush => on_private(&redis, &redis::cmd(flush)).await,
         }
-        gap_counted(&daemon, "redis_data_lost", lost).await;
-        hashes_back(&env, &format!("every hash rebuilt after {fault}")).await;
-        ready(&daemon).await;
+        let what = format!("every hash rebuilt after {fault}");
+        comes_back(&env, &daemon, "redis_data_lost", lost, &what).await;
     }
     daemon.stop().await;
 }
@@ -284,9 +304,8 @@ async fn a_standby_claims_the_pass_within_seconds_of_the_holders_lease_going() {
         .await;
     let holder_gone = gaps(&daemon, "no_holder").await;
     let _: () = env.redis(redis::cmd("DEL").arg(&lease)).await;
-    gap_counted(&daemon, "no_holder", holder_gone).await;
-    hashes_back(&env, "the lost hash rebuilt by the new holder").await;
-    ready(&daemon).await;
+    let what = "the lost hash rebuilt by the new holder";
+    comes_back(&env, &daemon, "no_holder", holder_gone, what).await;
     daemon.stop().await;
 }
 
@@ -310,7 +329,13 @@ async fn a_pass_lease_without_expiry_leaves_the_daemon_unready_until_deleted() {
 /// The daemon's Redis user under exactly the documented ACL (on the
 /// test's own Redis), reached as that user.
 async fn as_acl_user(redis: &PrivateServer) -> (TestEnv, Context) {
-    let env = estate(Some(redis), SHOWTIMES, short_lease).await;
+    let env = estate(Some(redis), SHOWTIMES, |s| {
+        short_lease(s);
+        // Lapsed 4 s after its last renewal, gone 2 s later: the permission
+        // is given back while the lease is still the daemon's.
+        s.pass.pass_lease_ttl = Duration::from_secs(6);
+    })
+    .await;
     let access = seatflow_reconciler::access::redis_access(&env.ctx.settings, false);
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg("sf-recover").arg("on").arg(">pw");
@@ -326,10 +351,11 @@ async fn as_acl_user(redis: &PrivateServer) -> (TestEnv, Context) {
 }
 
 /// A permission taken away while the daemon holds the pass (`+evalsha`,
-/// then the reconciler's key pattern): it cannot renew, then cannot claim;
-/// `/readyz` names the refusal. Given back, the daemon claims the pass by
-/// itself, and the gap starts a pass that repairs what drifted meanwhile
-/// (without the retry it stood by with no holder until the next fire).
+/// then the reconciler's key pattern): it cannot renew it, and `/readyz`
+/// names the refusal. Given back (before the lease expired), the daemon
+/// holds the pass again by itself, and the time it had none is a gap: a
+/// pass repairs what drifted meanwhile (without it, nothing did until the
+/// next fire).
 #[tokio::test]
 async fn a_refused_permission_given_back_brings_the_pass_back() {
     let redis = servers::redis();
@@ -378,5 +404,91 @@ async fn a_refused_permission_given_back_brings_the_pass_back() {
         hashes_back(&env, &format!("the hash rebuilt once {give} is given back")).await;
         ready(&daemon).await;
     }
+    daemon.stop().await;
+}
+
+/// In a Redis Cluster each primary loses its data on its own (a FLUSHALL
+/// on one node): each has a data marker of its own, in one of its slots,
+/// so the loss of one node's hashes is a gap too, and they come back.
+#[tokio::test]
+async fn a_flushall_of_one_cluster_primary_is_a_gap_and_its_hashes_come_back() {
+    const SPREAD: i64 = 12;
+    let cluster = RedisCluster::start().await;
+    let urls: Vec<SecretUrl> = cluster
+        .ports()
+        .map(|p| SecretUrl::new(format!("redis://127.0.0.1:{p}")))
+        .collect();
+    let (env, daemon) = daemon_on_estate(None, SPREAD, |s| {
+        short_lease(s);
+        s.redis.cluster_urls = urls;
+    })
+    .await;
+    let ports: Vec<u16> = cluster.ports().collect();
+    wait_until(
+        "a data marker on every primary",
+        Duration::from_secs(60),
+        || async {
+            ports.iter().all(|p| {
+                !cluster
+                    .cli(*p, &["keys", "*reconcile:data-marker*"])
+                    .trim()
+                    .is_empty()
+            })
+        },
+    )
+    .await;
+    let first = env.ctx.redis.keys.seat(1);
+    let node = cluster.owner_of_slot(ports[0], key_slot(first.as_bytes()));
+    let lost = gaps(&daemon, "redis_data_lost").await;
+    assert_eq!(cluster.cli(node, &["flushall"]).trim(), "OK");
+    gap_counted(&daemon, "redis_data_lost", lost).await;
+    hashes_of_back(&env, SPREAD, "the flushed primary's hashes rebuilt").await;
+    daemon.stop().await;
+}
+
+/// Redis' data lost while this daemon stood by (its binlog reader not
+/// reading): when it becomes the holder, the saved binlog position it finds
+/// missing is a lost one (a gap, a pass), not "none yet". The flush and a
+/// stand-in holder's lease (3 s) are one transaction, so the loss is told
+/// before the daemon can claim the pass.
+#[tokio::test]
+async fn a_binlog_position_gone_with_redis_data_is_a_lost_one() {
+    let mariadb = servers::mariadb_with_binlog();
+    let redis = servers::redis();
+    let env = estate_on(&servers::root_url(&mariadb), Some(&redis), SHOWTIMES, |s| {
+        short_lease(s);
+        s.changes.mysql_binlog = true;
+    })
+    .await;
+    let lease = env.ctx.redis.keys.pass_lease(Shard::ALL);
+    let standby_for = |ms: u64| {
+        let mut c = redis::cmd("SET");
+        c.arg(&lease).arg("0f0f replica-z").arg("PX").arg(ms);
+        c
+    };
+    let _: () = env.redis(&standby_for(60_000)).await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    wait_until(
+        "standing by, the marker set",
+        Duration::from_secs(60),
+        || async {
+            let marker: Option<String> = env
+                .redis(redis::cmd("GET").arg(env.ctx.redis.keys.data_marker()))
+                .await;
+            readyz(&daemon).await.1["pass"]["state"] == "standby" && marker.is_some()
+        },
+    )
+    .await;
+    let lost = gaps(&daemon, "binlog_position_lost").await;
+    let mut flush = redis::pipe();
+    flush
+        .atomic()
+        .cmd("FLUSHALL")
+        .add_command(standby_for(3_000));
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}", redis.port())).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let () = flush.query_async(&mut c).await.unwrap();
+    gap_counted(&daemon, "binlog_position_lost", lost).await;
+    ready(&daemon).await;
     daemon.stop().await;
 }
