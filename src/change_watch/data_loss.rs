@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::holder::{CHECK_EVERY, after_failure};
+use super::holder::CHECK_EVERY;
 use crate::changes::Changes;
 use crate::changes::marker::Markers;
 use crate::context::Context;
@@ -44,16 +44,17 @@ pub(super) async fn watch(runner: &Arc<Runner>, changes: &Changes) {
                 .await?;
             Ok::<_, crate::error::Error>(keys.into_iter().zip(reads).collect::<Vec<_>>())
         };
+        // Every second, failing or not (one command): Redis back empty is
+        // told within a second of its return, not a back-off later.
+        wait = CHECK_EVERY;
         let reads = match read.await {
             Ok(reads) => reads,
             Err(e) => {
                 ctx.denials.note(&e);
                 tracing::debug!(error = %e, "could not read the Redis data marker");
-                wait = after_failure(wait);
                 continue;
             }
         };
-        wait = CHECK_EVERY;
         for (key, read) in &reads {
             if let MarkerRead::Set {
                 replaced: Some(was),

@@ -28,7 +28,7 @@ pub(super) const MAX_WAIT: Duration = Duration::from_secs(5);
 /// The next wait after a failure: doubled from `wait`, up to [`MAX_WAIT`],
 /// with jitter (half to all of it), so that replicas cut off together do
 /// not claim in lockstep when Redis is back.
-pub(super) fn after_failure(wait: Duration) -> Duration {
+fn after_failure(wait: Duration) -> Duration {
     let ceiling = (wait * 2).clamp(CHECK_EVERY, MAX_WAIT);
     rand::rng().random_range(ceiling / 2..=ceiling)
 }
@@ -51,7 +51,7 @@ pub(super) async fn keep_pass(runner: &Arc<Runner>, changes: &Changes) {
         // lease: the time without holder would go unseen).
         let found = kept.holding();
         let mut claimed_now = false;
-        wait = match kept.claim(ctx, 0).await {
+        wait = match kept.check(ctx).await {
             Ok((Claimed::Ours { .. }, fresh)) => {
                 claimed_now = fresh;
                 CHECK_EVERY

@@ -14,7 +14,7 @@ use super::{Claimed, HeldPass, claim};
 use crate::context::Context;
 use crate::error::Result;
 use crate::model::Shard;
-use crate::store::redis::PassClaim;
+use crate::store::redis::{PassClaim, PassRecord};
 
 /// Who holds this process's own shard's pass, as this process knows it now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -56,6 +56,10 @@ pub struct KeptPass {
     /// One claim at a time: a fire, the admin endpoint, the keeper.
     claiming: tokio::sync::Mutex<()>,
     held: Mutex<Option<Arc<HeldPass>>>,
+    /// The shard's last pass record as the claim of the lease held found
+    /// it, until a pass under that lease takes it (so a hand-over is
+    /// counted by the first pass, whoever claimed).
+    last: Mutex<Option<PassRecord>>,
     seen: Mutex<Seen>,
     /// Since when nobody holds it as far as this process knows (None: held).
     no_holder_since: Mutex<Option<DateTime<Utc>>>,
@@ -116,6 +120,7 @@ impl KeptPass {
             stop,
             claiming: tokio::sync::Mutex::new(()),
             held: Mutex::new(None),
+            last: Mutex::new(None),
             seen: Mutex::new(Seen::Nothing),
             no_holder_since: Mutex::new(Some(Utc::now())),
             wake: tokio::sync::Notify::new(),
@@ -126,11 +131,30 @@ impl KeptPass {
         self.shard
     }
 
-    /// The pass for `slot_ms` (0: outside the schedule): the lease this
-    /// process keeps, when it is still surely its own (one whose renewals
-    /// lapsed is renewed first), else a fresh claim. `true` with a pass
-    /// made ours by this call (the shard had no live holder).
+    /// The pass for `slot_ms` (0: outside the schedule), for a pass to run
+    /// under: the lease this process keeps, when it is still surely its own
+    /// (one whose renewals lapsed is renewed first), else a fresh claim.
+    /// `true` with a pass made ours by this call (the shard had no live
+    /// holder). The shard's last pass record (`Claimed::Ours::last`) comes
+    /// with the first pass after the claim that found it, whoever made it.
     pub async fn claim(&self, ctx: &Context, slot_ms: i64) -> Result<(Claimed, bool)> {
+        let (claimed, fresh) = self.claim_or_keep(ctx, slot_ms).await?;
+        Ok(match claimed {
+            Claimed::Ours { pass, .. } => {
+                let last = lock(&self.last).take();
+                (Claimed::Ours { pass, last }, fresh)
+            }
+            other => (other, fresh),
+        })
+    }
+
+    /// The keeper's check: [`KeptPass::claim`] outside the schedule,
+    /// leaving the last pass record to the next pass.
+    pub async fn check(&self, ctx: &Context) -> Result<(Claimed, bool)> {
+        self.claim_or_keep(ctx, 0).await
+    }
+
+    async fn claim_or_keep(&self, ctx: &Context, slot_ms: i64) -> Result<(Claimed, bool)> {
         let _one = self.claiming.lock().await;
         let kept = lock(&self.held).clone();
         if let Some(held) = kept {
@@ -147,8 +171,9 @@ impl KeptPass {
         }
         let claimed = claim(ctx, self.shard, slot_ms, &self.stop).await;
         match &claimed {
-            Ok(Claimed::Ours { pass, .. }) => {
+            Ok(Claimed::Ours { pass, last }) => {
                 *lock(&self.held) = Some(pass.clone());
+                *lock(&self.last) = last.clone();
                 *lock(&self.seen) = Seen::Nothing;
             }
             Ok(Claimed::Held { holder, stuck, .. }) => {
