@@ -4,8 +4,10 @@
 //! persistence, a failover to an empty replica or an eviction is told
 //! without reading a seat hash. On a loss, the pass under way stops (what
 //! it walked by is gone) and a new one starts at once, soonest showtimes
-//! first; the scripts are loaded again; the kept pass lease is set again
-//! before a standby takes it; and the binlog reader's saved position,
+//! first, at the starting pace (`Pacer::start_again`), followed by more
+//! while missing hashes are left over a pass's budget; the scripts are
+//! loaded again; the kept pass lease is set again before a standby takes
+//! it; and the binlog reader's saved position,
 //! should it find none, is a lost one (`Changes::data_losses`). The
 //! reconciler's other keys (cursors, suspects, the pass record) are read
 //! as none, as they are: the walk starts over, graces start again.
@@ -83,7 +85,7 @@ async fn data_lost(runner: &Arc<Runner>, changes: &Changes, lost: &[String]) {
         "Redis lost its data (a flush, a restart without persistence, a failover to an \
          empty replica or an eviction): a pass starts at once, soonest showtimes first"
     );
-    runner.restart_pass();
+    runner.redis_data_lost();
     changes.data_lost();
     if let Err(e) = ctx.redis.load_scripts().await {
         tracing::debug!(error = %e, "could not load the scripts again; each loads on its first use");

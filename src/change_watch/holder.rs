@@ -130,29 +130,24 @@ mod tests {
         let held = Holding::Held;
         // The start: its first pass covers it.
         assert!(!regained(None, &none, &held, true));
-        assert!(
-            regained(Some(&none), &held, &held, false),
-            "a lapse renewed"
-        );
-        assert!(
-            regained(Some(&held), &none, &held, false),
-            "a lapse since the last check, renewed by this one's claim"
-        );
-        assert!(
-            regained(Some(&none), &none, &held, true),
-            "a failed claim retried"
-        );
-        assert!(
-            regained(Some(&standby), &standby, &held, true),
-            "a holder gone"
-        );
-        assert!(
-            regained(Some(&held), &held, &held, true),
-            "lost and claimed again"
-        );
-        assert!(!regained(Some(&held), &held, &held, false), "kept");
-        assert!(!regained(Some(&held), &none, &none, false));
-        assert!(!regained(Some(&none), &none, &standby, false));
+        // (last check, this one's start, now, claimed afresh): a gap?
+        let cases = [
+            ((&none, &held, &held, false), true, "a lapse renewed"),
+            (
+                (&held, &none, &held, false),
+                true,
+                "a lapse renewed by this claim",
+            ),
+            ((&none, &none, &held, true), true, "a failed claim retried"),
+            ((&standby, &standby, &held, true), true, "a holder gone"),
+            ((&held, &held, &held, true), true, "lost and claimed again"),
+            ((&held, &held, &held, false), false, "kept"),
+            ((&held, &none, &none, false), false, "still none"),
+            ((&none, &none, &standby, false), false, "another holds it"),
+        ];
+        for ((last, found, now, fresh), gap, what) in cases {
+            assert_eq!(regained(Some(last), found, now, fresh), gap, "{what}");
+        }
     }
 
     #[test]

@@ -341,6 +341,13 @@ impl Changes {
         self.data_losses.load(Ordering::SeqCst)
     }
 
+    /// Another pass at once, for work the last one left (no gap: the one
+    /// that started it was counted).
+    pub fn pass_again(&self) {
+        self.gap.store(true, Ordering::SeqCst);
+        self.gap_wake.notify_one();
+    }
+
     /// A pass starts now: the gaps flagged so far are covered by it.
     pub fn gaps_covered(&self) {
         self.gap.store(false, Ordering::SeqCst);

@@ -89,6 +89,10 @@ pub struct Runner {
     pass_stop: Mutex<CancellationToken>,
     /// A pass was started since the daemon started (whatever came of it).
     passes_started: AtomicBool,
+    /// Redis lost its data and the passes since have not rebuilt every
+    /// missing hash yet (`missing_hashes.batch_size` a pass): another pass
+    /// follows each at once until one leaves none.
+    rebuilding: AtomicBool,
 }
 
 /// Why a trigger did not start a run.
@@ -173,6 +177,7 @@ impl Runner {
             fallback: Mutex::new(None),
             kept,
             passes_started: AtomicBool::new(false),
+            rebuilding: AtomicBool::new(false),
         })
     }
 
@@ -187,10 +192,39 @@ impl Runner {
         self.passes_started.load(Ordering::SeqCst)
     }
 
-    /// Stops the pass under way, if any, so that the next one starts at
-    /// once (the caller asks for it): what it walked by is gone.
-    pub fn restart_pass(&self) {
+    /// Redis lost its data (the caller counts the gap that starts a pass):
+    /// the pass under way stops (what it walked by is gone), the pace
+    /// starts again (a new server, and no live hold waits on a hash that
+    /// is gone), and passes follow one another until the missing hashes
+    /// are all rebuilt.
+    pub fn redis_data_lost(&self) {
         lock(&self.pass_stop).cancel();
+        if let Some(p) = &self.ctx.pacer {
+            p.start_again();
+        }
+        self.rebuilding.store(true, Ordering::SeqCst);
+    }
+
+    /// After a pass of this process's own shard that ran: while rebuilding
+    /// after a data loss, another pass at once if this one completed its
+    /// walk with missing hashes left over its budget (a failed one waits
+    /// for the next gap or fire).
+    fn rebuild_goes_on(&self, report: &jobs::report::RunReport, changes: &Changes) {
+        if !self.rebuilding.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(missing) = report.jobs.iter().find(|j| j.kind == Kind::MissingHashes) else {
+            self.rebuilding.store(false, Ordering::SeqCst);
+            return;
+        };
+        if missing.fatal.is_some() || missing.nothing_completed {
+            return;
+        }
+        if missing.backlog > 0 {
+            changes.pass_again();
+        } else {
+            self.rebuilding.store(false, Ordering::SeqCst);
+        }
     }
 
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
@@ -406,6 +440,7 @@ impl Runner {
                 && shard == own
             {
                 changes.pass_ended(&run.report);
+                self.rebuild_goes_on(&run.report, changes);
             }
             self.record(run.report, started_at);
         }

@@ -132,6 +132,17 @@ async fn gap_counted(daemon: &InProcessDaemon, reason: &str, before: f64) {
     .await;
 }
 
+/// `SET` of the shard's pass lease to `value` (a stand-in holder's), with
+/// an expiry of `px_ms` (None: none, as no reconciler sets it).
+fn pass_lease_set(env: &TestEnv, value: &str, px_ms: Option<u64>) -> redis::Cmd {
+    let mut c = redis::cmd("SET");
+    c.arg(env.ctx.redis.keys.pass_lease(Shard::ALL)).arg(value);
+    if let Some(ms) = px_ms {
+        c.arg("PX").arg(ms);
+    }
+    c
+}
+
 /// The daemon comes back: a gap of `reason` counted (above `before`),
 /// every hash back (`what`), ready with the pass held.
 async fn comes_back(
@@ -262,6 +273,23 @@ async fn a_flushall_a_flushdb_and_a_restart_each_start_a_pass_at_once() {
     daemon.stop().await;
 }
 
+/// More hashes lost than a pass may rebuild (`missing_hashes.batch_size`
+/// one here, four lost): passes follow one another at once until every
+/// hash is back, not one a fire.
+#[tokio::test]
+async fn a_loss_larger_than_a_passs_budget_is_rebuilt_by_passes_in_a_row() {
+    let (redis, env, daemon) = daemon_on(servers::redis(), |s| {
+        s.job_mut(seatflow_reconciler::model::Kind::MissingHashes)
+            .batch_size = 1;
+    })
+    .await;
+    let lost = gaps(&daemon, "redis_data_lost").await;
+    on_private(&redis, &redis::cmd("FLUSHALL")).await;
+    let what = "every hash rebuilt, one a pass";
+    comes_back(&env, &daemon, "redis_data_lost", lost, what).await;
+    daemon.stop().await;
+}
+
 /// Another reconciler's lease (here set by the test, with an expiry): the
 /// daemon stands by, ready, naming the holder. When that lease is gone (the
 /// holder died) the daemon claims the pass within seconds, and the gap
@@ -275,15 +303,7 @@ async fn a_standby_claims_the_pass_within_seconds_of_the_holders_lease_going() {
         chrono::Utc::now().timestamp_millis(),
         "replica-z",
     );
-    let _: () = env
-        .redis(
-            redis::cmd("SET")
-                .arg(&lease)
-                .arg(&value)
-                .arg("PX")
-                .arg(60_000),
-        )
-        .await;
+    let _: () = env.redis(&pass_lease_set(&env, &value, Some(60_000))).await;
     let daemon = InProcessDaemon::start(env.ctx.clone()).await;
     wait_until("standing by", Duration::from_secs(60), || async {
         let (code, body) = readyz(&daemon).await;
@@ -317,7 +337,7 @@ async fn a_pass_lease_without_expiry_leaves_the_daemon_unready_until_deleted() {
     let env = estate(None, SHOWTIMES, short_lease).await;
     let lease = env.ctx.redis.keys.pass_lease(Shard::ALL);
     let _: () = env
-        .redis(redis::cmd("SET").arg(&lease).arg("0f0f replica-stuck"))
+        .redis(&pass_lease_set(&env, "0f0f replica-stuck", None))
         .await;
     let daemon = InProcessDaemon::start(env.ctx.clone()).await;
     no_holder(&daemon, "held by replica-stuck without an expiry").await;
@@ -460,12 +480,7 @@ async fn a_binlog_position_gone_with_redis_data_is_a_lost_one() {
         s.changes.mysql_binlog = true;
     })
     .await;
-    let lease = env.ctx.redis.keys.pass_lease(Shard::ALL);
-    let standby_for = |ms: u64| {
-        let mut c = redis::cmd("SET");
-        c.arg(&lease).arg("0f0f replica-z").arg("PX").arg(ms);
-        c
-    };
+    let standby_for = |ms: u64| pass_lease_set(&env, "0f0f replica-z", Some(ms));
     let _: () = env.redis(&standby_for(60_000)).await;
     let daemon = InProcessDaemon::start(env.ctx.clone()).await;
     wait_until(
