@@ -311,6 +311,26 @@ local u = import 'lib/util.libsonnet';
                  'seatflow-reconciler shard {{ $labels.shard }} has no completed seat pass.',
                  'No process of %s has completed a seat pass of shard {{ $labels.shard }} for {{ $value | humanizeDuration }} (more than %d sweep intervals; decades: none since the processes started): seat drift in that shard is not being found or repaired.' % [where, c.passStalledIntervals],
                ),
+               // Rule 19: a shard whose pass nobody holds (a claim failing:
+               // Redis away, a refused permission; a lease without expiry;
+               // every process of the shard gone). The holder keeps its own
+               // shard's pass lease between passes and shows 1; a standby
+               // shows 0, so the max over processes is 0 only when nobody
+               // holds it. Seen within the window whatever the schedule
+               // (PassStalled counts in sweep intervals: 40 minutes with
+               // both change sources).
+               alert(
+                 'SeatflowReconcilerPassWithoutHolder',
+                 'critical',
+                 |||
+                   max by (%(g)s, shard) (max_over_time(seatflow_reconcile_pass_active{%(sel)s}[%(w)s])) == 0
+                   and on (%(g)s)
+                   max by (%(g)s) (time() - process_start_time_seconds{%(sel)s}) > %(startup)d
+                 ||| % { g: g, sel: c.selector, w: c.passWithoutHolderWindow, startup: u.seconds(c.passWithoutHolderStartup) },
+                 c.passWithoutHolderFor,
+                 'The seatflow-reconciler pass of shard {{ $labels.shard }} has no holder.',
+                 'No process of %s has held the seat pass of shard {{ $labels.shard }} for %s (seatflow_reconcile_pass_active is 0 in every one): its changes are not checked and its passes run only when another shard\'s process takes one over at a fire, so drift in it waits. GET /readyz on any process says why (pass.why: the claim\'s error, such as Redis unreachable or a refused permission, or a pass lease without expiry).' % [where, u.humanize(u.seconds(c.passWithoutHolderWindow) + u.seconds(c.passWithoutHolderFor))],
+               ),
                // A store the daemon cannot reach. seatflow_reconciler_dependency_up
                // is the last dependency probe's result: SELECT 1 through the
                // MySQL pool and PING on the Redis connection, each within 2 s,

@@ -94,6 +94,15 @@
     sweepIntervalSeconds: 60,
     passStalledIntervals: 2,
     passStalledFor: '5m',
+    // A shard whose pass no process holds (seatflow_reconcile_pass_active 0
+    // in every process throughout passWithoutHolderWindow) for
+    // passWithoutHolderFor: fires within 5 minutes of the last holder,
+    // whatever the schedule (daemon only). A hand-over (a lease's TTL, 15 s
+    // by default) never lasts the window. Not before some process has been
+    // up for passWithoutHolderStartup (a rollout's first claims).
+    passWithoutHolderWindow: '1m',
+    passWithoutHolderFor: '2m',
+    passWithoutHolderStartup: '2m',
     // Passes that did not finish before the next fire, within passOverrunWindow.
     passOverrunThreshold: 3,
     passOverrunWindow: '30m',

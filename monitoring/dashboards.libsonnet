@@ -145,7 +145,7 @@ local u = import 'lib/util.libsonnet';
 
   local passes = [
     [gr.timeseries('Active process, by shard',
-                   'Which process ran the latest seat pass of each shard (seatflow_reconcile_pass_active = 1); the others stand by. One line per shard; a change of instance is a hand-over.',
+                   'Which process holds the seat pass of each shard (seatflow_reconcile_pass_active = 1: its pass lease, kept between passes); the others stand by. One line per shard; a change of instance is a hand-over, a gap is a time without holder (GET /readyz says why).',
                    [gr.target(q('max by (shard, instance) (seatflow_reconcile_pass_active{%(s)s}) == 1'), 'shard {{shard}}: {{instance}}')],
                    unit='none',
                    decimals=0,

@@ -6,6 +6,8 @@
 //! is in `binlog.rs`.
 
 mod binlog;
+mod data_loss;
+mod holder;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,9 +50,9 @@ const FIRST_PASS_AFTER: Duration = Duration::from_secs(5);
 /// Longest wait between two subscription attempts.
 const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(30);
 
-/// Starts the three tasks on the runner's tracker (they end on shutdown).
+/// Starts the tasks on the runner's tracker (they end on shutdown).
 pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
-    let mut tasks = vec![Task::Work, Task::Expedite];
+    let mut tasks = vec![Task::Work, Task::Expedite, Task::KeepPass, Task::DataLoss];
     if runner.ctx.settings.job(Kind::ExpiredOrders).enabled {
         tasks.push(Task::Deadlines);
     }
@@ -75,6 +77,8 @@ pub fn spawn(runner: &Arc<Runner>, changes: &Arc<Changes>) {
                 Task::Deadlines => deadlines(&runner, &changes).await,
                 Task::Binlog => binlog::binlog(&runner, &changes).await,
                 Task::WhileUncovered(every) => while_uncovered(&runner, &changes, every).await,
+                Task::KeepPass => holder::keep_pass(&runner, &changes).await,
+                Task::DataLoss => data_loss::watch(&runner, &changes).await,
             }
         });
     }
@@ -88,6 +92,10 @@ enum Task {
     Deadlines,
     Binlog,
     WhileUncovered(Duration),
+    /// The shard's pass always has a holder, or says why not (`holder.rs`).
+    KeepPass,
+    /// Redis data loss is a gap (`data_loss.rs`).
+    DataLoss,
 }
 
 /// While this replica runs its shard's passes: subscribes to the seat
@@ -183,8 +191,10 @@ async fn subscribe(runner: &Runner, changes: &Changes) {
                     }
                 }
                 _ = judge_tick.tick() => {
-                    if runner.active_on_own_shard() != Some(true) {
-                        // Another replica runs the shard's passes now.
+                    // Another replica runs the shard's passes now. (While
+                    // this one cannot tell, its lease not renewed, it keeps
+                    // listening: the checks wait in the queue.)
+                    if runner.active_on_own_shard() == Some(false) {
                         break;
                     }
                     if let Some(v) = changes.probe_judged(Instant::now()) {
@@ -543,7 +553,7 @@ async fn expedite(runner: &Arc<Runner>, changes: &Changes) {
         _ = tokio::time::sleep(FIRST_PASS_AFTER) => {}
         _ = stop.cancelled() => return,
     }
-    if runner.active_on_own_shard().is_none() && runner.start_pass_now().is_ok() {
+    if !runner.passes_started() && runner.start_pass_now().is_ok() {
         changes.metrics.gaps.with_label_values(&["start"]).inc();
         tracing::info!("the first pass started at once: change-driven checks begin with it");
     }
@@ -553,6 +563,8 @@ async fn expedite(runner: &Arc<Runner>, changes: &Changes) {
             _ = stop.cancelled() => return,
         }
         loop {
+            // The pass started now covers every gap flagged until now.
+            changes.gaps_covered();
             match runner.start_pass_now() {
                 Ok(()) => break,
                 Err(NotStarted::ShuttingDown) => return,

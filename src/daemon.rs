@@ -116,6 +116,9 @@ async fn schedule_fire(
     Ok(())
 }
 
+/// The longest the start waits for its first claim of the shard's pass.
+const FIRST_CLAIM_WAIT: Duration = Duration::from_secs(5);
+
 /// Keeps `seatflow_reconciler_dependency_up` current between readiness probes.
 async fn probe_dependencies(runner: Arc<Runner>) {
     let mut every = tokio::time::interval(Duration::from_secs(10));
@@ -179,6 +182,14 @@ pub async fn run_on(
         tracing::info!(kind = kind.label(), "job disabled");
     }
     schedules.start().await?;
+    // Who holds the shard's pass is known before `/readyz` first answers
+    // (bounded: an unreachable Redis is the keeper's to retry).
+    if let Some(kept) = runner.kept_pass() {
+        let first = tokio::time::timeout(FIRST_CLAIM_WAIT, kept.check(&ctx)).await;
+        if let Ok(Err(e)) = first {
+            ctx.denials.note(&e);
+        }
+    }
     if let Some(changes) = runner.changes() {
         crate::change_watch::spawn(&runner, changes);
     }

@@ -98,12 +98,20 @@ async fn metrics(State(r): State<Arc<Runner>>) -> Response {
         .into_response()
 }
 
-/// Ready when both stores answer; each failure is named, never its URL.
+/// Ready when both stores answer and this process's shard's pass has a
+/// holder (this process, or another's live lease; rule 19); each failure
+/// is named, never a URL, and a pass without holder says why.
 async fn readyz(State(r): State<Arc<Runner>>) -> Response {
     let (mysql_ok, redis_ok) = r.probe_dependencies().await;
     let word = |ok| if ok { "ok" } else { "unreachable" };
-    let body = Json(json!({"mysql": word(mysql_ok), "redis": word(redis_ok)}));
-    if mysql_ok && redis_ok {
+    let mut body = json!({"mysql": word(mysql_ok), "redis": word(redis_ok)});
+    // None: this process takes no pass lease (no seat job, a dry run).
+    let holding = r.holding();
+    if let Some(h) = &holding {
+        body["pass"] = json!(h);
+    }
+    let body = Json(body);
+    if mysql_ok && redis_ok && holding.is_none_or(|h| h.has_holder()) {
         (StatusCode::OK, body).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, body).into_response()

@@ -316,7 +316,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             };
             // The seat jobs take their shard's pass lease: while a daemon
             // (or another `once`) sweeps it, they stand by.
-            let request = RunRequest::new(&ctx, trigger, CancellationToken::new(), None);
+            let request = RunRequest::new(&ctx, trigger, CancellationToken::new(), None, None);
             let report = jobs::run(&ctx, request).await.report;
             match output {
                 Output::Json => println!("{}", report.to_json()),

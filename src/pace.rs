@@ -238,6 +238,19 @@ impl Pacer {
         };
     }
 
+    /// Forgets what was learned of the stores (baselines, recent reads,
+    /// pressure) and starts again at the starting pace: Redis lost its
+    /// data (a new server, or an empty one), what was judged of it no
+    /// longer holds, and its seat hashes are gone, so no live hold waits
+    /// behind the reads that rebuild them. The back-off counts stay.
+    pub fn start_again(&self) {
+        let mut s = self.state();
+        s.rate = self.cap.map_or(START_RATE, |c| c.min(START_RATE));
+        s.reads = [Reads::default(), Reads::default()];
+        s.cooldown = 0;
+        s.pressure = 0;
+    }
+
     /// How many times the pace was halved so far, by store.
     pub fn backoffs(&self) -> Backoffs {
         self.state().backoffs
@@ -308,6 +321,25 @@ mod tests {
             p.reserve(items, t0);
             p.observe(Store::Redis, items, took);
         }
+    }
+
+    #[test]
+    fn starting_again_forgets_the_pressure_and_keeps_the_counts() {
+        let p = Pacer::new(0, 4);
+        // A baseline of 0.1 ms a hash, then reads far over budget.
+        paced_reads(&p, 100, 4, 400 * US);
+        for _ in 0..5 {
+            paced_reads(&p, 200, 4, 20 * MS);
+        }
+        assert!(p.rate() < START_RATE, "{}", p.rate());
+        let backoffs = p.backoffs();
+        assert!(backoffs.redis >= 2, "{backoffs:?}");
+        p.start_again();
+        assert_eq!(p.rate(), START_RATE);
+        assert_eq!(p.backoffs(), backoffs);
+        // A new baseline is learned: the first read after is no pressure.
+        paced_reads(&p, 1, 4, 20 * MS);
+        assert_eq!(p.rate(), START_RATE);
     }
 
     #[test]

@@ -10,6 +10,13 @@
 //! renewal is older than two thirds of the TTL, or a renewal found it gone),
 //! so a holder that paused past its lease writes nothing when it wakes. Its
 //! repairs are fenced a second time by the showtime lease (rule 2).
+//!
+//! The daemon keeps its own shard's pass lease from one pass to the next
+//! (`kept.rs`): the holder is the shard's active replica between passes
+//! too, and a standby sees within seconds whether it is alive.
+
+mod kept;
+pub use kept::{Holding, KeptPass};
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -29,6 +36,8 @@ pub struct PassFence {
     ttl: Duration,
     renewed_at: Mutex<Instant>,
     lost: AtomicBool,
+    /// Why the last renewal failed, while none succeeded since.
+    problem: Mutex<Option<String>>,
 }
 
 impl PassFence {
@@ -37,6 +46,7 @@ impl PassFence {
             ttl,
             renewed_at: Mutex::new(claimed_at),
             lost: AtomicBool::new(false),
+            problem: Mutex::new(None),
         }
     }
 
@@ -49,10 +59,40 @@ impl PassFence {
 
     fn renewed(&self, sent_at: Instant) {
         *self.renewed_at.lock().unwrap_or_else(|p| p.into_inner()) = sent_at;
+        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn renewal_failed(&self, why: String) {
+        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     fn lose(&self) {
         self.lost.store(true, Ordering::SeqCst);
+    }
+
+    /// Found gone or someone else's: never ours again.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Why the holder cannot be sure of its lease now: its renewals have
+    /// failed for two thirds of the TTL (with the last one's error). None
+    /// while it holds, or once lost.
+    pub fn lapsed(&self) -> Option<String> {
+        if self.holds() || self.is_lost() {
+            return None;
+        }
+        let renewed_at = *self.renewed_at.lock().unwrap_or_else(|p| p.into_inner());
+        let problem = self
+            .problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Some(format!(
+            "the pass lease has not been renewed for {} s{}",
+            renewed_at.elapsed().as_secs(),
+            problem.map_or(String::new(), |p| format!(": {p}"))
+        ))
     }
 
     /// A fence that always holds: runs that take no pass lease (dry runs,
@@ -64,9 +104,10 @@ impl PassFence {
 
 /// What claiming a shard's pass found.
 pub enum Claimed {
-    /// Ours: run it, then `finish` or `release`.
+    /// Ours: run it, then `finish` or `release` (or `record` it and keep
+    /// the lease: the daemon's own shard, `KeptPass`).
     Ours {
-        pass: HeldPass,
+        pass: Arc<HeldPass>,
         /// The shard's last completed pass, by whoever ran it.
         last: Option<PassRecord>,
     },
@@ -88,6 +129,7 @@ pub struct HeldPass {
     redis: RedisStore,
     shard: Shard,
     value: String,
+    ttl: Duration,
     instance: String,
     fence: Arc<PassFence>,
     /// Cancelled when the lease is lost (or the caller's token is).
@@ -137,15 +179,16 @@ pub async fn claim(
                 stop.clone(),
             ));
             Claimed::Ours {
-                pass: HeldPass {
+                pass: Arc::new(HeldPass {
                     redis: ctx.redis.clone(),
                     shard,
                     value,
+                    ttl,
                     instance,
                     fence,
                     stop,
                     renewer,
-                },
+                }),
                 last,
             }
         }
@@ -193,7 +236,8 @@ async fn renew(
             }
             // Not known either way: the fence lapses on its own if this lasts.
             Err(e) => {
-                tracing::warn!(shard = shard.index, error = %e, "could not renew the pass lease")
+                tracing::warn!(shard = shard.index, error = %e, "could not renew the pass lease");
+                fence.renewal_failed(e.to_string());
             }
         }
     }
@@ -211,8 +255,23 @@ impl HeldPass {
 
     /// Records the pass as done for `slot_ms` and releases the lease.
     /// False when the lease was lost meanwhile (nothing recorded).
-    pub async fn finish(self, slot_ms: i64, finished_ms: i64) -> Result<bool> {
+    pub async fn finish(&self, slot_ms: i64, finished_ms: i64) -> Result<bool> {
         self.renewer.abort();
+        self.write_record(slot_ms, finished_ms, true).await
+    }
+
+    /// Records the pass as done for `slot_ms` and keeps the lease (renewed
+    /// on): the holder stays the shard's holder. False when the lease was
+    /// lost meanwhile (nothing recorded; the fence drops).
+    pub async fn record(&self, slot_ms: i64, finished_ms: i64) -> Result<bool> {
+        let recorded = self.write_record(slot_ms, finished_ms, false).await?;
+        if !recorded {
+            self.give_up();
+        }
+        Ok(recorded)
+    }
+
+    async fn write_record(&self, slot_ms: i64, finished_ms: i64, release: bool) -> Result<bool> {
         if !self.fence.holds() {
             return Ok(false);
         }
@@ -222,12 +281,42 @@ impl HeldPass {
             instance: self.instance.clone(),
         };
         self.redis
-            .finish_pass(self.shard, &self.value, &record)
+            .finish_pass(self.shard, &self.value, &record, release)
             .await
     }
 
+    /// Renews the lease now (a holder whose renewals lapsed, asked before
+    /// it is trusted again): true when it is still ours; false when it is
+    /// gone or someone else's (then it is given up).
+    pub async fn renew_now(&self) -> Result<bool> {
+        let sent_at = Instant::now();
+        let ttl_ms = self.ttl.as_millis() as u64;
+        match self.redis.renew_pass(self.shard, &self.value, ttl_ms).await {
+            Ok(true) => {
+                self.fence.renewed(sent_at);
+                Ok(true)
+            }
+            Ok(false) => {
+                self.give_up();
+                Ok(false)
+            }
+            Err(e) => {
+                self.fence.renewal_failed(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops holding without a word to Redis: the fence drops, renewals
+    /// stop, and a pass under it stops (its stop token is cancelled).
+    pub fn give_up(&self) {
+        self.fence.lose();
+        self.stop.cancel();
+        self.renewer.abort();
+    }
+
     /// Gives the lease back without recording a pass.
-    pub async fn release(self) {
+    pub async fn release(&self) {
         self.renewer.abort();
         if let Err(e) = self.redis.release_pass(self.shard, &self.value).await {
             tracing::warn!(shard = self.shard.index, error = %e, "could not release the pass lease; it expires with its TTL");

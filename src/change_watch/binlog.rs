@@ -25,8 +25,10 @@ use crate::store::redis::{PositionSave, SavedPosition, saved_value};
 /// one the server cannot send from (purged: the stream fails before it read
 /// one whole transaction from there), is a gap (`binlog_position_lost`),
 /// and the reader reads on from the server's current position; no saved
-/// position at all is none (the pass that made this replica active covered
-/// what came before).
+/// position at all is none (the daemon's first pass, or the one that made
+/// this replica the holder, covers what came before), unless Redis lost its
+/// data since it was last read (`Changes::data_losses`): then it is a lost
+/// one, a gap (`binlog_position_lost`).
 ///
 /// Any other error or end of the stream is a gap (`binlog_lost`: commits
 /// may have been missed, a pass covers them); the source starts again, with
@@ -38,6 +40,9 @@ pub(super) async fn binlog(runner: &Runner, changes: &Changes) {
     let settle = ctx.settings.changes.mysql_settle;
     let mut wait = Duration::from_secs(1);
     let mut resume = Resume::Saved;
+    // Redis' data losses when the saved position was last read: one since,
+    // and no saved position is a lost one, not none.
+    let mut losses_known = changes.data_losses();
     while !stop.is_cancelled() {
         if runner.active_on_own_shard() != Some(true) {
             resume = Resume::Saved;
@@ -49,7 +54,18 @@ pub(super) async fn binlog(runner: &Runner, changes: &Changes) {
         }
         let from = match &resume {
             Resume::Saved => match saved_position(runner, shard).await {
-                Ok(saved) => saved,
+                Ok(saved) => {
+                    let losses = changes.data_losses();
+                    if saved.is_none() && losses > losses_known {
+                        changes.gap("binlog_position_lost");
+                        tracing::warn!(
+                            "the saved MySQL binlog position went with Redis' data: reading from the \
+                             server's current position; a pass covers the gap"
+                        );
+                    }
+                    losses_known = losses;
+                    saved
+                }
                 Err(e) => {
                     changes.gap("binlog_lost");
                     runner.ctx.denials.note(&e);
@@ -126,8 +142,10 @@ pub(super) async fn binlog(runner: &Runner, changes: &Changes) {
                     Err(e) => break Some(e),
                 },
                 _ = role_tick.tick() => {
-                    if runner.active_on_own_shard() != Some(true) {
-                        // Another replica runs the shard's passes now.
+                    // Another replica runs the shard's passes now. (While
+                    // this one cannot tell, its lease not renewed, it keeps
+                    // reading: the checks wait in the queue.)
+                    if runner.active_on_own_shard() == Some(false) {
                         break None;
                     }
                     keeper.save(runner, &source.checkpoint()).await;

@@ -8,15 +8,17 @@
 //! and audit. Only the active holder of its shard's pass lease checks, so
 //! replicas never double the work.
 //!
-//! Rooms: `queue.rs` decides what is due and `events.rs` reads keyspace
-//! messages and the probe (both pure); this file holds what the daemon's
-//! tasks share; `change_watch.rs` (above the runner) runs those tasks.
+//! Rooms: `queue.rs` decides what is due, `events.rs` reads keyspace
+//! messages and the probe, `marker.rs` tells a loss of Redis' data by its
+//! data markers (all three pure); this file holds what the daemon's tasks
+//! share; `change_watch.rs` (above the runner) runs those tasks.
 
 pub mod events;
+pub mod marker;
 pub mod queue;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +45,8 @@ pub struct Changes {
     wake: Arc<tokio::sync::Notify>,
     /// Set by a gap; the runner starts a pass and clears it.
     gap: AtomicBool,
+    /// Times Redis lost its data since the start (the data marker).
+    data_losses: AtomicU64,
     /// Every configured source was on, with no gap, since the last pass of
     /// the shard ended: what the next pass repairs, they missed.
     watching: AtomicBool,
@@ -68,10 +72,6 @@ pub struct Changes {
     pass: Mutex<PassBeat>,
     /// Showtimes checked, over the last minutes (`capacity`).
     checked: Mutex<RateWindow>,
-    /// This process's own shard (`sharding.index`).
-    own_shard: u32,
-    /// This process claimed its own shard's pass, which has not ended yet.
-    own_pass_claimed: AtomicBool,
     pub metrics: ChangeMetrics,
 }
 
@@ -141,6 +141,7 @@ impl Changes {
             queue: Mutex::new(WorkQueue::new(limits)),
             wake,
             gap: AtomicBool::new(false),
+            data_losses: AtomicU64::new(0),
             watching: AtomicBool::new(false),
             binlog_configured: settings.mysql_binlog,
             binlog_streaming: AtomicBool::new(false),
@@ -153,8 +154,6 @@ impl Changes {
             findings: Mutex::new(findings),
             pass: Mutex::new(PassBeat::default()),
             checked: Mutex::new(RateWindow::new(Instant::now())),
-            own_shard: all.shard().index,
-            own_pass_claimed: AtomicBool::new(false),
             metrics,
         };
         changes.show_events();
@@ -205,27 +204,8 @@ impl Changes {
                     }
                 }
                 Finding::Repaired { by_pass: false, .. } => {}
-                Finding::PassClaimed { shard } => {
-                    if shard == self.own_shard {
-                        self.own_pass_claimed.store(true, Ordering::SeqCst);
-                    }
-                }
             }
         }
-    }
-
-    /// Whether this process holds its own shard's pass now (claimed, not
-    /// ended): it is the shard's active replica during its first pass too.
-    pub fn own_pass_claimed(&self) -> bool {
-        self.apply_findings();
-        self.own_pass_claimed.load(Ordering::SeqCst)
-    }
-
-    /// A pass of this process's own shard ended (ran or stood by): from
-    /// now on the pass's record says who is active.
-    pub fn own_pass_over(&self) {
-        self.apply_findings();
-        self.own_pass_claimed.store(false, Ordering::SeqCst);
     }
 
     /// A pass of this replica's own shard starts: its accounting starts
@@ -346,6 +326,31 @@ impl Changes {
         self.watching.store(false, Ordering::SeqCst);
         self.gap.store(true, Ordering::SeqCst);
         self.gap_wake.notify_one();
+    }
+
+    /// Redis lost its data (its data marker is gone or was set again): a
+    /// gap, and what was kept there (the binlog reader's saved position)
+    /// is lost, not absent.
+    pub fn data_lost(&self) {
+        self.data_losses.fetch_add(1, Ordering::SeqCst);
+        self.gap("redis_data_lost");
+    }
+
+    /// Times Redis lost its data since the start.
+    pub fn data_losses(&self) -> u64 {
+        self.data_losses.load(Ordering::SeqCst)
+    }
+
+    /// Another pass at once, for work the last one left (no gap: the one
+    /// that started it was counted).
+    pub fn pass_again(&self) {
+        self.gap.store(true, Ordering::SeqCst);
+        self.gap_wake.notify_one();
+    }
+
+    /// A pass starts now: the gaps flagged so far are covered by it.
+    pub fn gaps_covered(&self) {
+        self.gap.store(false, Ordering::SeqCst);
     }
 
     /// Waits for a gap and clears it.

@@ -228,8 +228,9 @@ pub struct PassSettings {
     pub max_hashes_per_second: u32,
     /// Seat hashes per Redis round trip while paced.
     pub hashes_per_batch: usize,
-    /// The pass lease (a shard's pass among reconcilers): renewed while the
-    /// pass runs; a holder silent this long is taken over.
+    /// The pass lease (a shard's pass among reconcilers): renewed every
+    /// third of it, kept between passes by the daemon holding its own
+    /// shard's; a holder silent this long is taken over.
     #[serde(with = "humantime_serde")]
     pub pass_lease_ttl: Duration,
     /// How long after a fire a reconciler waits before it runs the pass of

@@ -44,6 +44,10 @@ pub struct RunOptions {
     pub deadline: Option<tokio::time::Instant>,
     /// Writes stop as soon as this no longer holds (the pass lease was lost).
     pub fence: Option<Arc<crate::pass::PassFence>>,
+    /// The daemon's own shard's pass lease, kept between passes: a pass of
+    /// that shard runs under it (claimed through it when not held), and
+    /// keeps it when it ends. None: `once`, another shard, a dry run.
+    pub kept_pass: Option<Arc<crate::pass::KeptPass>>,
     /// The problems this run has reported, so each is counted once per run
     /// by the first job that meets it (shared by the run's jobs).
     pub reported: strict::Reported,

@@ -7,7 +7,7 @@
 
 use crate::context::Context;
 use crate::jobs::report::{JobReport, RunReport, SkipReason, SkippedJob};
-use crate::jobs::{Finding, RunOptions, RunResult, run_as};
+use crate::jobs::{RunOptions, RunResult, run_as};
 use crate::model::Kind;
 use crate::pass::{self, Claimed};
 use crate::store::redis::PassRecord;
@@ -51,7 +51,13 @@ pub(super) async fn under_pass_lease(
 ) -> RunResult {
     let shard = ctx.shard;
     let me = &ctx.settings.reconcile.instance;
-    let claimed = match pass::claim(ctx, shard, slot_ms, &opts.stop).await {
+    // The daemon's own shard: the lease it keeps between passes.
+    let kept = opts.kept_pass.as_ref().filter(|k| k.shard() == shard);
+    let claimed = match kept {
+        Some(kept) => kept.claim(ctx, slot_ms).await.map(|(claimed, _)| claimed),
+        None => pass::claim(ctx, shard, slot_ms, &opts.stop).await,
+    };
+    let claimed = match claimed {
         Ok(c) => c,
         Err(e) => {
             // Redis did not answer the claim: the seat jobs fail this run
@@ -99,7 +105,6 @@ pub(super) async fn under_pass_lease(
             return stand_by(ctx, kinds, opts, run_id, by).await;
         }
     };
-    opts.tell(|| Finding::PassClaimed { shard: shard.index });
     let took_over_from = last
         .as_ref()
         .map(|l| l.instance.clone())
@@ -113,11 +118,17 @@ pub(super) async fn under_pass_lease(
     }
     let fenced = RunOptions {
         fence: Some(pass.fence()),
-        stop: pass.stop_token(),
+        // A kept lease outlives the pass (its fence stops the pass when
+        // lost); the pass's own stop may start another one.
+        stop: match kept {
+            Some(_) => opts.stop.clone(),
+            None => pass.stop_token(),
+        },
         ..opts.clone()
     };
     let report = run_as(ctx, kinds, &fenced, run_id, Vec::new()).await;
     let completed = !fenced.stop.is_cancelled()
+        && !fenced.fenced_out()
         && report
             .jobs
             .iter()
@@ -125,7 +136,11 @@ pub(super) async fn under_pass_lease(
             .all(|j| !j.nothing_completed && j.fatal.is_none());
     let recorded = if completed {
         let now_ms = chrono::Utc::now().timestamp_millis();
-        match pass.finish(slot_ms, now_ms).await {
+        let recorded = match kept {
+            Some(_) => pass.record(slot_ms, now_ms).await,
+            None => pass.finish(slot_ms, now_ms).await,
+        };
+        match recorded {
             Ok(true) => true,
             Ok(false) => {
                 tracing::warn!(
@@ -140,7 +155,9 @@ pub(super) async fn under_pass_lease(
             }
         }
     } else {
-        pass.release().await;
+        if kept.is_none() {
+            pass.release().await;
+        }
         false
     };
     RunResult {

@@ -17,6 +17,7 @@ use super::pass_run::PassOutcome;
 use super::report::RunReport;
 use crate::context::Context;
 use crate::model::{Kind, ShowtimeId};
+use crate::pass::KeptPass;
 
 /// What asked for a run.
 #[derive(Debug, Clone)]
@@ -78,13 +79,15 @@ pub struct RunRequest {
 
 impl RunRequest {
     /// The one place a trigger becomes a run. `stop` is cancelled when the
-    /// process stops; `outbox` receives what a change queue needs (the
+    /// process stops; `outbox` receives what a change queue needs and
+    /// `kept` is the pass lease the daemon keeps for its own shard (the
     /// daemon's; None elsewhere).
     pub fn new(
         ctx: &Context,
         trigger: Trigger,
         stop: CancellationToken,
         outbox: Option<Outbox>,
+        kept: Option<Arc<KeptPass>>,
     ) -> RunRequest {
         let settings = &ctx.settings;
         let enabled = settings.enabled_jobs();
@@ -99,6 +102,7 @@ impl RunRequest {
             deadline,
             check,
             outbox: outbox.clone(),
+            kept_pass: kept.clone(),
             ..RunOptions::default()
         };
         let (kinds, opts) = match &trigger {
@@ -153,7 +157,7 @@ impl RunRequest {
             kinds: kinds.to_vec(),
             opts: opts.clone(),
         };
-        RunRequest::new(ctx, trigger, opts.stop, None)
+        RunRequest::new(ctx, trigger, opts.stop, None, None)
     }
 }
 
@@ -216,10 +220,6 @@ pub enum Finding {
         /// Read by a pass (whose repairs the checks may have missed).
         by_pass: bool,
     },
-    /// This process claimed the pass of shard `shard`: it is that shard's
-    /// active replica from now on, not only once the pass ends (a first
-    /// pass of a large estate takes minutes, and the checks need not wait).
-    PassClaimed { shard: u32 },
     /// `kind` repaired a seat (or the hash) of `showtime`.
     Repaired {
         showtime: ShowtimeId,

@@ -44,8 +44,15 @@ pub struct ChangeMetrics {
 /// `binlog_position_lost`: the binlog reader could not resume where it (or
 /// the shard's reader before it) stopped: the saved position belongs to
 /// another server, or the server cannot send from it (purged), and it read
-/// on from the server's current position.
-pub const GAP_REASONS: [&str; 7] = [
+/// on from the server's current position (or found it missing after Redis
+/// lost its data).
+/// `no_holder`: this process claimed its shard's pass, which had no live
+/// holder (the last one died, lost its lease, or could not renew it): the
+/// changes since went unchecked.
+/// `redis_data_lost`: Redis lost its data (a flush, a restart without
+/// persistence, a failover to an empty replica, an eviction), seen by the
+/// data marker: the seat hashes and the reconciler's own keys are gone.
+pub const GAP_REASONS: [&str; 9] = [
     "connection_lost",
     "queue_full",
     "events_stopped",
@@ -53,6 +60,8 @@ pub const GAP_REASONS: [&str; 7] = [
     "start",
     "binlog_lost",
     "binlog_position_lost",
+    "no_holder",
+    "redis_data_lost",
 ];
 
 impl ChangeMetrics {
@@ -84,7 +93,7 @@ impl ChangeMetrics {
                 IntCounterVec::new(
                     Opts::new(
                         "seatflow_reconcile_change_gaps_total",
-                        "Moments a change may have been missed (a subscription lost, a full queue, events stopped, a Redis Cluster topology changed, the binlog stream or its position lost); each starts a pass.",
+                        "Moments a change may have been missed (a subscription lost, a full queue, events stopped, a Redis Cluster topology changed, the binlog stream or its position lost, a shard's pass without holder, Redis' data lost); each starts a pass.",
                     ),
                     &["reason"],
                 )

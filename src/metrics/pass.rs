@@ -40,7 +40,7 @@ impl PassMetrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "seatflow_reconcile_pass_active",
-                        "1 when this process ran the shard's latest seat pass, 0 when it stood by.",
+                        "1 while this process holds the shard's pass (its own shard's pass lease, kept between passes; a dry run, which takes no lease: once it ran a pass), 0 otherwise. A shard at 0 in every process has no holder: /readyz says why.",
                     ),
                     shard,
                 )

@@ -7,6 +7,7 @@
 //! what it shows of them (`/status`, metrics).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use crate::jobs::pass_run::PassOutcome;
 use crate::jobs::{self, RunRequest, Trigger};
 use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
+use crate::pass::{Holding, KeptPass};
 use crate::schedule::Schedule;
 
 mod status;
@@ -79,6 +81,18 @@ pub struct Runner {
     /// The passes' cadence while a change source is down (`change_watch`'s
     /// `while_uncovered`): None, the schedule's.
     fallback: Mutex<Option<Fallback>>,
+    /// The pass lease of this process's own shard, kept between passes
+    /// (None: no pass, or a dry run, which takes no lease).
+    kept: Option<Arc<KeptPass>>,
+    /// The stop of the pass under way: cancelled to start another at once
+    /// (Redis lost its data: the pass's cursors went with it).
+    pass_stop: Mutex<CancellationToken>,
+    /// A pass was started since the daemon started (whatever came of it).
+    passes_started: AtomicBool,
+    /// Redis lost its data and the passes since have not rebuilt every
+    /// missing hash yet (`missing_hashes.batch_size` a pass): another pass
+    /// follows each at once until one leaves none.
+    rebuilding: AtomicBool,
 }
 
 /// Why a trigger did not start a run.
@@ -144,12 +158,16 @@ impl Runner {
         if let Some(c) = &changes {
             metrics.export_changes(&c.metrics);
         }
+        let stop = CancellationToken::new();
+        let kept = (has_pass && !settings.reconcile.dry_run)
+            .then(|| Arc::new(KeptPass::new(settings.shard(), stop.clone())));
         Arc::new(Runner {
             ctx,
             metrics,
             pass_metrics,
             schedules,
-            stop: CancellationToken::new(),
+            pass_stop: Mutex::new(stop.child_token()),
+            stop,
             tracker: TaskTracker::new(),
             pass_guard: Default::default(),
             expired_guard: Default::default(),
@@ -157,7 +175,56 @@ impl Runner {
             changes,
             shards: Mutex::new(shards),
             fallback: Mutex::new(None),
+            kept,
+            passes_started: AtomicBool::new(false),
+            rebuilding: AtomicBool::new(false),
         })
+    }
+
+    /// The pass lease of this process's own shard, kept between passes
+    /// (None without a pass, and in a dry run).
+    pub fn kept_pass(&self) -> Option<&Arc<KeptPass>> {
+        self.kept.as_ref()
+    }
+
+    /// Whether a pass was started since the daemon started.
+    pub fn passes_started(&self) -> bool {
+        self.passes_started.load(Ordering::SeqCst)
+    }
+
+    /// Redis lost its data (the caller counts the gap that starts a pass):
+    /// the pass under way stops (what it walked by is gone), the pace
+    /// starts again (a new server, and no live hold waits on a hash that
+    /// is gone), and passes follow one another until the missing hashes
+    /// are all rebuilt.
+    pub fn redis_data_lost(&self) {
+        lock(&self.pass_stop).cancel();
+        if let Some(p) = &self.ctx.pacer {
+            p.start_again();
+        }
+        self.rebuilding.store(true, Ordering::SeqCst);
+    }
+
+    /// After a pass of this process's own shard that ran: while rebuilding
+    /// after a data loss, another pass at once if this one completed its
+    /// walk with missing hashes left over its budget (a failed one waits
+    /// for the next gap or fire).
+    fn rebuild_goes_on(&self, report: &jobs::report::RunReport, changes: &Changes) {
+        if !self.rebuilding.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(missing) = report.jobs.iter().find(|j| j.kind == Kind::MissingHashes) else {
+            self.rebuilding.store(false, Ordering::SeqCst);
+            return;
+        };
+        if missing.fatal.is_some() || missing.nothing_completed {
+            return;
+        }
+        if missing.backlog > 0 {
+            changes.pass_again();
+        } else {
+            self.rebuilding.store(false, Ordering::SeqCst);
+        }
     }
 
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
@@ -173,7 +240,13 @@ impl Runner {
     /// The run `trigger` asks for, as the daemon runs it: stopped with the
     /// daemon, telling its findings to the change queue.
     pub fn request(&self, trigger: Trigger) -> RunRequest {
-        RunRequest::new(&self.ctx, trigger, self.stop.clone(), self.outbox())
+        RunRequest::new(
+            &self.ctx,
+            trigger,
+            self.stop.clone(),
+            self.outbox(),
+            self.kept.clone(),
+        )
     }
 
     /// Cancelled when the daemon shuts down.
@@ -186,20 +259,25 @@ impl Runner {
         self.tracker.spawn(task);
     }
 
-    /// Whether this process holds its own shard's pass now or ran its
-    /// latest one (holds the shard's work; only then does it check changes
-    /// between passes), or None before its first pass is claimed or ends.
+    /// Whether this process is its own shard's active replica (only then
+    /// does it check changes between passes): it holds the shard's pass
+    /// lease (Some(true)), or another reconciler's live lease holds it
+    /// (Some(false)); None while nobody can be said to (before the first
+    /// claim, a claim failing, a lease not renewed). A dry run takes no
+    /// lease: it is active once its first pass has run.
     pub fn active_on_own_shard(&self) -> Option<bool> {
-        // Claimed and under way: active already (a first pass of a large
-        // estate takes minutes; the checks need not wait for its end).
-        if self.changes.as_ref().is_some_and(|c| c.own_pass_claimed()) {
-            return Some(true);
+        let Some(kept) = &self.kept else {
+            let own = self.ctx.settings.shard().index;
+            return lock(&self.shards)
+                .get(&own)
+                .filter(|s| s.last_fire.is_some())
+                .map(|s| s.active);
+        };
+        match kept.holding() {
+            Holding::Held => Some(true),
+            Holding::Standby { .. } => Some(false),
+            Holding::NoHolder { .. } => None,
         }
-        let own = self.ctx.settings.shard().index;
-        lock(&self.shards)
-            .get(&own)
-            .filter(|s| s.last_fire.is_some())
-            .map(|s| s.active)
     }
 
     /// A pass now, outside the schedule (after a gap in change detection).
@@ -261,6 +339,9 @@ impl Runner {
             .map_err(|_| NotStarted::AlreadyRunning)?;
         let this = Arc::clone(self);
         self.set_running(&kinds, true);
+        if is_pass {
+            self.passes_started.store(true, Ordering::SeqCst);
+        }
         self.tracker.spawn(async move {
             let max = this.ctx.settings.daemon.start_jitter;
             if jitter && !max.is_zero() {
@@ -325,9 +406,12 @@ impl Runner {
         } else {
             vec![own]
         };
+        // This pass's own stop (under the daemon's): `restart_pass`.
+        let stop = self.stop.child_token();
+        *lock(&self.pass_stop) = stop.clone();
         let mut ran_any = false;
         for shard in shards {
-            if self.stop.is_cancelled() {
+            if stop.is_cancelled() {
                 break;
             }
             let ctx = self.ctx.for_shard(shard);
@@ -340,28 +424,27 @@ impl Runner {
                     .unwrap_or_default();
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = self.stop.cancelled() => break,
+                    _ = stop.cancelled() => break,
                 }
             }
             let started_at = Utc::now();
             if let Some(changes) = self.changes.as_ref().filter(|_| shard == own) {
                 changes.pass_starts();
             }
-            let request = RunRequest::new(&ctx, trigger.clone(), self.stop.clone(), self.outbox());
+            let kept = self.kept.clone().filter(|_| shard == own);
+            let request = RunRequest::new(&ctx, trigger.clone(), stop.clone(), self.outbox(), kept);
             let run = jobs::run(&ctx, request).await;
             ran_any |= !matches!(run.pass, PassOutcome::StoodBy { .. });
             self.record_pass(shard, &run.pass, &run.report, interval);
-            if let Some(changes) = self.changes.as_ref().filter(|_| shard == own) {
-                changes.own_pass_over();
-            }
             if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.pass)
                 && shard == own
             {
                 changes.pass_ended(&run.report);
+                self.rebuild_goes_on(&run.report, changes);
             }
             self.record(run.report, started_at);
         }
-        if !ran_any && !self.stop.is_cancelled() {
+        if !ran_any && !stop.is_cancelled() {
             // A standby's scan gauges would otherwise show what it saw when
             // it was last active, long repaired since: the active one's are
             // the current ones (dashboards take the max over replicas).
@@ -389,7 +472,7 @@ impl Runner {
         if shard != own {
             return false;
         }
-        if own.total > 1 {
+        if own.total > 1 || self.kept.as_ref().is_some_and(|k| k.is_ours()) {
             return true;
         }
         match ctx.redis.read_pass(shard).await {
@@ -421,6 +504,10 @@ impl Runner {
         let held = self.ctx.leases.len();
         if let Err(e) = self.ctx.leases.release_all(&self.ctx.redis).await {
             tracing::warn!(error = %e, held, "could not release every showtime lease; they expire with their TTL");
+        }
+        // A standby takes the shard's pass at once, not a TTL later.
+        if let Some(kept) = &self.kept {
+            kept.release().await;
         }
     }
 

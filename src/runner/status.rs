@@ -13,6 +13,7 @@ use crate::capacity::{self, Capacity};
 use crate::jobs::pass_run::PassOutcome;
 use crate::jobs::report::{JobReport, Outcome, RunReport};
 use crate::model::{Kind, Shard};
+use crate::pass::Holding;
 use crate::pass_fit::{self, PassFit};
 
 /// What `/status` shows for one job.
@@ -43,8 +44,14 @@ pub struct LastRun {
 /// What `/status` shows for one shard's pass, as this process saw it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ShardStatus {
-    /// This process ran the shard's latest pass (false: it stood by).
+    /// This process holds the shard's pass lease (its own shard, kept
+    /// between passes), or, taking none (a dry run), ran its latest pass.
     pub active: bool,
+    /// Who holds this process's own shard's pass (`held`, `standby` with
+    /// the holder, `no_holder` with why and since when); absent for the
+    /// other shards and in a dry run (no lease).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Holding>,
     /// What the latest fire found: `ran`, `standby`, `already_done`,
     /// `stuck_lease` (the pass lease has no expiry), `claim_failed`, or
     /// `dry_run` (no pass lease taken).
@@ -119,6 +126,7 @@ impl Runner {
     }
 
     pub fn shard_status(&self) -> BTreeMap<u32, ShardStatus> {
+        self.holding();
         lock(&self.shards).clone()
     }
 
@@ -242,7 +250,35 @@ impl Runner {
                 }
             }
         }
+        // Another shard's pass lease is released when its pass ends: this
+        // process does not hold it between passes.
+        if shard != self.ctx.settings.shard() && !matches!(outcome, PassOutcome::NotNeeded) {
+            st.active = false;
+        }
         m.active.with_label_values(&[&label]).set(st.active as i64);
+        drop(shards);
+        self.holding();
+    }
+
+    /// Who holds this process's own shard's pass, as it knows it now; shown
+    /// in `/status` and `seatflow_reconcile_pass_active` as it is read (by
+    /// the keeper every second, `/readyz`, `/status`, `/metrics`). None:
+    /// this process takes no pass lease (no pass, or a dry run).
+    pub fn holding(&self) -> Option<Holding> {
+        let holding = self.kept_pass()?.holding();
+        let own = self.ctx.settings.shard().index;
+        let mut shards = lock(&self.shards);
+        let st = shards.entry(own).or_default();
+        st.active = holding == Holding::Held;
+        if let Holding::Standby { holder } = &holding {
+            st.holder = Some(holder.clone());
+        }
+        st.lease = Some(holding.clone());
+        self.pass_metrics
+            .active
+            .with_label_values(&[&own.to_string()])
+            .set(st.active as i64);
+        Some(holding)
     }
 
     fn completed(&self, st: &mut ShardStatus, label: &str) {

@@ -549,7 +549,7 @@ impl<'a> Sweep<'a, '_> {
         if self.opts.fenced_out() {
             Some("pass lease lost to another reconciler; stopped without writing more")
         } else if self.opts.stop.is_cancelled() {
-            Some("interrupted by shutdown")
+            Some("interrupted by shutdown, or by a new pass after Redis lost its data")
         } else {
             None
         }

@@ -314,14 +314,21 @@ impl RedisStore {
     }
 
     pub(super) async fn int_results(&self, cmds: &[Cmd]) -> Result<Vec<bool>> {
+        self.replies(cmds, |r| Ok(from_value::<i64>(r?)? == 1))
+            .await
+    }
+
+    /// Runs `cmds` in one pipeline (none: no round trip) and reads each
+    /// reply with `read`.
+    pub(super) async fn replies<T>(
+        &self,
+        cmds: &[Cmd],
+        read: impl FnMut(RedisResult<Value>) -> Result<T>,
+    ) -> Result<Vec<T>> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
-        self.pipeline(cmds)
-            .await?
-            .into_iter()
-            .map(|r| Ok(from_value::<i64>(r?)? == 1))
-            .collect()
+        self.pipeline(cmds).await?.into_iter().map(read).collect()
     }
 
     pub async fn get_string(&self, key: &str) -> Result<Option<String>> {

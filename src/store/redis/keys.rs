@@ -98,15 +98,22 @@ impl Keys {
     /// it comes before the instance, whose name may hold braces. None if
     /// `slots` is empty (no primary to probe).
     pub fn events_probe_in(&self, instance: &str, slots: &[(u16, u16)]) -> Option<String> {
-        // A primary owning one slot needs 16,384 tries on average; a million
-        // misses it with a chance of e^-61.
-        (0..1_000_000u32)
-            .map(|i| format!("p{i}"))
-            .find(|tag| {
-                let slot = key_slot(tag.as_bytes());
-                slots.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot))
-            })
+        primary_tag(slots)
             .map(|tag| format!("{}reconcile:events-probe:{{{tag}}}:{instance}", self.prefix))
+    }
+
+    /// The data marker of a single server: a string of ours without
+    /// expiry, gone when the server loses its data (`data_marker.lua`).
+    pub fn data_marker(&self) -> String {
+        format!("{}reconcile:data-marker", self.prefix)
+    }
+
+    /// The data marker of a Redis Cluster primary owning `slots`: each
+    /// primary loses its data on its own (a `FLUSHALL` on one node, its
+    /// failover to an empty replica), so each has one, in one of its slots
+    /// (the same tag as its probe key). None if `slots` is empty.
+    pub fn data_marker_in(&self, slots: &[(u16, u16)]) -> Option<String> {
+        primary_tag(slots).map(|tag| format!("{}reconcile:data-marker:{{{tag}}}", self.prefix))
     }
 
     /// A fresh name to move an audit backlog of the wrong type aside to.
@@ -116,6 +123,19 @@ impl Keys {
             &uuid::Uuid::new_v4().simple().to_string(),
         )
     }
+}
+
+/// The first of `p0`, `p1`, ... whose slot is in `slots` (inclusive
+/// ranges): a hash tag that lands a key of ours on the primary owning them
+/// (a few tries for a primary owning a third of the slots). None if
+/// `slots` is empty.
+fn primary_tag(slots: &[(u16, u16)]) -> Option<String> {
+    // A primary owning one slot needs 16,384 tries on average; a million
+    // misses it with a chance of e^-61.
+    (0..1_000_000u32).map(|i| format!("p{i}")).find(|tag| {
+        let slot = key_slot(tag.as_bytes());
+        slots.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot))
+    })
 }
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag

@@ -128,19 +128,13 @@ impl RedisStore {
                 c
             })
             .collect();
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.pipeline(&cmds)
-            .await?
-            .into_iter()
-            .map(|r| match from_value::<i64>(r?)? {
-                1 => Ok(LeaseTake::Taken),
-                0 => Ok(LeaseTake::Busy),
-                2 => Ok(LeaseTake::Replaced),
-                other => Err(Error::Protocol(format!("lease script replied {other}"))),
-            })
-            .collect()
+        self.replies(&cmds, |r| match from_value::<i64>(r?)? {
+            1 => Ok(LeaseTake::Taken),
+            0 => Ok(LeaseTake::Busy),
+            2 => Ok(LeaseTake::Replaced),
+            other => Err(Error::Protocol(format!("lease script replied {other}"))),
+        })
+        .await
     }
 
     /// PTTL of each showtime lease in one round trip: ms left, -1 no
@@ -150,14 +144,7 @@ impl RedisStore {
             .iter()
             .map(|&id| redis::cmd("PTTL").arg(self.keys.showtime_lease(id)).clone())
             .collect();
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.pipeline(&cmds)
-            .await?
-            .into_iter()
-            .map(|r| from_value(r?))
-            .collect()
+        self.replies(&cmds, |r| from_value(r?)).await
     }
 
     /// Extends our leases; false where the lease is no longer ours.
@@ -228,18 +215,22 @@ impl RedisStore {
         Ok(self.int_results(&[c]).await?[0])
     }
 
-    /// Records the completed pass and releases the lease, if still ours.
+    /// Records the completed pass and, when `release`, releases the lease,
+    /// if still ours (false: nothing written).
     pub async fn finish_pass(
         &self,
         shard: Shard,
         value: &str,
         record: &PassRecord,
+        release: bool,
     ) -> Result<bool> {
         let mut c = evalsha(
             &PASS_FINISH,
             &[self.keys.pass_lease(shard), self.keys.pass_record(shard)],
         );
-        c.arg(value).arg(record.encode());
+        c.arg(value)
+            .arg(record.encode())
+            .arg(if release { "1" } else { "0" });
         Ok(self.int_results(&[c]).await?[0])
     }
 

@@ -15,6 +15,7 @@ mod audit_backlog;
 mod binlog_position;
 mod conn;
 mod cursors;
+mod data_marker;
 mod keys;
 mod leases;
 mod notify;
@@ -24,6 +25,7 @@ pub use access::AclVerdict;
 pub use binlog_position::{PositionSave, SavedPosition, parse_saved, saved_value};
 pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
+pub use data_marker::MarkerRead;
 pub use keys::{Keys, aside_key, key_slot};
 pub use leases::{LeaseTake, PassClaim, PassRecord, pass_lease_value};
 pub use notify::{Primary, Topology};
@@ -72,7 +74,9 @@ lua!(BINLOG_POSITION_SAVE, "../lua/binlog_position_save.lua");
 
 lua!(ACL_CHECK, "../lua/acl_check.lua");
 
-const ALL_SCRIPTS: [&Lua; 14] = [
+lua!(DATA_MARKER, "../lua/data_marker.lua");
+
+const ALL_SCRIPTS: [&Lua; 15] = [
     &REPAIR_SEATS,
     &REBUILD_HASH,
     &RECORD_SUSPECTS,
@@ -87,6 +91,7 @@ const ALL_SCRIPTS: [&Lua; 14] = [
     &BACKLOG_ACK,
     &BINLOG_POSITION_SAVE,
     &ACL_CHECK,
+    &DATA_MARKER,
 ];
 
 /// One Redis server (reconnecting on its own) or a Redis Cluster.

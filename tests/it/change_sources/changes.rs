@@ -817,6 +817,13 @@ async fn with_both_sources_configured_a_source_down_brings_the_frequent_sweep_ba
             events_gauge_says_off(&daemon).await;
         }
         // The start's passes (and a gap's) are behind: count from here.
+        // (The holder listens from its claim, before its first pass.)
+        seatflow_test_support::servers::wait_until(
+            "the daemon's first pass",
+            Duration::from_secs(60),
+            || async { pass_runs(&metrics(&daemon).await) >= 1.0 },
+        )
+        .await;
         let before = passes_after(&daemon, every * 2).await;
         let after = passes_after(&daemon, every * 4).await;
         let interval = sample(

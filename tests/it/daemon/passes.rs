@@ -406,7 +406,10 @@ async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted()
 }
 
 /// Claims the (free) pass of the whole estate in this process.
-async fn claim_free_pass(env: &TestEnv, stop: &CancellationToken) -> pass::HeldPass {
+async fn claim_free_pass(
+    env: &TestEnv,
+    stop: &CancellationToken,
+) -> std::sync::Arc<pass::HeldPass> {
     match pass::claim(&env.ctx, Shard::ALL, 1_000, stop)
         .await
         .unwrap()

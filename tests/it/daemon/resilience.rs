@@ -83,6 +83,8 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
     cmd.env("SEATFLOW__REDIS__URL", &redis_url)
         .env("SEATFLOW__REDIS__RESPONSE_TIMEOUT", "1s")
         .env("SEATFLOW__RECONCILE__RETRY_MAX_DELAY", "200ms")
+        // The pass lease kept between passes lapses 2 s into the outage.
+        .env("SEATFLOW__PASS__PASS_LEASE_TTL", "3s")
         .env("SEATFLOW__LOG__FORMAT", "json")
         .stderr(log_file);
     let d = Daemon::start(cmd, port).await;
@@ -119,8 +121,37 @@ async fn a_redis_restart_mid_run_fails_the_run_and_the_daemon_recovers() {
         200,
         "the daemon keeps going"
     );
-    // A pass that could not even claim its lease is a failed run in the
-    // audit, with its seat jobs, and its lines carry its run_id.
+    // A pass that could not even claim its lease (the lease it kept could
+    // not be renewed) is a failed run in the audit, with its seat jobs, and
+    // its lines carry its run_id.
+    let claim_runs = || {
+        let lines = std::fs::read_to_string(&log).unwrap_or_default();
+        lines
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|l| l["message"] == "could not claim the pass")
+            .filter_map(|l| l["run_id"].as_str().map(String::from))
+            .collect::<Vec<String>>()
+    };
+    wait_until(
+        "a failed claim's run is recorded",
+        Duration::from_secs(60),
+        || async {
+            for run_id in claim_runs() {
+                let outcome: Option<Option<String>> =
+                    sqlx::query_scalar("SELECT outcome FROM reconcile_run WHERE run_id = ?")
+                        .bind(&run_id)
+                        .fetch_optional(env.ctx.mysql.pool())
+                        .await
+                        .unwrap();
+                if outcome.flatten().as_deref() == Some("failure") {
+                    return true;
+                }
+            }
+            false
+        },
+    )
+    .await;
     let failed_runs = || async {
         sqlx::query_as::<_, (String, String)>(
             "SELECT run_id, kinds FROM reconcile_run WHERE outcome = 'failure' \

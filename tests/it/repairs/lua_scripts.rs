@@ -322,7 +322,8 @@ async fn pass_claim_runs_a_pass_outside_the_schedule_after_a_completed_one() {
 
 /// A pass whose lease went to another replica records nothing and leaves
 /// that replica's lease alone (fenced); its own lease is released with the
-/// record.
+/// record, or kept when asked (the daemon's own shard, held between
+/// passes).
 #[tokio::test]
 async fn pass_finish_is_fenced_by_the_lease() {
     let env = TestEnv::new().await;
@@ -332,7 +333,7 @@ async fn pass_finish_is_fenced_by_the_lease() {
     let _: () = env
         .redis(redis::cmd("SET").arg(&keys[0]).arg("t2 other"))
         .await;
-    let late = eval(&env, PASS_FINISH, &keys, &["t1 me", "5000 6000 me"]).await;
+    let late = eval(&env, PASS_FINISH, &keys, &["t1 me", "5000 6000 me", "1"]).await;
     assert_eq!(late.unwrap(), Value::Int(0), "not ours any more");
     let record: Option<String> = env.redis(redis::cmd("GET").arg(&keys[1])).await;
     assert_eq!(record, None, "nothing recorded");
@@ -341,9 +342,23 @@ async fn pass_finish_is_fenced_by_the_lease() {
         .await;
     // A record key of the wrong type (ours: replaced).
     let _: () = env.redis(redis::cmd("SADD").arg(&keys[1]).arg("m")).await;
-    let ours = eval(&env, PASS_FINISH, &keys, &["t1 me", "5000 6000 me"]).await;
+    let ours = eval(&env, PASS_FINISH, &keys, &["t1 me", "5000 6000 me", "1"]).await;
     assert_eq!(ours.unwrap(), Value::Int(1));
     let record: Option<String> = env.redis(redis::cmd("GET").arg(&keys[1])).await;
     assert_eq!(record.as_deref(), Some("5000 6000 me"));
     assert!(!exists(&env, &keys[0]).await, "released");
+    // Kept: recorded, the lease stays.
+    let _: () = env
+        .redis(redis::cmd("SET").arg(&keys[0]).arg("t1 me"))
+        .await;
+    let kept = eval(&env, PASS_FINISH, &keys, &["t1 me", "7000 8000 me", "0"]).await;
+    assert_eq!(kept.unwrap(), Value::Int(1));
+    let record: Option<String> = env.redis(redis::cmd("GET").arg(&keys[1])).await;
+    assert_eq!(record.as_deref(), Some("7000 8000 me"));
+    assert!(exists(&env, &keys[0]).await, "kept");
+    // Neither: refused before any write.
+    let bad = eval(&env, PASS_FINISH, &keys, &["t1 me", "9000 9100 me", "yes"]).await;
+    assert!(bad.is_err(), "{bad:?}");
+    let record: Option<String> = env.redis(redis::cmd("GET").arg(&keys[1])).await;
+    assert_eq!(record.as_deref(), Some("7000 8000 me"));
 }
