@@ -19,6 +19,7 @@ mod confirm;
 pub mod grants;
 mod inspect;
 mod migrations;
+mod occupancy;
 mod orders;
 mod replica;
 pub mod schema;
