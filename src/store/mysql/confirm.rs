@@ -1,6 +1,7 @@
 //! The confirmation right before a write, asked in MySQL's own terms (rules 4
 //! and 15): exactly the planned seats, compared with the column's collation.
 
+use super::confirm_elsewhere::rows_elsewhere;
 use super::sql::*;
 use super::*;
 use crate::error::Result;
@@ -49,7 +50,7 @@ fn push_position(
 /// their showtime's orders that sit in another showtime (true). Either
 /// returns `asked_showtime` and `pos` (the seat's place among its
 /// showtime's asked seats) with the row's columns.
-fn confirm_query(
+pub(super) fn confirm_query(
     asked: &[&(ShowtimeId, Vec<usize>)],
     seats: &[(ShowtimeId, SeatNo, bool)],
     elsewhere: bool,
@@ -257,14 +258,12 @@ impl MysqlStore {
             // read after the showtime leases were taken and before the
             // write, and none waits for another.
             let mut in_showtime = confirm_query(&all, seats, false, shape.null_seat_rows);
-            let mut elsewhere = (!lowering.is_empty())
-                .then(|| confirm_query(&lowering, seats, true, shape.null_seat_rows));
             let mut no_showtime = shape
                 .null_showtime_rows
                 .then(|| null_showtime_query(&all, seats, part));
             let (rows_in_showtime, rows_elsewhere, rows_no_showtime) = tokio::try_join!(
                 in_showtime.build().fetch_all(&self.pool),
-                fetch_if(&self.pool, elsewhere.as_mut()),
+                rows_elsewhere(&self.pool, &lowering, seats, shape.null_seat_rows),
                 fetch_if(&self.pool, no_showtime.as_mut()),
             )?;
             for (asked, rows, anywhere) in [

@@ -16,6 +16,7 @@ mod access;
 mod audit;
 pub mod binlog;
 mod confirm;
+mod confirm_elsewhere;
 pub mod grants;
 mod inspect;
 mod migrations;

@@ -51,8 +51,9 @@ mod order_at {
 const ROW_COLUMNS: &str = "SELECT os.showtime_id, os.order_id, os.seat_no, \
      CAST(os.active AS SIGNED) AS active FROM order_seat os";
 
-/// The orders a chunk's rows belong to, as the strict reading sees them.
-type Orders = HashMap<i64, OrderFacts>;
+/// The orders a chunk's rows belong to, as the strict reading sees them
+/// (each lent to its rows in turn: `None` only while one is read).
+type Orders = HashMap<i64, Option<OrderFacts>>;
 
 impl MysqlStore {
     /// The rows of whole showtimes that may hold a seat, read strictly
@@ -70,13 +71,8 @@ impl MysqlStore {
             });
         }
         let mut conn = self.pool.acquire().await?;
-        sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            .execute(&mut *conn)
-            .await?;
-        let mut snapshot = conn
-            .begin_with("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-            .await?;
-        let orders = orders_of(&mut snapshot, showtimes).await?;
+        let mut snapshot = consistent_snapshot(&mut conn).await?;
+        let mut orders = orders_of(&mut snapshot, showtimes).await?;
         race_window!(crate::race_window::OCCUPANCY_BETWEEN_READS);
         // Rows whose order is not among the chunk's: read once all are in.
         let mut strays: Vec<SeatRowFacts> = Vec::new();
@@ -86,18 +82,21 @@ impl MysqlStore {
         let mut rows = q.build().fetch(&mut *snapshot);
         while let Some(r) = rows.try_next().await? {
             let mut facts = row_facts(&r);
-            match &facts.order_id {
-                Ok(id) => match orders.get(id) {
-                    Some(order) => facts.order = Some(order.clone()),
-                    None => {
-                        strays.push(facts);
-                        continue;
-                    }
-                },
+            let Ok(id) = facts.order_id else {
                 // No order to look up: read as an orderless row.
-                Err(_) => {}
+                fold(&mut out, &mut unknown, &facts);
+                continue;
+            };
+            match orders.get_mut(&id) {
+                // The order lent to the row while it is read (a row a
+                // seat: no copy of its order per seat).
+                Some(order) => {
+                    facts.order = order.take();
+                    fold(&mut out, &mut unknown, &facts);
+                    *order = facts.order.take();
+                }
+                None => strays.push(facts),
             }
-            fold(&mut out, &mut unknown, &facts);
         }
         drop(rows);
         if !strays.is_empty() {
@@ -114,7 +113,7 @@ impl MysqlStore {
                     .as_ref()
                     .ok()
                     .and_then(|id| found.get(id))
-                    .cloned();
+                    .and_then(Option::clone);
                 fold(&mut out, &mut unknown, &facts);
             }
         }
@@ -126,8 +125,21 @@ impl MysqlStore {
     }
 }
 
-/// One connection inside the chunk's snapshot.
+/// One connection inside one consistent snapshot.
 type Snapshot<'c> = sqlx::Transaction<'c, MySql>;
+
+/// A read-only transaction on `conn` whose statements all read the
+/// snapshot taken at its start: REPEATABLE READ whatever the server's
+/// default, for this transaction only (the session keeps its own).
+pub(super) async fn consistent_snapshot(
+    conn: &mut sqlx::pool::PoolConnection<MySql>,
+) -> sqlx::Result<Snapshot<'_>> {
+    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut **conn)
+        .await?;
+    conn.begin_with("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        .await
+}
 
 /// The orders of `showtimes`: by primary key range between the least
 /// and the greatest of their ids, which MySQL reads in the order the
@@ -178,7 +190,7 @@ async fn read_orders(snapshot: &mut Snapshot<'_>, mut q: QueryBuilder<MySql>) ->
         // An id that does not decode cannot be a row's order (its
         // `order_id` does not decode either).
         if let Ok(id) = int(&r, order_at::ID) {
-            orders.insert(id, order_facts(&r));
+            orders.insert(id, Some(order_facts(&r)));
         }
     }
     Ok(orders)
