@@ -25,6 +25,8 @@ KINDS = [
     ("occupancy: orders of a chunk", r"^SELECT o\.id, CAST\(o\.status AS BINARY\).* FROM ticket_order o WHERE"),
     ("occupancy: snapshot (begin, commit)", r"^(START TRANSACTION WITH CONSISTENT SNAPSHOT|COMMIT$|SET TRANSACTION ISOLATION)"),
     ("confirmation: rows elsewhere", r"mine\.showtime_id AS asked_showtime"),
+    ("confirmation elsewhere: the showtimes' orders", r"^SELECT o\.id, o\.showtime_id FROM ticket_order o WHERE"),
+    ("confirmation elsewhere: rows in their id range", r"^SELECT os\.order_id, os\.showtime_id FROM order_seat os WHERE os\.order_id BETWEEN"),
     ("confirmation: rows in the showtime", r"os\.showtime_id AS asked_showtime"),
     ("confirmation: rows with no showtime", r"o\.showtime_id AS asked_showtime"),
     ("seat names (collation)", r"AS pos FROM order_seat os WHERE os\.order_id ="),

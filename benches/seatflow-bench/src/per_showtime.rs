@@ -10,10 +10,9 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::bench::Bench;
-use crate::report::Phase;
+use crate::report::{LoopCounts, Phase};
 use crate::services::Load;
 
 /// Sets a field only if it still holds the value read (a hold in between
@@ -29,16 +28,6 @@ return 0";
 const SHOWTIME_OCCUPANCY: &str = "SELECT os.seat_no, o.status FROM order_seat os \
      JOIN ticket_order o ON o.id = os.order_id \
      WHERE os.showtime_id = ? AND os.active = 1 AND o.status IN ('PENDING', 'PAID')";
-
-/// What the loop found and did.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct LoopCounts {
-    pub showtimes: u64,
-    pub drift: u64,
-    pub repaired: u64,
-    /// Redis round trips: one HGETALL per showtime, one script per seat.
-    pub round_trips: u64,
-}
 
 pub struct LoopRun {
     pub seconds: f64,
@@ -72,14 +61,14 @@ impl Bench {
         .fetch_all(&self.pool)
         .await?;
         for (showtime, hall) in showtimes {
-            if !templates.contains_key(&hall) {
+            if let std::collections::hash_map::Entry::Vacant(e) = templates.entry(hall) {
                 let seats = sqlx::query_scalar(
                     "SELECT seat_no FROM hall_seat WHERE hall_id = ? AND enabled = 1",
                 )
                 .bind(hall)
                 .fetch_all(&self.pool)
                 .await?;
-                templates.insert(hall, seats);
+                e.insert(seats);
             }
             let key = self.keys.seat(showtime);
             let hash: HashMap<String, String> = redis::cmd("HGETALL")

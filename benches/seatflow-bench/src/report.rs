@@ -12,7 +12,6 @@ use crate::args::{Args, EstateArgs};
 use crate::bench::Bench;
 use crate::launcher::repo_root;
 use crate::machine::{Machine, machine};
-use crate::per_showtime::LoopCounts;
 use crate::replica::Reads;
 use crate::seeding::SeedStats;
 use crate::services::Load;
@@ -26,6 +25,16 @@ pub struct FloorDetail {
     pub overlapped_s: Option<f64>,
     pub hash_fields: u64,
     pub occupancy_rows: u64,
+}
+
+/// What the per-showtime loop (per_showtime.rs) found and did.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct LoopCounts {
+    pub showtimes: u64,
+    pub drift: u64,
+    pub repaired: u64,
+    /// Redis round trips: one HGETALL per showtime, one script per seat.
+    pub round_trips: u64,
 }
 
 #[derive(Debug, Serialize)]

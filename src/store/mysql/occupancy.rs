@@ -154,15 +154,12 @@ async fn orders_of(snapshot: &mut Snapshot<'_>, showtimes: &[ShowtimeId]) -> Res
     let mut q = QueryBuilder::<MySql>::new(ORDER_COLUMNS);
     q.push(" WHERE TRUE");
     push_in(&mut q, "o.showtime_id", showtimes);
-    match (int(&bounds, 0), int(&bounds, 1)) {
-        (Ok(least), Ok(greatest)) => {
-            q.push(" AND o.id BETWEEN ")
-                .push_bind(least)
-                .push(" AND ")
-                .push_bind(greatest);
-        }
-        // No order at all (NULLs), or ids beyond BIGINT: the index alone.
-        _ => {}
+    // No order at all (NULLs), or ids beyond BIGINT: the index alone.
+    if let (Ok(least), Ok(greatest)) = (int(&bounds, 0), int(&bounds, 1)) {
+        q.push(" AND o.id BETWEEN ")
+            .push_bind(least)
+            .push(" AND ")
+            .push_bind(greatest);
     }
     read_orders(snapshot, q).await
 }
