@@ -69,6 +69,7 @@ pub(super) async fn rows_elsewhere(
                 "SELECT os.order_id, os.showtime_id FROM order_seat os WHERE os.order_id BETWEEN ",
             );
             q.push_bind(least).push(" AND ").push_bind(greatest);
+            push_not_own_showtime(&mut q, &runs(&showtime_of));
             let mut rows = q.build().fetch(&mut *snapshot);
             let mut away = Vec::new();
             while let Some(r) = rows.try_next().await? {
@@ -107,6 +108,59 @@ pub(super) async fn rows_elsewhere(
     Ok(rows)
 }
 
+/// Most runs of one showtime's ids (see `runs`) a statement filters by;
+/// beyond them every row of the range is sent and judged here.
+const MAX_RUNS: usize = 1_000;
+
+/// The orders' ids in runs of one showtime: (first id, last id,
+/// showtime), ascending. Orders are written in id order, so a chunk's
+/// showtimes have a run or a few each.
+fn runs(orders: &HashMap<i64, i64>) -> Vec<(i64, i64, i64)> {
+    let mut ids: Vec<(i64, i64)> = orders.iter().map(|(id, s)| (*id, *s)).collect();
+    ids.sort_unstable();
+    let mut out: Vec<(i64, i64, i64)> = Vec::new();
+    for (id, showtime) in ids {
+        match out.last_mut() {
+            Some(run) if run.2 == showtime => run.1 = id,
+            _ => out.push((id, id, showtime)),
+        }
+    }
+    out
+}
+
+/// ` AND os.showtime_id <> <the showtime of the run holding os.order_id>`:
+/// only the rows that sit outside their own showtime are sent, where the
+/// run of a row's order is its order's showtime or, for the ids of other
+/// showtimes' orders between two runs, NULL (nothing is sent for them). A
+/// run may also cover such ids between two of one showtime's orders: their
+/// rows may be sent (when in another showtime) and are judged here by their
+/// orders. MySQL's `INTERVAL` finds the run by binary search; `ELT` names its
+/// showtime.
+fn push_not_own_showtime(q: &mut QueryBuilder<MySql>, runs: &[(i64, i64, i64)]) {
+    if runs.is_empty() || runs.len() > MAX_RUNS {
+        return;
+    }
+    // Ascending breakpoints: a run's first id (its showtime), and the id
+    // after it when the next run does not start there (NULL: no order of ours).
+    let mut points: Vec<(i64, Option<i64>)> = Vec::new();
+    for (i, (first, last, showtime)) in runs.iter().enumerate() {
+        points.push((*first, Some(*showtime)));
+        let after = last.saturating_add(1);
+        if runs.get(i + 1).is_none_or(|next| next.0 != after) && after > *last {
+            points.push((after, None));
+        }
+    }
+    q.push(" AND os.showtime_id <> CAST(ELT(INTERVAL(os.order_id");
+    for (at, _) in &points {
+        q.push(", ").push_bind(*at);
+    }
+    q.push(")");
+    for (_, showtime) in &points {
+        q.push(", ").push_bind(*showtime);
+    }
+    q.push(") AS SIGNED)");
+}
+
 /// The least and greatest id of the orders, when they are dense (see `DENSE`).
 fn id_range(orders: &HashMap<i64, i64>) -> Option<(i64, i64)> {
     let least = *orders.keys().min()?;
@@ -118,6 +172,38 @@ fn id_range(orders: &HashMap<i64, i64>) -> Option<(i64, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn orders_fall_in_runs_of_one_showtime() {
+        let orders: HashMap<i64, i64> = [(10, 1), (11, 1), (13, 1), (14, 2), (20, 1), (21, 3)]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            runs(&orders),
+            [(10, 13, 1), (14, 14, 2), (20, 20, 1), (21, 21, 3)]
+        );
+        assert!(runs(&HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn a_rows_own_showtime_is_named_by_its_orders_run() {
+        let sql = |runs: &[(i64, i64, i64)]| {
+            let mut q = QueryBuilder::<MySql>::new("");
+            push_not_own_showtime(&mut q, runs);
+            q.into_sql().as_str().to_string()
+        };
+        // 10–13 showtime 1, 14 showtime 2 (adjacent: no gap between),
+        // then a gap (15–19: NULL), 20 showtime 1, and after it NULL.
+        assert_eq!(
+            sql(&[(10, 13, 1), (14, 14, 2), (20, 20, 1)]),
+            " AND os.showtime_id <> CAST(ELT(INTERVAL(os.order_id, ?, ?, ?, ?, ?), ?, ?, ?, ?, ?) AS SIGNED)"
+        );
+        assert_eq!(sql(&[]), "");
+        let many: Vec<(i64, i64, i64)> = (0..=MAX_RUNS as i64).map(|i| (i, i, i)).collect();
+        assert_eq!(sql(&many), "", "too many runs: every row is judged here");
+        // The last id of all: no breakpoint after it.
+        assert!(sql(&[(1, i64::MAX, 7)]).contains("INTERVAL(os.order_id, ?)"));
+    }
 
     #[test]
     fn a_range_is_read_only_where_the_ids_are_dense() {
