@@ -51,7 +51,7 @@ impl Bench {
     ) -> Result<Bench> {
         let db_url = fixtures::with_database(&args.mysql_url, database)?;
         match keep_database {
-            true => create_database_if_missing(&db_url, database).await,
+            true => fixtures::create_database(&db_url, database).await,
             false => fixtures::recreate_database(&db_url, database).await,
         }
         .with_context(|| format!("MariaDB at {}", redact_url(&args.mysql_url)))?;
@@ -138,18 +138,6 @@ impl Bench {
             cursor = next;
         }
     }
-}
-
-/// Creates `db` on the server of `url` unless it exists.
-async fn create_database_if_missing(url: &str, db: &str) -> anyhow::Result<()> {
-    let pool = fixtures::server_pool(url, db).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE DATABASE IF NOT EXISTS `{db}` CHARACTER SET utf8mb4"
-    )))
-    .execute(&pool)
-    .await?;
-    pool.close().await;
-    Ok(())
 }
 
 /// Showtime ids 1..=n in ranges of `chunk`.
