@@ -228,12 +228,23 @@ pub async fn server_pool(url: &str, db: &str) -> AnyResult<sqlx::MySqlPool> {
 
 /// Drops and creates `db` on the server of `url`.
 pub async fn recreate_database(url: &str, db: &str) -> AnyResult<()> {
+    let sql =
+        format!("DROP DATABASE IF EXISTS `{db}`; CREATE DATABASE `{db}` CHARACTER SET utf8mb4");
+    on_server(url, db, sql).await
+}
+
+/// Creates `db` on the server of `url` unless it exists.
+pub async fn create_database(url: &str, db: &str) -> AnyResult<()> {
+    let sql = format!("CREATE DATABASE IF NOT EXISTS `{db}` CHARACTER SET utf8mb4");
+    on_server(url, db, sql).await
+}
+
+/// Runs `sql` (about `db`) on the server of `url`, with no database selected.
+async fn on_server(url: &str, db: &str, sql: String) -> AnyResult<()> {
     let pool = server_pool(url, db).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS `{db}`; CREATE DATABASE `{db}` CHARACTER SET utf8mb4"
-    )))
-    .execute(&pool)
-    .await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&pool)
+        .await?;
     pool.close().await;
     Ok(())
 }

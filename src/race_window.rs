@@ -8,6 +8,10 @@
 //! (tests/failpoints) turns on: in any other build, the other tests' too,
 //! `race_window!` expands to nothing.
 
+/// A chunk's occupancy read: its orders are read; next, its rows, in the
+/// same snapshot (a payment or a cancel committed here is in neither).
+pub const OCCUPANCY_BETWEEN_READS: &str = "occupancy-between-reads";
+
 /// Seat jobs: the showtimes are scanned, planned and leased; next, the seats
 /// to repair are re-read in MySQL (rule 4's confirmation).
 pub const SEAT_BEFORE_CONFIRM: &str = "seat-sweep-before-confirm";

@@ -14,7 +14,7 @@ use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
     CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, EXPIRED_CANCEL_ROWS_LOCKED,
-    SEAT_BEFORE_CONFIRM, SEAT_BEFORE_REBUILD, SEAT_BEFORE_REPAIR,
+    OCCUPANCY_BETWEEN_READS, SEAT_BEFORE_CONFIRM, SEAT_BEFORE_REBUILD, SEAT_BEFORE_REPAIR,
 };
 use seatflow_test_support::races::{BackgroundRun, Races};
 use seatflow_test_support::{TestEnv, seat, seed_expired};
@@ -197,6 +197,45 @@ async fn a_row_the_contract_cannot_read_written_after_the_scan_keeps_the_seat() 
         );
         assert_left_alone(&env, &report, 5, "A-1", "1").await;
         assert_eq!(report.jobs[0].invalid_data, 1, "reported: a row {row}");
+    }
+}
+
+/// Rules 12 and 15 read in one snapshot: a chunk's occupancy is read in
+/// two statements (its orders, then its rows) inside one consistent
+/// snapshot, as the one statement of a join would. seatflow cancels a
+/// PENDING order (or refunds a PAID one) between them: status and `active`
+/// NULL in one transaction. Read in two snapshots, the row would be
+/// `active` NULL on a PENDING (PAID) order, a row outside the contract,
+/// reported; read in one, the order still holds its seat as it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_ended_between_the_occupancy_reads_is_read_as_it_was() {
+    for (the_move, status, value) in [("cancel", "PENDING", "1"), ("refund", "PAID", "2")] {
+        let races = Races::new();
+        let env = TestEnv::new().await;
+        showtime_with(&env, &[("A-1", value)]).await;
+        let order = env.fx.order(5, status, &["A-1"], 900).await.unwrap();
+        let report = races
+            .run_with_move(
+                &env.ctx.settings,
+                OCCUPANCY_BETWEEN_READS,
+                &[Kind::PaidSeats, Kind::OrphanLocks, Kind::SoldOrphans],
+                async || {
+                    let ended = match the_move {
+                        "cancel" => env.fx.cancel(order).await.unwrap(),
+                        _ => env.fx.refund(order).await.unwrap(),
+                    };
+                    assert!(ended);
+                },
+            )
+            .await;
+        for job in &report.jobs {
+            assert_eq!(
+                (job.drift, job.invalid_data, job.fixed, job.errors),
+                (0, 0, 0, 0),
+                "a {the_move} between the reads: {job:?}"
+            );
+        }
+        assert_eq!(seat(&env, 5, "A-1").await.as_deref(), Some(value));
     }
 }
 

@@ -138,6 +138,26 @@ pub struct Args {
     /// which goes first).
     #[arg(long, requires = "replica_url")]
     pub compare: bool,
+    /// Estate sizes (showtimes) measured in one run, alternated, instead of
+    /// `--showtimes`: `--sizes 10000,100000`. Each size has its own database
+    /// (`<database>_<N>`) and key prefix (`<prefix><N>:`).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
+    pub sizes: Vec<usize>,
+    /// Keep the seeded estate for the next run, and use one kept before: a
+    /// database that holds exactly this estate (size, seats, occupancy,
+    /// halls, seed, drift) is not seeded again; only its seat hashes are
+    /// written anew and the reconciler's own tables emptied. Nothing is
+    /// removed at the end.
+    #[arg(long)]
+    pub reuse: bool,
+    /// Leave out the per-showtime loop (measured by default).
+    #[arg(long)]
+    pub no_loop: bool,
+    /// Log every SQL statement of each measured phase to a file of its own
+    /// in DIR (MariaDB's slow-query log with its InnoDB figures). Sets the
+    /// server's globals: a private server only.
+    #[arg(long, value_name = "DIR")]
+    pub statement_log: Option<PathBuf>,
 }
 
 impl Args {
@@ -145,9 +165,32 @@ impl Args {
         self.estate.database_or("seatflow_bench")
     }
 
+    /// The estates to measure, each with its database and key prefix:
+    /// `--sizes`, or the one of `--showtimes`.
+    pub fn estates(&self) -> Vec<(EstateArgs, String)> {
+        if self.sizes.is_empty() {
+            return vec![(self.estate.clone(), self.database().to_string())];
+        }
+        self.sizes
+            .iter()
+            .map(|&n| {
+                let mut estate = self.estate.clone();
+                estate.showtimes = n;
+                estate.prefix = format!("{}{n}:", self.estate.prefix);
+                (estate, format!("{}_{n}", self.database()))
+            })
+            .collect()
+    }
+
     pub fn validate(&self) -> Result<()> {
-        self.estate.validate(self.database())?;
+        for (estate, database) in self.estates() {
+            estate.validate(&database)?;
+        }
         ensure!(self.repeat > 0, "--repeat must be at least 1");
+        ensure!(
+            self.sizes.is_empty() || self.replica_url.is_none(),
+            "--sizes and --replica-url are measured apart"
+        );
         ensure!(
             (0.0..=0.5).contains(&self.drift),
             "--drift must be in 0..=0.5"
@@ -199,6 +242,28 @@ mod tests {
         let cli = parse(&["--replica-url", "mysql://root@127.0.0.1:3492", "--compare"]);
         assert!(cli.sweep.compare);
         assert!(cli.sweep.validate().is_ok());
+    }
+
+    #[test]
+    fn each_size_has_its_own_database_and_prefix() {
+        let cli = parse(&["--sizes", "10000,100000", "--prefix", "b:", "--reuse"]);
+        let estates = cli.sweep.estates();
+        let named: Vec<(usize, &str, &str)> = estates
+            .iter()
+            .map(|(e, db)| (e.showtimes, e.prefix.as_str(), db.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (10_000, "b:10000:", "seatflow_bench_10000"),
+                (100_000, "b:100000:", "seatflow_bench_100000")
+            ]
+        );
+        assert!(cli.sweep.validate().is_ok());
+        let one = parse(&["--showtimes", "5"]).sweep.estates();
+        assert_eq!((one.len(), one[0].1.as_str()), (1, "seatflow_bench"));
+        let with_replica = parse(&["--sizes", "1,2", "--replica-url", "mysql://r"]);
+        assert!(with_replica.sweep.validate().is_err());
     }
 
     #[test]

@@ -40,22 +40,25 @@ pub struct Bench {
 
 impl Bench {
     /// Connects, and starts from a clean slate: a new database with the
-    /// reference schema, and no key under the prefix.
+    /// reference schema (with `keep_database`, the database as it is, for
+    /// `--reuse`), and no key under the prefix.
     pub async fn connect(
         args: &EstateArgs,
         database: &str,
         redis_url: &str,
         scan_chunk: usize,
+        keep_database: bool,
     ) -> Result<Bench> {
         let db_url = fixtures::with_database(&args.mysql_url, database)?;
-        fixtures::recreate_database(&db_url, database)
-            .await
-            .with_context(|| format!("MariaDB at {}", redact_url(&args.mysql_url)))?;
+        match keep_database {
+            true => fixtures::create_database(&db_url, database).await,
+            false => fixtures::recreate_database(&db_url, database).await,
+        }
+        .with_context(|| format!("MariaDB at {}", redact_url(&args.mysql_url)))?;
         let pool = MySqlPoolOptions::new()
             .max_connections(SEED_IN_FLIGHT as u32)
             .connect(&db_url)
             .await?;
-        MysqlStore::from_pool(pool.clone()).migrate(true).await?;
         let client = redis::Client::open(redis_url)?;
         // Seeding pipelines carry megabytes: far beyond the default 500 ms timeout.
         let config =
@@ -77,8 +80,17 @@ impl Bench {
             scan_chunk,
             replica: None,
         };
+        bench.migrate().await?;
         bench.delete_keys().await?;
         Ok(bench)
+    }
+
+    /// seatflow's reference schema and the reconciler's tables.
+    pub async fn migrate(&self) -> Result<()> {
+        MysqlStore::from_pool(self.pool.clone())
+            .migrate(true)
+            .await?;
+        Ok(())
     }
     pub async fn teardown(&self) -> Result<()> {
         self.delete_keys().await?;

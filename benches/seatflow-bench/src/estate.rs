@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use seatflow_reconciler::fixtures::row_label;
 
@@ -38,7 +38,7 @@ impl Occupant {
 }
 
 /// The three seat-level drifts, each from one of seatflow's crash windows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DriftKind {
     /// Paid in MySQL, the `"1"` → `"2"` step lost.

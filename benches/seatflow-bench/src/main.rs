@@ -35,12 +35,16 @@ mod launcher;
 mod machine;
 mod measure;
 mod numbers;
+mod per_showtime;
 mod process;
 mod replica;
 mod report;
+mod reuse;
 mod seeding;
 mod services;
+mod sizes;
 mod soak;
+mod statement_log;
 mod sweep;
 mod table;
 mod verify;
@@ -51,6 +55,7 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 
 use seatflow_reconciler::config::Settings;
+use seatflow_reconciler::fixtures;
 
 use crate::args::{Args, Cli, Mode};
 use crate::bench::Bench;
@@ -105,33 +110,62 @@ async fn run(args: Args) -> Result<()> {
         Some(url) => Some(ReplicaServer::connect(url).await?),
         None => None,
     };
-    let mut bench =
-        Bench::connect(&args.estate, args.database(), &args.redis_url, scan_chunk).await?;
-    bench.replica = replica;
-    let outcome = bench.seed_and_measure(&args, &reconciler).await;
-    if args.keep {
-        eprintln!(
-            "kept database {} and keys {}* (inspect with: SEATFLOW__MYSQL__URL=… \
-             SEATFLOW__REDIS__KEY_PREFIX={} {} inspect --showtime 1)",
-            args.database(),
-            args.estate.prefix,
-            args.estate.prefix,
-            reconciler.display()
-        );
-    } else {
-        bench.teardown().await?;
+    let estates = args.estates();
+    if let Some(dir) = &args.statement_log {
+        // Before our own connections: sessions take the globals at connect.
+        let server = fixtures::server_pool(&args.estate.mysql_url, &estates[0].1).await?;
+        statement_log::prepare(&server, dir).await?;
+        server.close().await;
     }
-    let report = outcome?;
-    print!("{}", report.table());
+    let mut benches = Vec::new();
+    for (estate, database) in &estates {
+        let mut bench =
+            Bench::connect(estate, database, &args.redis_url, scan_chunk, args.reuse).await?;
+        bench.replica = replica.clone();
+        benches.push(bench);
+    }
+    let estate_args: Vec<_> = estates.into_iter().map(|(e, _)| e).collect();
+    let outcome = measure::seed_and_measure(&benches, &args, &estate_args, &reconciler).await;
+    if args.statement_log.is_some() {
+        statement_log::finish(&benches[0].pool).await?;
+    }
+    for bench in &benches {
+        if args.keep || args.reuse {
+            eprintln!(
+                "kept database {} and keys {}* (inspect with: SEATFLOW__MYSQL__URL=… \
+                 SEATFLOW__REDIS__KEY_PREFIX={} {} inspect --showtime 1)",
+                bench.database,
+                bench.keys.prefix(),
+                bench.keys.prefix(),
+                reconciler.display()
+            );
+        } else {
+            bench.teardown().await?;
+        }
+    }
+    let reports = outcome?;
+    for report in &reports {
+        print!("{}", report.table());
+    }
+    if reports.len() > 1 {
+        print!("{}", sizes::table(&reports));
+    }
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        let json = match &reports[..] {
+            [one] => serde_json::to_string_pretty(one)?,
+            all => serde_json::to_string_pretty(&serde_json::json!({ "sizes": all }))?,
+        };
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     // The numbers are printed and written first, so that a failed run can be
     // looked at; but a sweep that left seats wrong is not a result.
-    match report.verification_failure() {
-        Some(failure) => anyhow::bail!(failure),
-        None => Ok(()),
+    let failures: Vec<String> = reports
+        .iter()
+        .filter_map(|r| r.verification_failure())
+        .collect();
+    match failures.is_empty() {
+        true => Ok(()),
+        false => anyhow::bail!(failures.join("; ")),
     }
 }

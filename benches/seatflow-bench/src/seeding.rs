@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
 use seatflow_reconciler::fixtures::row_label;
@@ -89,9 +89,13 @@ impl Clock {
     }
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct SeedStats {
+    /// This run's seeding: with a kept estate (`--reuse`), Redis only.
     pub seconds: f64,
+    /// How long seeding MySQL took when the estate was seeded.
+    #[serde(default)]
+    pub mysql_seconds: Option<f64>,
     pub showtimes: u64,
     pub orders: u64,
     pub order_seats: u64,
@@ -118,10 +122,12 @@ pub struct Seeder<'a> {
     next_order_id: i64,
     stats: SeedStats,
     drift: Vec<Drift>,
+    /// False for a kept estate (`--reuse`): its rows are there already.
+    mysql: bool,
 }
 
 impl<'a> Seeder<'a> {
-    pub fn new(bench: &'a Bench, estate: &'a Estate) -> Seeder<'a> {
+    pub fn new(bench: &'a Bench, estate: &'a Estate, mysql: bool) -> Seeder<'a> {
         Seeder {
             bench,
             estate,
@@ -140,13 +146,16 @@ impl<'a> Seeder<'a> {
             next_order_id: 0,
             stats: SeedStats::default(),
             drift: Vec::new(),
+            mysql,
         }
     }
 
     /// Seeds the whole estate; returns what was written and the drift list.
     pub async fn run(mut self) -> Result<(SeedStats, Vec<Drift>)> {
         let started = Instant::now();
-        self.halls().await?;
+        if self.mysql {
+            self.halls().await?;
+        }
         for first in (0..self.estate.showtimes).step_by(SEED_STEP) {
             let last = (first + SEED_STEP).min(self.estate.showtimes);
             let mut pipe = redis::pipe();
@@ -174,9 +183,11 @@ impl<'a> Seeder<'a> {
         }
         // Fresh statistics, as a long-lived production database would have,
         // so the optimizer's plans do not depend on when auto-recalc ran.
-        sqlx::raw_sql("ANALYZE TABLE hall_seat, showtime, ticket_order, order_seat")
-            .execute(&self.bench.pool)
-            .await?;
+        if self.mysql {
+            sqlx::raw_sql("ANALYZE TABLE hall_seat, showtime, ticket_order, order_seat")
+                .execute(&self.bench.pool)
+                .await?;
+        }
         self.stats.seconds = started.elapsed().as_secs_f64();
         self.stats.redis_used_memory_mb = self.bench.redis_used_memory_mb().await?;
         for d in &self.drift {
@@ -207,6 +218,12 @@ impl<'a> Seeder<'a> {
     }
 
     fn add_rows(&mut self, st: &ShowtimeSeed) {
+        self.stats.showtimes += 1;
+        self.stats.orders += st.orders.len() as u64;
+        self.stats.order_seats += st.orders.iter().map(|o| o.seats.len() as u64).sum::<u64>();
+        if !self.mysql {
+            return;
+        }
         let (sid, c) = (st.id, &self.clock);
         // `write!` into a String cannot fail.
         let _ = write!(
@@ -238,11 +255,8 @@ impl<'a> Seeder<'a> {
             for &seat in &order.seats {
                 let name = &self.estate.seat_names[seat];
                 let _ = write!(self.order_seats.row(), "({oid},{sid},'{name}',{active})");
-                self.stats.order_seats += 1;
             }
-            self.stats.orders += 1;
         }
-        self.stats.showtimes += 1;
     }
 
     /// The app's "open sales": one HSET of every seat (drift already applied).

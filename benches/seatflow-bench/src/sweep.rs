@@ -202,6 +202,7 @@ impl SweepRun {
             cpu_s: Some(self.measured.cpu_s),
             floor: None,
             reconciler: Some(self.report),
+            per_showtime: None,
             load: self.load,
         }
     }

@@ -78,7 +78,7 @@ impl Report {
         write_comparison(out, &compare(&self.runs))?;
         writeln!(
             out,
-            "\ntargets (spec: 10k × 300 seats on 2 cores), judged on the median run:"
+            "\ntargets (spec: on 2 cores), judged on the median run:"
         )?;
         for t in &self.targets {
             let verdict = match t.met {
@@ -98,9 +98,14 @@ impl Report {
         let idle_replica = run.idle.replica.as_ref().map_or(String::new(), |r| {
             format!(" (the replica {})", r.sql("Questions"))
         });
+        let order = match run.loop_first {
+            Some(true) => ", the loop before the sweeps",
+            Some(false) => ", the loop after the sweeps",
+            None => "",
+        };
         writeln!(
             out,
-            "\nrun {n}/{}{reads} (load average {}; in the idle second before it, other clients sent {} Redis commands and {} SQL statements{idle_replica})",
+            "\nrun {n}/{}{reads}{order} (load average {}; in the idle second before it, other clients sent {} Redis commands and {} SQL statements{idle_replica})",
             self.runs.len(),
             run.load_average,
             run.idle.redis_commands,
@@ -143,14 +148,15 @@ impl Report {
             ("InnoDB pages read from disk", &|ph| {
                 sql(ph, "Innodb_buffer_pool_reads")
             }),
-            ("drift found / repaired", &|ph| match ph.reconciler {
-                Some(_) => format!(
-                    "{} / {}",
-                    thousands(ph.jobs_sum("drift")),
-                    thousands(ph.jobs_sum("fixed"))
-                ),
-                None => "-".into(),
-            }),
+            (
+                "drift found / repaired",
+                &|ph| match ph.found_and_repaired() {
+                    Some((found, repaired)) => {
+                        format!("{} / {}", thousands(found), thousands(repaired))
+                    }
+                    None => "-".into(),
+                },
+            ),
         ];
         let replica_rows: &[TableRow] = match run.phases[0].load.replica {
             Some(_) => &REPLICA_ROWS,
@@ -167,12 +173,12 @@ impl Report {
             writeln!(
                 out,
                 "floor = Redis {:.2} s ({} fields) + MySQL {:.2} s ({} occupancy rows); \
-                 both at once (not the floor): {:.2} s",
+                 both at once (not the floor): {} s",
                 f.redis_s,
                 thousands(f.hash_fields),
                 f.mysql_s,
                 thousands(f.occupancy_rows),
-                f.overlapped_s
+                f.overlapped_s.map_or("-".into(), |s| format!("{s:.2}"))
             )?;
         }
         for ph in &run.phases {

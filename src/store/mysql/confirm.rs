@@ -1,6 +1,7 @@
 //! The confirmation right before a write, asked in MySQL's own terms (rules 4
 //! and 15): exactly the planned seats, compared with the column's collation.
 
+use super::confirm_elsewhere::rows_elsewhere;
 use super::sql::*;
 use super::*;
 use crate::error::Result;
@@ -26,7 +27,7 @@ pub struct SeatConfirmation {
 /// A showtime and its asked seats (their indexes in the asked list): the
 /// `WHEN` of a `CASE`, the `FIELD` and the `IN` of the confirmation's
 /// statements, none of which may be built empty.
-type Asked<'a> = (ShowtimeId, NonEmpty<'a, usize>);
+pub(super) type Asked<'a> = (ShowtimeId, NonEmpty<'a, usize>);
 
 /// `CASE <owner> WHEN S THEN FIELD(os.seat_no, <S's asked seats>) … END`:
 /// the 1-based place, among its showtime's asked seats, of the seat that
@@ -53,7 +54,7 @@ fn push_position(
 /// their showtime's orders that sit in another showtime (true). Either
 /// returns `asked_showtime` and `pos` (the seat's place among its
 /// showtime's asked seats) with the row's columns.
-fn confirm_query(
+pub(super) fn confirm_query(
     asked: NonEmpty<'_, Asked<'_>>,
     seats: &[(ShowtimeId, SeatNo, bool)],
     elsewhere: bool,
@@ -311,8 +312,6 @@ impl MysqlStore {
             // read after the showtime leases were taken and before the
             // write, and none waits for another.
             let mut in_showtime = confirm_query(every, seats, false, shape.null_seat_rows);
-            let mut elsewhere = NonEmpty::of(&lowering)
-                .map(|lowering| confirm_query(lowering, seats, true, shape.null_seat_rows));
             let mut no_showtime = shape
                 .null_showtime_rows
                 .then(|| null_showtime_query(every, seats, part_seats));
@@ -321,7 +320,7 @@ impl MysqlStore {
                 .map(look_alike_query);
             let (rows_in_showtime, rows_elsewhere, rows_no_showtime, rows_look_alike) = tokio::try_join!(
                 in_showtime.build().fetch_all(&self.pool),
-                fetch_if(&self.pool, elsewhere.as_mut()),
+                rows_elsewhere(&self.pool, &lowering, seats, shape.null_seat_rows),
                 fetch_if(&self.pool, no_showtime.as_mut()),
                 fetch_if(&self.pool, look_alikes.as_mut()),
             )?;

@@ -1,13 +1,12 @@
 //! What a sweep reads: keyset pages of ON_SALE showtimes, hall templates,
-//! the occupancy of whole showtimes, and the showtimes outside the contract.
+//! and the showtimes outside the contract (the occupancy: `occupancy.rs`).
 
 use super::sql::*;
 use super::*;
 use crate::error::Result;
 use crate::model::contract::{self, UnknownRow};
-use crate::model::{OccupancyBuilder, Scope, SeatNo, ShowtimeId, Template};
+use crate::model::{Scope, SeatNo, ShowtimeId, Template};
 use chrono::NaiveDateTime;
-use futures_util::TryStreamExt;
 use sqlx::{MySql, QueryBuilder, Row};
 use std::collections::HashMap;
 
@@ -278,51 +277,6 @@ impl MysqlStore {
             })
             .collect();
         Ok((templates, unknown))
-    }
-
-    /// The rows of whole showtimes that may hold a seat, read strictly
-    /// (`contract::read_seat_row`): valid occupancies, and rows outside the
-    /// contract (reported, and held against lowering their seat). Only rows
-    /// the contract's own cancel or refund ended are left out. Streamed into
-    /// one buffer: this reads every held seat of every sweep.
-    pub async fn occupancy(&self, showtimes: &[ShowtimeId]) -> Result<OccupancyRead> {
-        let mut out = OccupancyBuilder::default();
-        let mut unknown = Vec::new();
-        let Some(showtimes) = NonEmpty::of(showtimes) else {
-            return Ok(OccupancyRead {
-                occupancy: out.finish(),
-                unknown,
-            });
-        };
-        let mut q = QueryBuilder::<MySql>::new(SEAT_ROW_COLUMNS);
-        q.push(
-                " FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
-                 WHERE NOT (os.active IS NULL AND (o.id IS NULL OR (BINARY o.status IN ('CANCELLED', 'REFUNDED') AND ",
-            )
-            .push(order_dates_ok("o"))
-            .push(")))");
-        push_in(&mut q, "os.showtime_id", showtimes);
-        let mut rows = q.build().fetch(&self.pool);
-        while let Some(r) = rows.try_next().await? {
-            let facts = seat_row_facts(&r);
-            let reading = contract::read_seat_row(&facts);
-            unknown.extend(reading.unknown_row(&facts));
-            let order_id = facts.order_id.as_ref().copied().unwrap_or_default();
-            let (Some(holding), Ok(showtime)) = (reading.holding(order_id), facts.showtime_id)
-            else {
-                continue;
-            };
-            match (&facts.seat_no, &facts.order_id) {
-                // Its seat cannot be named (no seat_no), or looked up by its
-                // key (no order_id): it may hold any seat of the showtime.
-                (Err(_), _) | (_, Err(_)) => out.push_any_seat(showtime),
-                (Ok(seat), Ok(_)) => out.push_row(showtime, seat, holding, order_id),
-            }
-        }
-        Ok(OccupancyRead {
-            occupancy: out.finish(),
-            unknown,
-        })
     }
 }
 

@@ -214,6 +214,97 @@ async fn the_cancel_chain_releases_the_seat_where_the_order_row_is() {
     );
 }
 
+/// A chunk's occupancy is read by its orders' ids where they lie close,
+/// and by its showtimes' index where they do not; each row is then read
+/// with its own order wherever that order is: a showtime's orders at both
+/// ends of the order table, another showtime's between them, a row whose
+/// order is a showtime's outside the chunk (read by id: its order's
+/// showtime differs, a row outside the contract), and a row with no order
+/// at all, in a showtime with no order (no ids to bound: read by id too).
+/// The confirmation reads the rows of a showtime's orders that sit in
+/// another showtime the same way: a lock whose order's row sits elsewhere
+/// is not released, though the showtime's orders are far apart.
+#[tokio::test]
+async fn a_chunks_rows_are_read_with_their_orders_wherever_the_orders_are() {
+    let env = TestEnv::new().await;
+    let seats = env.fx.hall(1, 1, 4).await.unwrap();
+    for (id, status) in [
+        (1, "ON_SALE"),
+        (2, "ON_SALE"),
+        (3, "CLOSED"),
+        (4, "ON_SALE"),
+    ] {
+        env.fx.showtime(id, 1, 60 + id, status).await.unwrap();
+    }
+    let pool = env.ctx.mysql.pool();
+    let early = env.fx.order(1, "PENDING", &["A-1"], 900).await.unwrap();
+    let between = env.fx.order(2, "PAID", &["A-3"], 900).await.unwrap();
+    let elsewhere = env.fx.order(3, "PAID", &["A-4"], 900).await.unwrap();
+    let away = env.fx.order(1, "PENDING", &["A-3"], 900).await.unwrap();
+    for (order, to) in [(elsewhere, 1), (away, 4)] {
+        sqlx::query("UPDATE order_seat SET showtime_id = ? WHERE order_id = ?")
+            .bind(to)
+            .bind(order)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query("ALTER TABLE ticket_order AUTO_INCREMENT = 9000000")
+        .execute(pool)
+        .await
+        .unwrap();
+    let late = env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
+    assert!(early < between && between < late && late >= 9_000_000);
+    sqlx::query(
+        "INSERT INTO order_seat (order_id, showtime_id, seat_no, active) VALUES (987654, 4, 'A-1', 1)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    env.fx
+        .warm_all(1, &seats, &[("A-3", "1"), ("A-4", "1")])
+        .await
+        .unwrap();
+    env.fx.warm_all(2, &seats, &[]).await.unwrap();
+    env.fx.warm_all(4, &seats, &[("A-1", "1")]).await.unwrap();
+
+    // What the store reads, row by row.
+    let read = env.ctx.mysql.occupancy(&[1, 2, 4]).await.unwrap();
+    let mut why: Vec<String> = read.unknown.iter().map(|u| u.to_string()).collect();
+    let mut want = [
+        "order_seat order 987654 seat A-1: active = 1 but no ticket_order row".to_string(),
+        format!(
+            "order_seat order {elsewhere} seat A-4: order_seat.showtime_id 1 differs from its order's 3"
+        ),
+        format!(
+            "order_seat order {away} seat A-3: order_seat.showtime_id 4 differs from its order's 1"
+        ),
+    ];
+    why.sort();
+    want.sort();
+    assert_eq!(why, want);
+    let alone = env.ctx.mysql.occupancy(&[4]).await.unwrap();
+    assert_eq!(alone.unknown.len(), 2, "{:?}", alone.unknown);
+
+    // And what a run makes of it: every valid order raises its seat, the
+    // rows outside the contract hold theirs, in their showtime and in
+    // their order's (showtime 1's A-3 looks like an orphan lock to the
+    // sweep's read; the confirmation finds its order's row in showtime 4).
+    let report = env.once(&Kind::ALL).await;
+    ended_well(&report);
+    let values = [
+        seat(&env, 1, "A-1").await,
+        seat(&env, 1, "A-2").await,
+        seat(&env, 1, "A-3").await,
+        seat(&env, 1, "A-4").await,
+        seat(&env, 2, "A-3").await,
+        seat(&env, 4, "A-1").await,
+    ];
+    let want = ["1", "2", "1", "1", "2", "1"].map(|v| Some(v.to_string()));
+    assert_eq!(values, want, "{}", report.to_text());
+    assert_eq!(invalid(&report), 3, "{}", report.to_text());
+}
+
 /// `active` is 1 or NULL by the contract; any other value (and NULL on an
 /// order still PENDING or PAID) is a row nobody can read: the seat is not
 /// lowered, and the row is reported.

@@ -163,7 +163,8 @@ async fn soak(
     let scan_chunk = Settings::load_with_env(None, Vec::new())?
         .reconcile
         .scan_chunk;
-    let bench = Bench::connect(&args.estate, args.database(), &redis_url, scan_chunk).await?;
+    let bench =
+        Bench::connect(&args.estate, args.database(), &redis_url, scan_chunk, false).await?;
     rig.bench = Some(bench.clone());
 
     // 1. The estate, consistent (drift is injected during the soak).
@@ -175,7 +176,7 @@ async fn soak(
         bench.database,
         redis_port
     );
-    let (seeding, _) = Seeder::new(&bench, &estate).run().await?;
+    let (seeding, _) = Seeder::new(&bench, &estate, true).run().await?;
     eprintln!("seeded in {:.1} s", seeding.seconds);
     let machine = machine(&bench).await?;
 
