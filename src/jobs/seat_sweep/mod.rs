@@ -25,7 +25,7 @@ use crate::error::Error;
 use crate::lease::RunLeases;
 use crate::model::SeatRepair;
 use crate::model::{Kind, ShowtimeId, Template};
-use crate::store::mysql::Keyset;
+use crate::store::mysql::{Keyset, PageEnd};
 use crate::store::redis::CursorMove;
 
 use super::RunOptions;
@@ -331,20 +331,18 @@ impl<'a> Sweep<'a, '_> {
         let window = ctx.settings.pass.soonest_window;
         let horizon = (self.opts.showtimes.is_empty() && !window.is_zero())
             .then(|| chrono::Utc::now().naive_utc() + window);
-        let (after, mut reached_end) = match horizon {
+        let window_end = horizon.map(|at| Keyset { at, id: i64::MIN });
+        let (mut after, mut reached_end) = match window_end {
             None => match self.scan(cursor, None, &mut scan).await? {
                 Some(end) => end,
                 None => return Ok(()),
             },
-            Some(horizon) => {
-                let window_end = Keyset {
-                    at: horizon,
-                    id: i64::MIN,
-                };
+            Some(window_end) => {
                 // A window larger than one run can scan goes on from the
                 // cursor, so that its later showtimes get their turn too.
                 let near_from = cursor.filter(|c| *c < window_end);
-                match self.scan(near_from, Some(horizon), &mut scan).await? {
+                let near_end = Some(PageEnd::Before(window_end.at));
+                match self.scan(near_from, near_end, &mut scan).await? {
                     None => return Ok(()),
                     Some((after, false)) => (after, false),
                     Some((near_after, true)) => {
@@ -357,6 +355,35 @@ impl<'a> Sweep<'a, '_> {
                 }
             }
         };
+        // What this walk leaves unread, when it stopped short: after where
+        // it stopped, up to the estate's end or, on a ring, up to where it
+        // began.
+        let mut unread_end = None;
+        // The ring: a pass on a schedule that reached the estate's end
+        // before its deadline goes on from the start, back to where it
+        // began, so only its deadline (or the scan limit) stops it: a pass
+        // that cannot cover the estate reads at its full pace, and one that
+        // can reads each showtime once (rule 14). `once`, a check and a run
+        // with no deadline end at the estate's end.
+        let mut ring_closed_at = None;
+        if reached_end
+            && self.opts.deadline.is_some()
+            && self.opts.showtimes.is_empty()
+            && let Some(began) = cursor
+        {
+            // Before where it began: the estate's start, or past the soonest
+            // window (read already) when the walk began beyond it.
+            let from = window_end.filter(|w| *w <= began);
+            let back = Some(PageEnd::Through(began));
+            match self.scan(from, back, &mut scan).await? {
+                None => return Ok(()),
+                Some((_, true)) => ring_closed_at = Some(began),
+                Some((stopped, false)) => {
+                    (after, reached_end) = (stopped, false);
+                    unread_end = back;
+                }
+            }
+        }
         self.progress.finish();
         if let Some(e) = scan.last_failure
             && scan.chunks_ok == 0
@@ -366,11 +393,14 @@ impl<'a> Sweep<'a, '_> {
                 j.report.nothing_completed = true;
             }
         }
-        if !reached_end && let Some(after) = after {
+        if !reached_end && (after.is_some() || unread_end.is_some()) {
             let unscanned = ctx
                 .retry("count backlog", || {
-                    ctx.mysql
-                        .count_on_sale_after(after, ctx.scope(&self.opts.showtimes))
+                    ctx.mysql.count_on_sale_between(
+                        after,
+                        unread_end,
+                        ctx.scope(&self.opts.showtimes),
+                    )
                 })
                 .await?;
             for j in &mut self.jobs {
@@ -379,13 +409,16 @@ impl<'a> Sweep<'a, '_> {
             }
             // Stopped at the scan limit exactly where the estate ends: the
             // next run starts over instead of scanning nothing.
-            reached_end = unscanned == 0;
+            reached_end = unscanned == 0 && unread_end.is_none();
         }
         let mut replaced_cursors = Vec::new();
         if self.opts.showtimes.is_empty() && !self.opts.dry_run && !self.opts.fenced_out() {
             for j in &self.jobs {
+                // Round the ring, the next pass begins where this one did,
+                // so that each showtime's reads stay a pass interval apart.
                 let next = match j.resume {
                     Some(at) => at,
+                    None if ring_closed_at.is_some() => ring_closed_at,
                     None if reached_end => None,
                     None => after,
                 };
@@ -417,14 +450,13 @@ impl<'a> Sweep<'a, '_> {
         cursor_key(self.ctx, kind)
     }
 
-    /// Scans from `from` (exclusive) to the end of the estate, or to the
-    /// showtimes starting at `before`, within what is left of the scan
-    /// limit. Returns where it stopped and whether it reached the end, or
+    /// Scans from `from` (exclusive) to the end of the estate, or to `end`,
+    /// within what is left of the scan limit. Returns where it stopped and whether it reached the end, or
     /// None when the run was stopped (shutdown, lost pass lease).
     async fn scan(
         &mut self,
         from: Option<Keyset>,
-        before: Option<chrono::NaiveDateTime>,
+        end: Option<PageEnd>,
         scan: &mut Scan,
     ) -> Result<Option<(Option<Keyset>, bool)>, Error> {
         let ctx = self.ctx;
@@ -462,7 +494,7 @@ impl<'a> Sweep<'a, '_> {
             let want = chunk.min(scan.limit - scan.scanned);
             let mut fetched = match prefetched.take() {
                 Some(f) => f,
-                None => match fetch(ctx, self.opts, what, after, before, want).await? {
+                None => match fetch(ctx, self.opts, what, after, end, want).await? {
                     Some(f) => f,
                     None => return Ok(Some((after, false))),
                 },
@@ -485,7 +517,7 @@ impl<'a> Sweep<'a, '_> {
             } else {
                 chunk.min(scan.limit - scan.scanned)
             };
-            let next = fetch(ctx, self.opts, what, after, before, next_want);
+            let next = fetch(ctx, self.opts, what, after, end, next_want);
             // Unpaced, the next chunk is read while this one is planned and
             // repaired. Paced, one thing at a time: the servers and this
             // process never all want the CPU at once, which live holds feel.

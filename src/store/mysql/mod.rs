@@ -30,7 +30,7 @@ pub use confirm::{SeatConfirmation, SeatNameAsk};
 pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
 pub use orders::{CancelledOrder, Cancels, ExpiredOrder, ExpiredPage};
 pub use replica::ReplicaReport;
-pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
+pub use sweep::{Keyset, OccupancyRead, PageEnd, ShowtimeRow};
 
 /// Every connection's `sql_mode`, whatever the server's (rule 17): strict,
 /// so a value that does not fit its column is an error of that write and
