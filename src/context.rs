@@ -139,7 +139,7 @@ impl Context {
         };
         let (reason, error) = replica.choose().await;
         if let Some(e) = &error {
-            self.denials.note(e);
+            self.denials.note_replica(e);
         }
         ChunkSource {
             replica: (reason == Reason::Current).then(|| Arc::clone(replica)),
@@ -163,7 +163,7 @@ impl Context {
             match read(replica.store().clone()).await {
                 Ok(value) => return Ok(value),
                 Err(e) => {
-                    self.denials.note(&e);
+                    self.denials.note_replica(&e);
                     replica.read_failed(&e);
                     source.replica = None;
                 }
