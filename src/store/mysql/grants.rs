@@ -56,6 +56,16 @@ pub fn needed(retention: bool) -> Vec<Grant> {
     .collect()
 }
 
+/// What a pass's bulk reads need of `mysql.replica_url`'s user on the
+/// replica (besides the privilege to ask its lag, which the server's
+/// refusal names): the contract's tables, read.
+pub fn replica_reads() -> Vec<Grant> {
+    needed(false)
+        .into_iter()
+        .filter(|g| g.privilege == "SELECT" && !g.table.starts_with("reconcile_"))
+        .collect()
+}
+
 /// The grants a user was found to lack, and the statements that give them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantsRefused {
@@ -142,6 +152,16 @@ mod tests {
         let statements = grant_statements("db", "'u'@'%'", false, false).join("\n");
         assert!(!statements.contains("DELETE"), "{statements}");
         assert!(!statements.contains("REPLICATION"), "{statements}");
+    }
+
+    #[test]
+    fn a_replica_is_only_read() {
+        let tables: Vec<&str> = replica_reads().iter().map(|g| g.table).collect();
+        assert_eq!(
+            tables,
+            ["hall_seat", "showtime", "ticket_order", "order_seat"]
+        );
+        assert!(replica_reads().iter().all(|g| g.privilege == "SELECT"));
     }
 
     #[test]

@@ -745,9 +745,10 @@ async fn passwords_apart_from_the_url_log_in_and_never_print() {
     shown
         .env("SEATFLOW__MYSQL__PASSWORD_FILE", &file)
         .env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__REDIS__URL", &redis_url)
         .env("SEATFLOW__REDIS__PASSWORD", password)
         .args(["check-config"]);
-    let (shown_code, shown_out, _) = run(&mut shown);
+    let (shown_code, shown_out, shown_err) = run(&mut shown);
 
     // Clean up before asserting.
     std::fs::remove_file(&file).unwrap();
@@ -765,7 +766,7 @@ async fn passwords_apart_from_the_url_log_in_and_never_print() {
         wrong_err.contains("`mysql.password`"),
         "the password given apart is the one named: {wrong_err}"
     );
-    assert_eq!(shown_code, 0);
+    assert_eq!(shown_code, 0, "{shown_out}\n{shown_err}");
     assert!(shown_out.contains("password = \"***\""), "{shown_out}");
     for text in [&out, &err, &wrong_err, &shown_out] {
         assert!(
