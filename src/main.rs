@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 #[path = "cli/check_config.rs"]
 mod check_config;
+#[path = "cli/migrate.rs"]
+mod migrate;
 
 /// Exit codes of `once` (and of every command that connects).
 const EXIT_FAILED: u8 = 1;
@@ -223,33 +225,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 ExitCode::from(EXIT_FAILED)
             }
         },
-        Command::Migrate { reference_schema } => {
-            let ctx = match connect(settings).await {
-                Ok(ctx) => ctx,
-                Err(code) => return code,
-            };
-            match ctx.mysql.migrate(reference_schema).await {
-                Ok(widened) => {
-                    if let Some(chars) = widened {
-                        tracing::info!(
-                            chars,
-                            "reconcile_fix.seat_no widened to the contract's widest seat_no"
-                        );
-                    }
-                    tracing::info!("migrations applied");
-                    // Rule 17: what the reconciler will find, said now.
-                    match ctx.mysql.check_contract().await {
-                        Ok(state) => print_deviations(&state),
-                        Err(e) => tracing::warn!(error = %e, "could not read the schema"),
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    telemetry::fatal(&e.to_string());
-                    ExitCode::from(EXIT_FAILED)
-                }
-            }
-        }
+        Command::Migrate { reference_schema } => migrate::run(&settings, reference_schema).await,
         Command::Once {
             jobs,
             dry_run,

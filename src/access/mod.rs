@@ -78,7 +78,7 @@ pub fn redis_user(settings: &Settings) -> String {
 #[cfg(test)]
 mod tests {
     use super::redis_acl::RedisAccess;
-    use crate::store::mysql::grants::grant_statements;
+    use crate::store::mysql::grants::{grant_statements, migrate_statements};
 
     const DEPLOY_GUIDE: &str = include_str!("../../deploy/README.md");
 
@@ -105,13 +105,15 @@ mod tests {
 
     #[test]
     fn the_deploy_guide_gives_exactly_the_grants_the_check_asks_for() {
-        let block = format!(
-            "```sql\n{}\n```",
-            grant_statements("seatflow", "'reconciler'@'%'", true, true).join("\n")
-        );
-        assert!(
-            DEPLOY_GUIDE.contains(&block),
-            "deploy/README.md, \"MySQL grants\", should be:\n{block}"
-        );
+        for statements in [
+            grant_statements("seatflow", "'reconciler'@'%'", true, true),
+            migrate_statements("seatflow", "'reconciler'@'%'", true, true),
+        ] {
+            let block = format!("```sql\n{}\n```", statements.join("\n"));
+            assert!(
+                DEPLOY_GUIDE.contains(&block),
+                "deploy/README.md, \"MySQL grants\", should have:\n{block}"
+            );
+        }
     }
 }

@@ -17,9 +17,14 @@ pub struct Denial {
 impl Denial {
     /// The permission `e` says was refused, if it is such an error.
     pub fn of(e: &Error) -> Option<Denial> {
+        use sqlx::migrate::MigrateError;
         let (store, need) = match e {
             Error::Redis(e) => (Stage::Redis, redis_error_need(e)?),
-            Error::Mysql(sqlx::Error::Database(db)) => {
+            Error::Mysql(sqlx::Error::Database(db))
+            | Error::Migrate(
+                MigrateError::Execute(sqlx::Error::Database(db))
+                | MigrateError::ExecuteMigration(sqlx::Error::Database(db), _),
+            ) => {
                 let e = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()?;
                 (Stage::Mysql, mysql_need(e.number(), e.message())?)
             }

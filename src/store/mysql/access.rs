@@ -6,7 +6,9 @@ use super::audit::{
     CLOSE_ABANDONED_RUNS, FINISH_RUN, FIX_COLUMNS, FIX_ONCE, INSERT_FIXES, INSERT_RUN, PRUNE_FIXES,
     PRUNE_RUNS, RECENT_FIXES,
 };
-use super::grants::{Grant, GrantsRefused, grantee, needed, replica_reads, statements_for};
+use super::grants::{
+    Grant, GrantsRefused, grantee, migrate_statements, needed, replica_reads, statements_for,
+};
 use super::orders::{CANCEL_ORDERS, END_ORDER_SEATS};
 use super::*;
 use crate::error::{Denial, Error, Result};
@@ -61,6 +63,17 @@ impl MysqlStore {
             },
         };
         Ok(found.into_grants(lag))
+    }
+
+    /// The statements that give this user what `migrate` needs, in its
+    /// database (`grants::migrate_statements`).
+    pub async fn migrate_remedy(&self, retention: bool, binlog: bool) -> Result<Vec<String>> {
+        let (db, user): (Option<String>, String) =
+            sqlx::query_as("SELECT DATABASE(), CURRENT_USER()")
+                .fetch_one(&self.pool)
+                .await?;
+        let db = db.unwrap_or_default();
+        Ok(migrate_statements(&db, &grantee(&user), retention, binlog))
     }
 
     /// Which of `grants` this user lacks in its database (None: no

@@ -520,3 +520,84 @@ async fn check_config_exits_2_exactly_when_run_does() {
     }
     drop((env, mysql, redis));
 }
+
+/// `migrate` with exactly the grants deploy/README.md gives it, on a fresh
+/// database (seatflow's tables, none of the reconciler's): it makes them,
+/// again idempotently, and `check-config` then finds every permission. A
+/// user without them is exit 2 with the block to run; a `SELECT` refused on
+/// a seatflow table is named as a refusal, never as a missing table.
+#[tokio::test]
+async fn migrate_works_with_exactly_the_documented_grants_on_a_fresh_database() {
+    let env = TestEnv::new().await;
+    env.sql("DROP TABLE reconcile_fix, reconcile_run, _sqlx_migrations")
+        .await;
+    let suffix = &env.db["sf_test_".len()..];
+    let (name, bare, blind) = (
+        format!("sfm_{suffix}"),
+        format!("sfb_{suffix}"),
+        format!("sfh_{suffix}"),
+    );
+    let migrating = |user: &str| {
+        mysql_grants::migrate_statements(&env.db, &format!("'{user}'@'%'"), true, false)
+    };
+    let user = DbUser::create(&env, &name, &migrating(&name)).await;
+    let vars = |u: &DbUser| {
+        vec![
+            ("SEATFLOW__MYSQL__URL", u.url(&env)),
+            (
+                "SEATFLOW__REDIS__URL",
+                env.ctx.settings.redis.url.expose().to_string(),
+            ),
+            ("SEATFLOW__REDIS__KEY_PREFIX", env.prefix.clone()),
+        ]
+    };
+    for round in ["first", "again"] {
+        let (code, out, err) = ends("migrate", &vars(&user)).await;
+        assert_eq!(code, 0, "{round}: {out}\n{err}");
+        assert!(out.contains("# schema: as the contract has it"), "{out}");
+    }
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME IN ('reconcile_run', 'reconcile_fix', '_sqlx_migrations')",
+    )
+    .fetch_one(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(tables, 3);
+    let (code, out, err) = ends("check-config", &vars(&user)).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("# permissions: MySQL grants: every one"),
+        "{out}"
+    );
+
+    // Only seatflow's reads: exit 2, every GRANT migrate needs.
+    let reads = |user: &str| -> Vec<String> {
+        migrating(user)
+            .into_iter()
+            .filter(|g| !g.contains("reconcile_") && !g.contains("_sqlx_"))
+            .collect()
+    };
+    let bare = DbUser::create(&env, &bare, &reads(&bare)).await;
+    let (code, _, err) = ends("migrate", &vars(&bare)).await;
+    assert_eq!(code, 2, "{err}");
+    for grant in migrating(&bare.name) {
+        assert!(err.contains(&grant), "{grant}: {err}");
+    }
+
+    // All of migrate's grants but SELECT on hall_seat: refused, not missing.
+    let sees_no_templates: Vec<String> = migrating(&blind)
+        .into_iter()
+        .filter(|g| !g.contains("`hall_seat`"))
+        .collect();
+    let blind = DbUser::create(&env, &blind, &sees_no_templates).await;
+    for command in ["migrate", "check-config"] {
+        let (code, out, err) = ends(command, &vars(&blind)).await;
+        assert_eq!(code, 2, "{command}: {out}\n{err}");
+        assert!(err.contains("SELECT on hall_seat"), "{command}: {err}");
+        assert!(
+            !out.contains("missing_table") && !err.contains("missing_table"),
+            "{command}: {out}\n{err}"
+        );
+    }
+}
