@@ -375,6 +375,9 @@ async fn a_permission_missing_at_start_is_named_with_what_to_run() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Settings as the binary takes them: `SEATFLOW__…` variables.
+type Vars = Vec<(&'static str, String)>;
+
 /// How `command` ends under `vars`: its exit code and stdout and stderr.
 /// `run` that serves `/healthz` has started: it is stopped (SIGTERM), and
 /// its code is the graceful stop's, 0.
@@ -457,7 +460,7 @@ async fn check_config_exits_2_exactly_when_run_does() {
             ("SEATFLOW__REDIS__KEY_PREFIX", env.prefix.clone()),
         ]
     };
-    let with = |mut vars: Vec<(&'static str, String)>, key: &'static str, value: &str| {
+    let with = |mut vars: Vars, key: &'static str, value: &str| {
         vars.push((key, value.to_string()));
         vars
     };
@@ -465,7 +468,7 @@ async fn check_config_exits_2_exactly_when_run_does() {
     let replica = "SEATFLOW__MYSQL__REPLICA_URL";
     let no_slave_grant = format!("GRANT REPLICATION SLAVE ON *.* TO '{}'@'%'", no_slave.name);
     let monitor_grant = format!("GRANT SLAVE MONITOR ON *.* TO '{}'@'%';", reader.name);
-    let cases: Vec<(&str, Vec<(&str, String)>, i32, &str)> = vec![
+    let cases: Vec<(&str, Vars, i32, &str)> = vec![
         // (what, settings, run's exit, what check-config prints)
         (
             "everything given, binlog on",
