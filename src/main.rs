@@ -392,10 +392,14 @@ fn verdict(findings: &[start::Finding]) -> Result<(), ExitCode> {
 /// anything else is "unreachable", exit 3 (`access::start` judges).
 async fn connect(settings: Settings) -> Result<Context, ExitCode> {
     let judged_by = settings.clone();
-    Context::connect(settings).await.map_err(|e| {
-        let failure = start::connect_failure(&judged_by, &e, "");
-        verdict(&[failure])
-            .err()
-            .unwrap_or(ExitCode::from(EXIT_FAILED))
-    })
+    Context::connect(settings)
+        .await
+        .map_err(|e| stopped(&start::connect_failure(&judged_by, &e, "")))
+}
+
+/// The exit code of a finding that stops a command, said.
+fn stopped(finding: &start::Finding) -> ExitCode {
+    verdict(std::slice::from_ref(finding))
+        .err()
+        .unwrap_or(ExitCode::from(EXIT_FAILED))
 }

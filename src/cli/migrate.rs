@@ -12,7 +12,7 @@ use seatflow_reconciler::error::{Denial, Error};
 use seatflow_reconciler::store::mysql::MysqlStore;
 use seatflow_reconciler::telemetry;
 
-use super::{EXIT_FAILED, print_deviations, verdict};
+use super::{EXIT_FAILED, print_deviations, stopped};
 
 /// `migrate` with these settings; `reference`: seatflow's tables too.
 pub(super) async fn run(settings: &Settings, reference: bool) -> ExitCode {
@@ -55,11 +55,4 @@ async fn failed(settings: &Settings, mysql: &MysqlStore, e: &Error) -> ExitCode 
         .await
         .unwrap_or_default();
     stopped(&start::Finding::Missing(Missing::of(denial, remedy)))
-}
-
-/// The exit code of a finding that stops `migrate`, said.
-fn stopped(finding: &start::Finding) -> ExitCode {
-    verdict(std::slice::from_ref(finding))
-        .err()
-        .unwrap_or(ExitCode::from(EXIT_FAILED))
 }

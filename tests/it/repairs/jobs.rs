@@ -457,6 +457,20 @@ async fn scan_limit_spreads_the_sweep_over_runs_with_a_cursor() {
     );
 }
 
+/// `n` ON_SALE showtimes from id `first` on, starting 10, 20, … minutes
+/// from now, in one two-seat hall, their hashes warm and consistent.
+async fn showtimes_ten_minutes_apart(env: &TestEnv, first: i64, n: i64) {
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for i in 0..n {
+        let id = first + i;
+        env.fx
+            .showtime(id, 1, 10 * (i + 1), "ON_SALE")
+            .await
+            .unwrap();
+        env.fx.warm_all(id, &seats, &[]).await.unwrap();
+    }
+}
+
 /// A pass on a schedule walks the estate as a ring: begun mid-estate (a
 /// previous pass stopped there), it goes on from the start once it reaches
 /// the end, back to where it began, reading each showtime once, and the
@@ -479,14 +493,7 @@ async fn a_pass_goes_on_from_the_start_back_to_where_it_began() {
         }
         Context::connect(s)
     };
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    for i in 0..6 {
-        env.fx
-            .showtime(300 + i, 1, 10 * (i + 1), "ON_SALE")
-            .await
-            .unwrap();
-        env.fx.warm_all(300 + i, &seats, &[]).await.unwrap();
-    }
+    showtimes_ten_minutes_apart(&env, 300, 6).await;
     let pass = |ctx: Context| async move {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
         let opts = RunOptions {
@@ -650,14 +657,7 @@ async fn seat_jobs_run_together_read_each_hash_once() {
 #[tokio::test]
 async fn a_run_that_ends_exactly_at_the_scan_limit_starts_over_next_time() {
     let env = TestEnv::with(|s| s.job_mut(Kind::OrphanLocks).scan_limit = 2).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    for i in 0..4 {
-        env.fx
-            .showtime(200 + i, 1, 10 * (i + 1), "ON_SALE")
-            .await
-            .unwrap();
-        env.fx.warm_all(200 + i, &seats, &[]).await.unwrap();
-    }
+    showtimes_ten_minutes_apart(&env, 200, 4).await;
     let scanned: Vec<u64> = {
         let mut v = Vec::new();
         for _ in 0..3 {
