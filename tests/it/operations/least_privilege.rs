@@ -422,8 +422,9 @@ async fn ends(command: &str, vars: &[(&str, String)]) -> (i32, String, String) {
 
 /// Rule 19: `check-config` and `run` share the start's check, so over
 /// configurations of every kind `check-config` exits 2 exactly when `run`
-/// does: the binlog source without `REPLICATION SLAVE` and a replica whose
-/// user may not ask its lag are both exit 2 with the `GRANT` to run; what
+/// does: the binlog source without `REPLICATION SLAVE`, a replica whose
+/// user may not ask its lag and a refused login are exit 2 with what to
+/// give or fix; what
 /// it could not check (MySQL down, a replica out of reach, a source off)
 /// it says it did not check, and that is no error for it, while `run`
 /// cannot start without MySQL (3) and reads the primary without the replica.
@@ -453,6 +454,7 @@ async fn check_config_exits_2_exactly_when_run_does() {
     let reader = DbUser::create(&env, &reader, &[select]).await;
     let closed = format!("mysql://root@127.0.0.1:{}/none", servers::free_port());
     let redis_url = with_user(&format!("redis://127.0.0.1:{}", redis.port()), "sf-same");
+    let nobody = with_user(&format!("redis://127.0.0.1:{}", redis.port()), "sf-nobody");
     let base = |db_user: &DbUser| {
         vec![
             ("SEATFLOW__MYSQL__URL", db_user.url(&env)),
@@ -493,6 +495,12 @@ async fn check_config_exits_2_exactly_when_run_does() {
             with(base(&full), replica, &closed),
             0,
             "# permissions: MySQL replica: not checked (cannot reach it",
+        ),
+        (
+            "a Redis login refused",
+            with(base(&full), "SEATFLOW__REDIS__URL", &nobody),
+            2,
+            "configuration key `redis.url`",
         ),
         (
             "MySQL out of reach",
