@@ -451,8 +451,9 @@ impl<'a> Sweep<'a, '_> {
     }
 
     /// Scans from `from` (exclusive) to the end of the estate, or to `end`,
-    /// within what is left of the scan limit. Returns where it stopped and whether it reached the end, or
-    /// None when the run was stopped (shutdown, lost pass lease).
+    /// within what is left of the scan limit. Returns where it stopped and
+    /// whether it reached the end, or None when the run was stopped
+    /// (shutdown, lost pass lease).
     async fn scan(
         &mut self,
         from: Option<Keyset>,
