@@ -1,8 +1,10 @@
 //! The start's check (rules 18 and 19), one for `run`, `once` and
 //! `check-config`: each store and source the settings turn on is asked
 //! what the command will need of it, and a store that could not be reached
-//! is judged the same way, so that `check-config` exits 2 exactly when
-//! `run` with the same settings would, and names what it could not check.
+//! is judged the same way, so that `check-config` exits 2 whenever `run`
+//! with the same settings would (and `run`, on what it reached, whenever
+//! `check-config` finds a permission or setting missing), and names what
+//! it could not check.
 //! The binary prints the findings and picks the exit code.
 
 use std::time::Duration;
