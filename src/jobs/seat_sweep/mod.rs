@@ -98,18 +98,19 @@ pub async fn run<'a>(
         return Vec::new();
     };
     let reporter = opts.bad_data_reporter.unwrap_or(first);
-    run_with_reporter(ctx, kinds, opts, audits, reporter).await
+    run_with_reporter(ctx, kinds, opts, audits, reporter, true).await
 }
 
 /// As `run`; bad data is counted and logged by `reporter` alone, so that one
 /// bad value is one `invalid_data` error and one log line, whichever jobs
-/// saw it.
+/// saw it. `ring`: a pass's walk may go round the estate (see `walk`).
 async fn run_with_reporter<'a>(
     ctx: &'a Context,
     kinds: &[Kind],
     opts: &RunOptions,
     audits: Vec<AuditLog<'a>>,
     reporter: Kind,
+    ring: bool,
 ) -> Vec<(JobReport, AuditLog<'a>)> {
     let use_cursor = opts.showtimes.is_empty();
     let mut cursors = Vec::with_capacity(kinds.len());
@@ -133,8 +134,10 @@ async fn run_with_reporter<'a>(
         };
         cursors.push(seen);
     }
-    // Jobs whose cursors went apart (different scan limits, a failed run)
-    // sweep one by one, each from its own place.
+    // Jobs whose cursors went apart (different scan limits, a budget spent,
+    // a failed run) sweep one by one, each from its own place to the
+    // estate's end, never round it: the first would take the whole pass
+    // and leave the others none.
     let shared = cursors.windows(2).all(|w| match (&w[0], &w[1]) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -149,6 +152,7 @@ async fn run_with_reporter<'a>(
                     opts,
                     vec![audit],
                     reporter,
+                    false,
                 ))
                 .await,
             );
@@ -174,6 +178,7 @@ async fn run_with_reporter<'a>(
     let mut sweep = Sweep {
         ctx,
         opts,
+        ring,
         jobs,
         leases: RunLeases::new(
             ctx.redis.clone(),
@@ -245,6 +250,8 @@ fn cursor_key(ctx: &Context, kind: Kind) -> String {
 struct Sweep<'a, 'o> {
     ctx: &'a Context,
     opts: &'o RunOptions,
+    /// The walk may go round the estate (jobs sweeping together).
+    ring: bool,
     jobs: Vec<Job<'a>>,
     leases: RunLeases,
     templates: HashMap<i64, Arc<Template>>,
@@ -363,10 +370,11 @@ impl<'a> Sweep<'a, '_> {
         // before its deadline goes on from the start, back to where it
         // began, so only its deadline (or the scan limit) stops it: a pass
         // that cannot cover the estate reads at its full pace, and one that
-        // can reads each showtime once (rule 14). `once`, a check and a run
-        // with no deadline end at the estate's end.
+        // can reads each showtime once (rule 14). `once`, a check, a run
+        // with no deadline and jobs sweeping apart end at the estate's end.
         let mut ring_closed_at = None;
         if reached_end
+            && self.ring
             && self.opts.deadline.is_some()
             && self.opts.showtimes.is_empty()
             && let Some(began) = cursor

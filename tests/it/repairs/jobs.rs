@@ -501,9 +501,10 @@ async fn a_pass_goes_on_from_the_start_back_to_where_it_began() {
             ..RunOptions::default()
         };
         let report = seatflow_test_support::run(&ctx, &Kind::SEAT_JOBS, opts).await;
-        let orphans = report.jobs.iter().find(|j| j.kind == Kind::OrphanLocks);
-        let orphans = orphans.unwrap();
-        (orphans.scanned, orphans.fixed, orphans.backlog)
+        let job = |kind| report.jobs.iter().find(|j| j.kind == kind).unwrap();
+        let orphans = job(Kind::OrphanLocks);
+        let paid = job(Kind::PaidSeats).scanned;
+        (orphans.scanned, orphans.fixed, orphans.backlog, paid)
     };
     let key = env
         .ctx
@@ -514,14 +515,14 @@ async fn a_pass_goes_on_from_the_start_back_to_where_it_began() {
     let cursor = || env.redis::<Option<String>>(&get);
     // A pass that stopped after 302.
     let three = limited(3).await.unwrap();
-    assert_eq!(pass(three).await, (3, 0, 3));
+    assert_eq!(pass(three).await, (3, 0, 3, 3));
     let began = cursor().await;
     // Orphan locks before and after where the next pass begins.
     env.fx.warm(300, &[("A-1", "1")]).await.unwrap();
     env.fx.warm(304, &[("A-1", "1")]).await.unwrap();
     assert_eq!(
         pass(env.ctx.clone()).await,
-        (6, 2, 0),
+        (6, 2, 0, 6),
         "303..305, then 300..302"
     );
     assert_eq!(value(&env, 300, "A-1").await.as_deref(), Some("0"));
@@ -533,9 +534,14 @@ async fn a_pass_goes_on_from_the_start_back_to_where_it_began() {
 
     // The scan limit stops the ring: 303..305 and 300; 301 and 302 are left.
     let four = limited(4).await.unwrap();
-    assert_eq!(pass(four).await, (4, 0, 2));
+    assert_eq!(pass(four).await, (4, 0, 2, 4));
     // `once` from there ends at the estate's end: 301..305.
     assert_eq!(env.job(Kind::OrphanLocks).await.scanned, 5);
+    // Now orphan-locks begins at the start, the others after 300: jobs
+    // apart sweep one by one to the estate's end, never round it (the
+    // first would take all of a pass that cannot fit and leave the others
+    // none).
+    assert_eq!(pass(env.ctx.clone()).await, (6, 0, 0, 5));
 }
 
 #[tokio::test]
