@@ -227,7 +227,12 @@ async fn replica(settings: &Settings, primary: Option<&MysqlStore>) -> Finding {
         Ok(None) => return not_checked("mysql.replica_url is not set".into()),
         Err(e) => return misconfigured(&e),
     };
-    let asking = check::replica_asked(replica.store());
+    // One connection first: its error says why (the pool, retrying a
+    // refused connection, would say only that it timed out).
+    let asking = async {
+        replica.store().connect_once().await?;
+        check::replica_asked(replica.store()).await
+    };
     match tokio::time::timeout(REPLICA_CHECK_TIMEOUT, asking).await {
         Ok(Ok(Asked::Refused(m))) => Finding::Missing(m),
         Ok(Ok(_)) => Finding::Allowed(WHAT),
