@@ -91,13 +91,7 @@ impl Context {
     /// position: the server's privileges and settings are checked first
     /// (`Error::BinlogSetup` names each missing one as the statement to run).
     pub async fn start_binlog(&self, from: Option<Checkpoint>) -> Result<BinlogSource> {
-        let s = &self.settings;
-        let options = BinlogOptions {
-            server_id: s.changes.mysql_server_id,
-            connect_timeout: s.mysql.connect_timeout,
-            ..BinlogOptions::default()
-        };
-        BinlogSource::start(s.mysql.url.expose(), &mysql_tls(s), &options, from).await
+        start_binlog(&self.settings, from).await
     }
 
     /// When a pass fired for `slot` must stop scanning: shortly before the
@@ -139,7 +133,7 @@ impl Context {
         };
         let (reason, error) = replica.choose().await;
         if let Some(e) = &error {
-            self.denials.note(e);
+            self.denials.note_replica(e);
         }
         ChunkSource {
             replica: (reason == Reason::Current).then(|| Arc::clone(replica)),
@@ -163,7 +157,7 @@ impl Context {
             match read(replica.store().clone()).await {
                 Ok(value) => return Ok(value),
                 Err(e) => {
-                    self.denials.note(&e);
+                    self.denials.note_replica(&e);
                     replica.read_failed(&e);
                     source.replica = None;
                 }
@@ -180,6 +174,17 @@ impl Context {
     {
         with_retry(&self.settings.reconcile.retry(), what, op).await
     }
+}
+
+/// [`Context::start_binlog`] from the settings alone (the start's check).
+pub async fn start_binlog(settings: &Settings, from: Option<Checkpoint>) -> Result<BinlogSource> {
+    let options = BinlogOptions {
+        server_id: settings.changes.mysql_server_id,
+        connect_timeout: settings.mysql.connect_timeout,
+        ..BinlogOptions::default()
+    };
+    let url = settings.mysql.url.expose();
+    BinlogSource::start(url, &mysql_tls(settings), &options, from).await
 }
 
 /// Connects to MySQL as `[mysql]` says (`check-config` needs no Redis).

@@ -49,10 +49,18 @@ impl Denials {
         Some(denial)
     }
 
+    /// [`note`](Self::note) of an error of `mysql.replica_url`'s replica:
+    /// named as the replica's, not the primary's.
+    pub fn note_replica(&self, e: &Error) -> Option<Denial> {
+        let denial = Denial::of(e)?.on_replica();
+        self.record(&denial, 1, &e.to_string());
+        Some(denial)
+    }
+
     /// Counts `denial` met `times` times, the last with `error`.
     pub fn record(&self, denial: &Denial, times: u64, error: &str) {
         self.counter
-            .with_label_values(&[denial.store.label(), &denial.need])
+            .with_label_values(&[denial.who(), &denial.need])
             .inc_by(times);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let entry = seen.entry(denial.clone()).or_insert(Seen {
@@ -84,7 +92,7 @@ impl Denials {
         seen.iter()
             .map(|(d, s)| {
                 serde_json::json!({
-                    "store": d.store.label(),
+                    "store": d.who(),
                     "need": d.need,
                     "count": s.count,
                     "last_seen": s.last.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

@@ -20,12 +20,31 @@ use tokio_util::task::TaskTracker;
 use crate::model::Kind;
 use crate::runner::{NotStarted, Runner};
 
+/// File descriptors kept for everything but HTTP connections (the stores'
+/// pools, the binlog, subscriptions, logs).
+const FILES_KEPT: u64 = 256;
+
+/// The connections served at once: `configured`, but never so many that
+/// accepting them would leave the process without file descriptors
+/// (`open_files`: its limit, when known), which would stall every accept,
+/// the probes' included.
+fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
+    let Some(limit) = open_files else {
+        return configured;
+    };
+    let room = usize::try_from(limit.saturating_sub(FILES_KEPT)).unwrap_or(usize::MAX);
+    configured.min(room.max(1))
+}
+
 /// Serves `app` on `listener` until `stop`, HTTP/1 only (probes and
 /// Prometheus speak it), with bounds a plain `axum::serve` lacks: at most
-/// `max_connections` at once (more wait in the listen backlog), and a
-/// connection that sends no complete request head within `header_timeout`
-/// (a silent client, or an idle keep-alive) is closed. On `stop`, open
-/// connections finish their request in hand and close.
+/// `max_connections` at once (more wait in the listen backlog; fewer when
+/// the open-file limit is lower), and a connection that sends no complete
+/// request head within `header_timeout` (a silent or slow client, or an
+/// idle keep-alive) is closed. Both together keep the probes answered:
+/// idle connections cost a slot for at most the timeout, and the cap is
+/// far above what a few clients hold. On `stop`, open connections finish
+/// their request in hand and close.
 #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
 pub async fn serve(
     listener: TcpListener,
@@ -34,7 +53,17 @@ pub async fn serve(
     max_connections: usize,
     stop: CancellationToken,
 ) {
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let open_files = crate::process_metrics::open_files_limit();
+    let cap = connection_cap(max_connections, open_files);
+    if cap < max_connections {
+        tracing::warn!(
+            configured = max_connections,
+            serving = cap,
+            open_files,
+            "http.max_connections is above what the open-file limit allows: raise the limit (ulimit -n)"
+        );
+    }
+    let slots = Arc::new(Semaphore::new(cap));
     let connections = TaskTracker::new();
     loop {
         let slot = tokio::select! {
@@ -227,6 +256,17 @@ async fn run_job(
 
 #[cfg(test)]
 mod tests {
+    use super::connection_cap;
+
+    #[test]
+    fn the_connection_cap_leaves_files_for_the_rest() {
+        assert_eq!(connection_cap(4096, None), 4096);
+        assert_eq!(connection_cap(4096, Some(1_048_576)), 4096);
+        assert_eq!(connection_cap(4096, Some(1024)), 768);
+        assert_eq!(connection_cap(64, Some(1024)), 64);
+        assert_eq!(connection_cap(4096, Some(100)), 1);
+    }
+
     #[test]
     fn token_comparison() {
         assert!(super::same_token(b"abc", b"abc"));

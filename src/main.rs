@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use seatflow_reconciler::access::start;
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::context::Context;
-use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::jobs::{self, RunRequest, Trigger};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::{demo, push, telemetry};
@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 #[path = "cli/check_config.rs"]
 mod check_config;
+#[path = "cli/migrate.rs"]
+mod migrate;
 
 /// Exit codes of `once` (and of every command that connects).
 const EXIT_FAILED: u8 = 1;
@@ -179,10 +181,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
-            if let Err(code) = check_access(&ctx, true).await {
-                return code;
-            }
-            if let Err(code) = check_binlog(&ctx).await {
+            if let Err(code) = start_check(&ctx, start::Command::Daemon).await {
                 return code;
             }
             let mut signals = match Signals::install() {
@@ -257,41 +256,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 ExitCode::from(EXIT_FAILED)
             }
         },
-        Command::Migrate { reference_schema } => {
-            let ctx = match connect(settings).await {
-                Ok(ctx) => ctx,
-                Err(code) => return code,
-            };
-            // An ALTER of a large audit table takes a while: say so on a terminal.
-            let step = seatflow_reconciler::progress::Activity::start(
-                std::io::stderr().is_terminal(),
-                "migrate",
-                "applying the reconciler's tables",
-            );
-            let applied = ctx.mysql.migrate(reference_schema).await;
-            step.finish();
-            match applied {
-                Ok(widened) => {
-                    if let Some(chars) = widened {
-                        tracing::info!(
-                            chars,
-                            "reconcile_fix.seat_no widened to the contract's widest seat_no"
-                        );
-                    }
-                    tracing::info!("migrations applied");
-                    // Rule 17: what the reconciler will find, said now.
-                    match ctx.mysql.check_contract().await {
-                        Ok(state) => print_deviations(&state),
-                        Err(e) => tracing::warn!(error = %e, "could not read the schema"),
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    telemetry::fatal(&e.to_string());
-                    ExitCode::from(EXIT_FAILED)
-                }
-            }
-        }
+        Command::Migrate { reference_schema } => migrate::run(&settings, reference_schema).await,
         Command::Once {
             jobs,
             dry_run,
@@ -305,7 +270,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
-            if let Err(code) = check_access(&ctx, false).await {
+            if let Err(code) = start_check(&ctx, start::Command::Once).await {
                 return code;
             }
             let trigger = Trigger::Once {
@@ -420,143 +385,52 @@ fn interrupted() -> impl std::future::Future<Output = ()> {
     async move { signals.next().await }
 }
 
+/// Rule 18 at start, as `check-config` checks it (`access::start`): what
+/// the stores and sources `command` uses refuse of what it needs, each
+/// with what to run.
+async fn start_check(ctx: &Context, command: start::Command) -> Result<(), ExitCode> {
+    let findings = start::check(&ctx.settings, Ok(&ctx.mysql), Ok(&ctx.redis), command).await;
+    verdict(&findings)
+}
+
+/// The start's findings that stop it, as fatal lines, and the exit code: 2
+/// for a configuration error (a refused permission, a wrong setting),
+/// else 3 for a store out of reach.
+fn verdict(findings: &[start::Finding]) -> Result<(), ExitCode> {
+    let mut code = None;
+    for finding in findings {
+        match finding {
+            start::Finding::Missing(m) => {
+                telemetry::fatal(&format!("configuration: {m}"));
+                code = Some(EXIT_CONFIG);
+            }
+            start::Finding::Misconfigured { key, message } => {
+                telemetry::fatal(&format!("configuration key `{key}`: {message}"));
+                code = Some(EXIT_CONFIG);
+            }
+            start::Finding::Unreachable { message, .. } => {
+                telemetry::fatal(message);
+                code.get_or_insert(EXIT_UNREACHABLE);
+            }
+            start::Finding::Allowed(_) | start::Finding::NotChecked { .. } => {}
+        }
+    }
+    code.map_or(Ok(()), |c| Err(ExitCode::from(c)))
+}
+
 /// Connects to both stores. A TLS problem (certificate, host name, mode) or
 /// a refused login is a configuration error, exit 2 naming the setting;
-/// anything else is "unreachable", exit 3.
-/// The configuration key a refused login points at: the password's own key
-/// when the password was given apart from the URL, else the URL (its
-/// user and password, or none where the server needs one).
-fn credential_key(settings: &Settings, stage: Stage) -> &'static str {
-    let apart = |password: &seatflow_reconciler::config::Secret, file: &str| {
-        !password.is_empty() || !file.is_empty()
-    };
-    match stage {
-        Stage::Mysql if apart(&settings.mysql.password, &settings.mysql.password_file) => {
-            "mysql.password"
-        }
-        Stage::Mysql => "mysql.url",
-        _ if apart(&settings.redis.password, &settings.redis.password_file) => "redis.password",
-        _ => "redis.url",
-    }
-}
-
-/// With `changes.mysql_binlog` on, starts the binlog source once before
-/// serving: a missing privilege or server setting (each named as the
-/// statement to run), a TLS problem or a refused login is a configuration
-/// error, exit 2; a server that cannot be reached, exit 3.
-async fn check_binlog(ctx: &Context) -> Result<(), ExitCode> {
-    if !ctx.settings.changes.mysql_binlog {
-        return Ok(());
-    }
-    let e = match ctx.start_binlog(None).await {
-        Ok(source) => {
-            tracing::info!(position = %source.position(), "the MySQL binlog can be read");
-            return Ok(());
-        }
-        Err(e) => e,
-    };
-    if matches!(e, seatflow_reconciler::error::Error::BinlogSetup(_)) {
-        telemetry::fatal(&format!("configuration key `changes.mysql_binlog`: {e}"));
-        return Err(ExitCode::from(EXIT_CONFIG));
-    }
-    let key = credential_key(&ctx.settings, Stage::Mysql);
-    let url = ctx.settings.mysql.url.to_string();
-    Err(store_failed(
-        &e,
-        key,
-        &url,
-        " (its binlog, changes.mysql_binlog)",
-    ))
-}
-
-/// The ACL rule for the configured Redis user (rule 18), as the daemon
-/// needs it.
-fn redis_rule(settings: &Settings) -> String {
-    use seatflow_reconciler::access;
-    access::redis_access(settings, true).setuser(&access::redis_user(settings))
-}
-
-/// Rule 18 at start: what either store's user may not do of what this
-/// command needs (`subscribes`: the daemon, which subscribes to keyspace
-/// events when they are on), each with what to run; exit 2 if anything.
-async fn check_access(ctx: &Context, subscribes: bool) -> Result<(), ExitCode> {
-    use seatflow_reconciler::access;
-    let s = &ctx.settings;
-    let found = access::check::missing(
-        &ctx.mysql,
-        &ctx.redis,
-        &access::redis_access(s, subscribes),
-        redis_rule(s),
-        !s.audit.retention.is_zero(),
-    )
-    .await;
-    match found {
-        Ok(missing) if missing.is_empty() => Ok(()),
-        Ok(missing) => Err(print_missing(&missing)),
-        Err(e) => {
-            telemetry::fatal(&format!("could not check the stores' permissions: {e}"));
-            Err(ExitCode::from(EXIT_UNREACHABLE))
-        }
-    }
-}
-
-/// Each missing permission as a fatal line; exit 2.
-fn print_missing(missing: &[seatflow_reconciler::access::Missing]) -> ExitCode {
-    for m in missing {
-        telemetry::fatal(&format!("configuration: {m}"));
-    }
-    ExitCode::from(EXIT_CONFIG)
-}
-
-/// The exit code and fatal line of a store that could not be used at
-/// start: a TLS problem or a refused login is a configuration error naming
-/// the key (`key`: the store's credential), anything else unreachable.
-/// `what` follows the store's name (what of it was used).
-fn store_failed(
-    e: &seatflow_reconciler::error::Error,
-    key: &str,
-    url: &str,
-    what: &str,
-) -> ExitCode {
-    let store = e.stage().label();
-    if let Some(problem) = e.tls_problem() {
-        telemetry::fatal(&format!(
-            "configuration key `{store}.{}`: TLS with {store}{what} failed: {} ({e})",
-            problem.setting(),
-            problem.describe()
-        ));
-        return ExitCode::from(EXIT_CONFIG);
-    }
-    if let Some(why) = e.login_refused() {
-        telemetry::fatal(&format!(
-            "configuration key `{key}`: {store}{what} refused us: {why} ({e})"
-        ));
-        return ExitCode::from(EXIT_CONFIG);
-    }
-    // Only the store that failed, and its URL (redacted).
-    telemetry::fatal(&format!("cannot reach {store}{what} at {url}: {e}"));
-    ExitCode::from(EXIT_UNREACHABLE)
-}
-
+/// anything else is "unreachable", exit 3 (`access::start` judges).
 async fn connect(settings: Settings) -> Result<Context, ExitCode> {
-    let (mysql, redis) = (settings.mysql.url.clone(), settings.redis.url.clone());
-    let credential = |stage| credential_key(&settings, stage);
-    let (mysql_key, redis_key) = (credential(Stage::Mysql), credential(Stage::Redis));
-    let rule = redis_rule(&settings);
-    Context::connect(settings).await.map_err(|e| {
-        if let Some(d) = seatflow_reconciler::error::Denial::of(&e) {
-            let remedy = if d.store == Stage::Redis {
-                vec![rule.clone()]
-            } else {
-                Vec::new()
-            };
-            return print_missing(&[seatflow_reconciler::access::Missing::of(d, remedy)]);
-        }
-        let (key, url) = if e.stage() == Stage::Mysql {
-            (mysql_key, &mysql)
-        } else {
-            (redis_key, &redis)
-        };
-        store_failed(&e, key, &url.to_string(), "")
-    })
+    let judged_by = settings.clone();
+    Context::connect(settings)
+        .await
+        .map_err(|e| stopped(&start::connect_failure(&judged_by, &e, "")))
+}
+
+/// The exit code of a finding that stops a command, said.
+fn stopped(finding: &start::Finding) -> ExitCode {
+    verdict(std::slice::from_ref(finding))
+        .err()
+        .unwrap_or(ExitCode::from(EXIT_FAILED))
 }

@@ -32,6 +32,16 @@ pub fn cpu_seconds() -> Option<f64> {
     Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
 }
 
+/// The most files this process may have open (its soft limit), from
+/// `/proc`; None when unlimited or unknown.
+pub fn open_files_limit() -> Option<u64> {
+    let limits = procfs::process::Process::myself().ok()?.limits().ok()?;
+    match limits.max_open_files.soft_limit {
+        procfs::process::LimitValue::Value(n) => Some(n),
+        procfs::process::LimitValue::Unlimited => None,
+    }
+}
+
 impl Collector for ProcessMetrics {
     fn desc(&self) -> Vec<&Desc> {
         self.inner.desc()

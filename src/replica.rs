@@ -13,7 +13,7 @@
 //! finds it). Change-driven checks read the primary: the change they were
 //! asked for may not have reached the replica yet.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -132,6 +132,21 @@ struct Last {
 struct State {
     last: Option<Last>,
     resting_until: Option<Instant>,
+    /// An ask after a rest is under way, off the chunks' path.
+    asking: bool,
+    /// The error of such an ask, for the next chunk's caller to record
+    /// (a refused permission, rule 18).
+    unrecorded: Option<Error>,
+}
+
+/// What one ask of the replica came to.
+struct Answer {
+    reason: Reason,
+    lag_seconds: Option<u64>,
+    /// The store's error, when it gave one.
+    error: Option<Error>,
+    /// What `/status` keeps of a failure: the error, or why there is none.
+    why: Option<String>,
 }
 
 /// The replica, its last answer and the count of chunks by where they read.
@@ -179,30 +194,73 @@ impl Replica {
 
     /// Where the next chunk's bulk reads go, counted: the replica is asked
     /// its lag (at most [`ASK_TIMEOUT`]) unless it rests after a failure.
-    /// A failure's error is returned for the caller's record of refused
-    /// permissions (rule 18).
-    pub async fn choose(&self) -> (Reason, Option<Error>) {
-        let resting = self
-            .lock()
-            .resting_until
-            .is_some_and(|until| Instant::now() < until);
-        if resting {
-            self.count(Reason::Resting);
-            return (Reason::Resting, None);
-        }
-        let asked = tokio::time::timeout(ASK_TIMEOUT, self.store.replica_report()).await;
-        let (reason, lag, error) = match asked {
-            Ok(Ok(report)) => {
-                let (reason, lag) = judge(&report, self.max_lag);
-                (reason, lag, None)
+    /// When a rest ends the replica is asked again off the chunks' path,
+    /// so a replica that stays down costs a pass nothing after its first
+    /// failure. A failure's error is returned for the caller's record of
+    /// refused permissions (rule 18).
+    pub async fn choose(self: &Arc<Self>) -> (Reason, Option<Error>) {
+        let (resting, ask_behind) = {
+            let mut state = self.lock();
+            match state.resting_until {
+                Some(until) if Instant::now() < until => (true, false),
+                Some(_) => (true, !std::mem::replace(&mut state.asking, true)),
+                None => (false, false),
             }
-            Ok(Err(e)) if Denial::of(&e).is_some() => (Reason::Denied, None, Some(e)),
-            Ok(Err(e)) => (Reason::Unreachable, None, Some(e)),
-            Err(_) => (Reason::Unreachable, None, None),
         };
-        self.remember(reason, lag, error.as_ref().map(ToString::to_string));
-        self.count(reason);
-        (reason, error)
+        if resting {
+            if ask_behind {
+                let me = Arc::clone(self);
+                tokio::spawn(async move {
+                    let answer = me.ask().await;
+                    me.remember(answer.reason, answer.lag_seconds, answer.why);
+                    let mut state = me.lock();
+                    state.asking = false;
+                    state.unrecorded = answer.error;
+                });
+            }
+            self.count(Reason::Resting);
+            let unrecorded = self.lock().unrecorded.take();
+            return (Reason::Resting, unrecorded);
+        }
+        let answer = self.ask().await;
+        self.remember(answer.reason, answer.lag_seconds, answer.why);
+        self.count(answer.reason);
+        (answer.reason, answer.error)
+    }
+
+    /// The replica's own report, judged; a failure with its cause.
+    async fn ask(&self) -> Answer {
+        let failed = |reason, e: Error| Answer {
+            reason,
+            lag_seconds: None,
+            why: Some(e.to_string()),
+            error: Some(e),
+        };
+        match tokio::time::timeout(ASK_TIMEOUT, self.store.replica_report()).await {
+            Ok(Ok(report)) => {
+                let (reason, lag_seconds) = judge(&report, self.max_lag);
+                Answer {
+                    reason,
+                    lag_seconds,
+                    error: None,
+                    why: None,
+                }
+            }
+            Ok(Err(e)) if Denial::of(&e).is_some() => failed(Reason::Denied, e),
+            Ok(Err(e)) => failed(Reason::Unreachable, e),
+            // The pool retries a refused connection until its own timeout
+            // and would then say only that it timed out: one connection of
+            // our own says why.
+            Err(_) => match tokio::time::timeout(ASK_TIMEOUT, self.store.connect_once()).await {
+                Ok(Err(e)) => failed(Reason::Unreachable, e),
+                _ => Answer {
+                    reason: Reason::Unreachable,
+                    lag_seconds: None,
+                    error: None,
+                    why: Some(format!("no answer within {}s", ASK_TIMEOUT.as_secs())),
+                },
+            },
+        }
     }
 
     /// A read on the replica failed: counted, and the replica rests.

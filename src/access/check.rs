@@ -8,23 +8,41 @@ use crate::error::{Denial, Result, Stage};
 use crate::store::mysql::MysqlStore;
 use crate::store::redis::{AclVerdict, RedisStore};
 
+/// What a store said when asked.
+#[derive(Debug)]
+pub enum Asked {
+    /// Nothing the reconciler needs is refused.
+    Allowed,
+    Refused(Missing),
+    /// The server cannot tell ahead (Redis before 7.0 has no
+    /// `acl_check_cmd`): a refusal is named when it is met.
+    CannotTell,
+}
+
+impl Asked {
+    fn of(missing: Option<Missing>) -> Asked {
+        missing.map_or(Asked::Allowed, Asked::Refused)
+    }
+
+    pub fn missing(self) -> Option<Missing> {
+        match self {
+            Asked::Refused(m) => Some(m),
+            Asked::Allowed | Asked::CannotTell => None,
+        }
+    }
+}
+
 /// What the Redis user may not do of `access`'s uses, with `remedy`, the
-/// rule to run (the daemon's whole rule: one rule serves every command). A server that cannot tell (before Redis 7.0) is said in
-/// the log and passes: a refusal is then met, and named, when it comes.
-pub async fn redis_missing(
+/// rule to run (the daemon's whole rule: one rule serves every command).
+pub async fn redis_asked(
     redis: &RedisStore,
     access: &RedisAccess,
     remedy: String,
-) -> Result<Option<Missing>> {
+) -> Result<Asked> {
     let uses = access.uses();
     let argvs: Vec<&[String]> = uses.iter().map(|u| u.argv.as_slice()).collect();
     let refused: Vec<String> = match redis.acl_refuses(&argvs).await {
-        Ok(AclVerdict::CannotTell) => {
-            tracing::warn!(
-                "this Redis cannot check its ACL ahead (acl_check_cmd needs Redis 7.0): a missing permission is named when it is met"
-            );
-            return Ok(None);
-        }
+        Ok(AclVerdict::CannotTell) => return Ok(Asked::CannotTell),
         Ok(AclVerdict::Refused(refused)) => {
             // Per node in a cluster (each has its own ACL).
             let mut nodes: Vec<&Option<String>> = refused.iter().map(|(_, n)| n).collect();
@@ -52,23 +70,40 @@ pub async fn redis_missing(
         },
     };
     if refused.is_empty() {
-        return Ok(None);
+        return Ok(Asked::Allowed);
     }
-    Ok(Some(Missing {
-        store: Stage::Redis,
+    Ok(Asked::Refused(Missing {
+        who: Stage::Redis.label(),
         refused,
         remedy: vec![remedy],
     }))
 }
 
 /// The grants the MySQL user lacks; `retention`: audit rows are deleted.
-pub async fn mysql_missing(mysql: &MysqlStore, retention: bool) -> Result<Option<Missing>> {
-    Ok(mysql.missing_grants(retention).await?.map(|g| Missing {
-        store: Stage::Mysql,
-        refused: g.refused,
-        remedy: g.remedy,
-    }))
+pub async fn mysql_asked(mysql: &MysqlStore, retention: bool) -> Result<Asked> {
+    Ok(Asked::of(mysql.missing_grants(retention).await?.map(|g| {
+        Missing {
+            who: Stage::Mysql.label(),
+            refused: g.refused,
+            remedy: g.remedy,
+        }
+    })))
 }
+
+/// What `mysql.replica_url`'s user lacks on the replica (`replica`: its
+/// store).
+pub async fn replica_asked(replica: &MysqlStore) -> Result<Asked> {
+    Ok(Asked::of(replica.missing_replica_grants().await?.map(
+        |g| Missing {
+            who: REPLICA,
+            refused: g.refused,
+            remedy: g.remedy,
+        },
+    )))
+}
+
+/// The replica's name where a refusal is named (as `Denial::who`).
+pub const REPLICA: &str = "mysql_replica";
 
 /// Both stores' findings, MySQL's first.
 pub async fn missing(
@@ -78,7 +113,11 @@ pub async fn missing(
     remedy: String,
     retention: bool,
 ) -> Result<Vec<Missing>> {
-    let mut all: Vec<Missing> = mysql_missing(mysql, retention).await?.into_iter().collect();
-    all.extend(redis_missing(redis, access, remedy).await?);
+    let mut all: Vec<Missing> = mysql_asked(mysql, retention)
+        .await?
+        .missing()
+        .into_iter()
+        .collect();
+    all.extend(redis_asked(redis, access, remedy).await?.missing());
     Ok(all)
 }

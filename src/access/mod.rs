@@ -5,15 +5,17 @@
 
 pub mod check;
 pub mod redis_acl;
+pub mod start;
 
 use crate::config::{RedisEvents, Settings};
-use crate::error::Stage;
 use redis_acl::RedisAccess;
 
 /// What a check found a store's user may not do, and what to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Missing {
-    pub store: Stage,
+    /// Whose user: `mysql`, `mysql_replica` or `redis` (as `/status`
+    /// names a refusal).
+    pub who: &'static str,
     /// Each refused use or privilege, with what allows it.
     pub refused: Vec<String>,
     /// The statements that give the user what it needs.
@@ -25,7 +27,7 @@ impl Missing {
     /// to run.
     pub fn of(denial: crate::error::Denial, remedy: Vec<String>) -> Missing {
         Missing {
-            store: denial.store,
+            who: denial.who(),
             refused: vec![denial.need],
             remedy,
         }
@@ -37,7 +39,7 @@ impl std::fmt::Display for Missing {
         write!(
             f,
             "the {} user may not do what the reconciler needs: {}; run: {}",
-            self.store.label(),
+            self.who,
             self.refused.join("; "),
             self.remedy.join(" ")
         )
@@ -76,7 +78,7 @@ pub fn redis_user(settings: &Settings) -> String {
 #[cfg(test)]
 mod tests {
     use super::redis_acl::RedisAccess;
-    use crate::store::mysql::grants::grant_statements;
+    use crate::store::mysql::grants::{grant_statements, migrate_statements};
 
     const DEPLOY_GUIDE: &str = include_str!("../../deploy/README.md");
 
@@ -103,13 +105,15 @@ mod tests {
 
     #[test]
     fn the_deploy_guide_gives_exactly_the_grants_the_check_asks_for() {
-        let block = format!(
-            "```sql\n{}\n```",
-            grant_statements("seatflow", "'reconciler'@'%'", true, true).join("\n")
-        );
-        assert!(
-            DEPLOY_GUIDE.contains(&block),
-            "deploy/README.md, \"MySQL grants\", should be:\n{block}"
-        );
+        for statements in [
+            grant_statements("seatflow", "'reconciler'@'%'", true, true),
+            migrate_statements("seatflow", "'reconciler'@'%'", true, true),
+        ] {
+            let block = format!("```sql\n{}\n```", statements.join("\n"));
+            assert!(
+                DEPLOY_GUIDE.contains(&block),
+                "deploy/README.md, \"MySQL grants\", should have:\n{block}"
+            );
+        }
     }
 }

@@ -1,19 +1,19 @@
 //! `check-config`: the configuration in effect (secrets redacted), then
 //! what the stores it reaches say of it: the schema MySQL has, judged
-//! against the contract (rule 17), and each store's permissions (rule 18).
-//! A module of the binary (exit codes and stdout are the CLI's).
+//! against the contract (rule 17), and what each store and source the
+//! settings turn on refuses (rule 18), by the start's own check
+//! (`access::start`), so that it exits 2 whenever `run` with the same
+//! settings would; what it could not check is said as such. A module of
+//! the binary (exit codes and stdout are the CLI's).
 
 use std::path::Path;
 use std::process::ExitCode;
 
+use seatflow_reconciler::access::start::{self, Finding};
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::telemetry;
 
-use super::{
-    EXIT_CONFIG, EXIT_FAILED, credential_key, print_deviations, print_missing, redis_rule,
-    store_failed,
-};
+use super::{EXIT_CONFIG, EXIT_FAILED, print_deviations, verdict};
 
 /// `check-config` once the settings have loaded: what is in effect, then
 /// the schema's and the permissions' checks.
@@ -28,15 +28,17 @@ pub(super) async fn run(settings: &Settings, config: Option<&Path>) -> ExitCode 
             // One connection for both checks.
             let mysql = seatflow_reconciler::context::connect_mysql(settings).await;
             let schema = check_schema(settings, &mysql).await;
-            let access = check_config_access(settings, mysql.as_ref().ok()).await;
+            let access = check_config_access(settings, &mysql).await;
             if let Ok(primary) = &mysql {
                 check_replica(settings, primary).await;
             }
             // The worse of the two: a configuration error over a failure.
             if schema == ExitCode::SUCCESS {
                 access
-            } else {
+            } else if access == ExitCode::SUCCESS {
                 schema
+            } else {
+                ExitCode::from(EXIT_CONFIG)
             }
         }
         Err(e) => {
@@ -48,9 +50,9 @@ pub(super) async fn run(settings: &Settings, config: Option<&Path>) -> ExitCode 
 
 /// `check-config`'s second half: the schema MySQL has, judged against the
 /// contract (rule 17). Every deviation is printed with its fix; one that
-/// holds repairs back is exit 2. A MySQL that does not answer is said and
-/// is no error here (the configuration itself is valid); a refused login
-/// or a TLS problem is exit 2 naming the key, as for every command.
+/// holds repairs back is exit 2. A MySQL that could not be reached is said
+/// (the permissions' check judges why: a refused login or a TLS problem is
+/// exit 2 naming the key, as for every command).
 async fn check_schema(
     settings: &Settings,
     mysql: &seatflow_reconciler::error::Result<seatflow_reconciler::store::mysql::MysqlStore>,
@@ -58,16 +60,19 @@ async fn check_schema(
     let url = settings.mysql.url.to_string();
     let store = match mysql {
         Ok(store) => store,
-        Err(e) if e.tls_problem().is_some() || e.login_refused().is_some() => {
-            return store_failed(e, credential_key(settings, Stage::Mysql), &url, "");
-        }
         Err(e) => {
+            println!("# schema: not checked (MySQL was not reached)");
             tracing::warn!(error = %e, "the schema was not checked: cannot reach MySQL at {url}");
             return ExitCode::SUCCESS;
         }
     };
     let state = match store.check_contract().await {
         Ok(state) => state,
+        // A table it may not read: named by the permissions' check below.
+        Err(e) if seatflow_reconciler::error::Denial::of(&e).is_some() => {
+            println!("# schema: not checked (a table of it may not be read: {e})");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             telemetry::fatal(&format!("could not read the schema at {url}: {e}"));
             return ExitCode::from(EXIT_FAILED);
@@ -91,41 +96,50 @@ async fn check_schema(
     ExitCode::from(EXIT_CONFIG)
 }
 
-/// `check-config`'s third part: the permissions of each store the
-/// configuration reaches (as the daemon needs them; `mysql`: the store the
-/// schema's check reached, if it did). A store that does not answer is
-/// said and is no error here, as for the schema.
+/// `check-config`'s third part: the start's check of every store and
+/// source the settings turn on, as `run` makes it (`mysql`: as the
+/// schema's check reached it). A line for each: every permission there,
+/// what is missing (exit 2, each `GRANT` or ACL rule to run), or not
+/// checked and why (a store down, a source off).
 async fn check_config_access(
     settings: &Settings,
-    mysql: Option<&seatflow_reconciler::store::mysql::MysqlStore>,
+    mysql: &seatflow_reconciler::error::Result<seatflow_reconciler::store::mysql::MysqlStore>,
 ) -> ExitCode {
-    use seatflow_reconciler::access;
-    let mut missing = Vec::new();
-    if let Some(mysql) = mysql {
-        match access::check::mysql_missing(mysql, !settings.audit.retention.is_zero()).await {
-            Ok(m) => missing.extend(m),
-            Err(e) => tracing::warn!(error = %e, "the MySQL grants were not checked"),
-        }
-    }
-    match seatflow_reconciler::context::connect_redis(settings).await {
-        Ok(redis) => {
-            let rule = access::redis_access(settings, true);
-            match access::check::redis_missing(&redis, &rule, redis_rule(settings)).await {
-                Ok(m) => missing.extend(m),
-                Err(e) => tracing::warn!(error = %e, "the Redis ACL was not checked"),
+    let redis = seatflow_reconciler::context::connect_redis(settings).await;
+    let findings = start::check(
+        settings,
+        mysql.as_ref(),
+        redis.as_ref(),
+        start::Command::Daemon,
+    )
+    .await;
+    for finding in &findings {
+        match finding {
+            Finding::Allowed(what) => {
+                println!("# permissions: {what}: every one the reconciler needs");
+            }
+            Finding::Missing(m) => println!("# permissions: {} user: missing (below)", m.who),
+            Finding::Misconfigured { key, .. } => {
+                println!("# permissions: not checked: `{key}` is wrong (below)");
+            }
+            Finding::Unreachable { what, message } => {
+                println!("# permissions: {what}: not checked (unreachable)");
+                tracing::warn!("{message}");
+            }
+            Finding::NotChecked { what, why } => {
+                println!("# permissions: {what}: not checked ({why})");
             }
         }
-        Err(e) => match seatflow_reconciler::error::Denial::of(&e) {
-            Some(d) => missing.push(access::Missing::of(d, vec![redis_rule(settings)])),
-            None => tracing::warn!(error = %e, "the Redis ACL was not checked: cannot reach Redis"),
-        },
     }
-    if missing.is_empty() {
-        println!("# permissions: every one the reconciler needs");
-        return ExitCode::SUCCESS;
+    // Only what would stop `run` with exit 2 stops here.
+    let stopping: Vec<Finding> = findings
+        .into_iter()
+        .filter(Finding::is_config_error)
+        .collect();
+    match verdict(&stopping) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
-    println!("# permissions: missing");
-    print_missing(&missing)
 }
 
 /// `check-config`'s last line with `mysql.replica_url`: where a pass's bulk

@@ -65,20 +65,69 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Replaces the password of a URL (and any text that looks like one) by `***`.
+/// Query parameters whose values are printed: the drivers' own that carry
+/// no secret (a mode, a file's path, a character set, a database number).
+/// Any other parameter's value is printed as `***`: a password may come as
+/// `?password=`, as `?pass=` (redis-rs reads it for a Unix socket), or under
+/// a name no list here foresees.
+const PRINTED_PARAMETERS: &[&str] = &[
+    "ssl-mode",
+    "sslmode",
+    "ssl-ca",
+    "sslca",
+    "ssl-cert",
+    "sslcert",
+    "ssl-key",
+    "sslkey",
+    "charset",
+    "collation",
+    "statement-cache-capacity",
+    "socket",
+    "timezone",
+    "time-zone",
+    "db",
+    "protocol",
+    "user",
+];
+
+/// A URL as it may be printed (rule 11): its password and the value of
+/// every parameter that may hold a secret (see [`PRINTED_PARAMETERS`]) as
+/// `***`. Text that does not parse as a URL keeps only its scheme and
+/// what follows the credentials, up to its parameters.
 pub fn redact_url(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        // Not parseable: hide everything between "://" and "@" to be safe.
-        Err(_) => match (raw.find("://"), raw.rfind('@')) {
-            (Some(s), Some(at)) if at > s => format!("{}://***{}", &raw[..s], &raw[at..]),
-            _ => raw.to_string(),
-        },
+    let Ok(mut u) = url::Url::parse(raw) else {
+        let head = raw.split_once('?').map_or(raw, |(head, _)| head);
+        let head = match (head.find("://"), head.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}://***{}", &head[..s], &head[at..]),
+            _ => head.to_string(),
+        };
+        return if head.len() < raw.len() {
+            format!("{head}?***")
+        } else {
+            head
+        };
+    };
+    if u.password().is_some() {
+        let _ = u.set_password(Some("***"));
     }
+    if let Some(query) = u.query() {
+        // Piece by piece, as written: only a value to hide changes.
+        let redacted: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if !printed(name) => format!("{name}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        u.set_query(Some(&redacted.join("&")));
+    }
+    u.to_string()
+}
+
+/// Whether a parameter's value may be printed (`name` as written in the URL).
+fn printed(name: &str) -> bool {
+    let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    PRINTED_PARAMETERS.contains(&name.to_ascii_lowercase().as_str())
 }
 
 /// `url` with `password` as its password, percent-encoded (any character
@@ -262,6 +311,35 @@ mod tests {
         assert_eq!(redact_url("redis://:pw@h:6379"), "redis://:***@h:6379");
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
         assert!(!redact_url("bad://us er:pw@x").contains("pw"));
+    }
+
+    /// A secret in a parameter is a secret too, whatever its name; the
+    /// drivers' own harmless parameters stay readable.
+    #[test]
+    fn secrets_in_parameters_are_redacted() {
+        assert_eq!(
+            redact_url("mysql://app@db:3306/seatflow?password=hunter2&ssl-mode=REQUIRED"),
+            "mysql://app@db:3306/seatflow?password=***&ssl-mode=REQUIRED"
+        );
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?db=2&pass=s3cret"),
+            "redis+unix:///run/redis.sock?db=2&pass=***"
+        );
+        for raw in [
+            "mysql://db/x?PASSWORD=hunter2",
+            "mysql://db/x?api_token=hunter2",
+            "redis://h:6379/?auth=hunter2&protocol=resp3",
+            "mysql://db/x?ssl-ca=/ca.pem&anything=hunter2",
+            "bad://us er:pw@x?password=hunter2",
+            "not a url ?password=hunter2",
+        ] {
+            assert!(
+                !redact_url(raw).contains("hunter2"),
+                "{raw}: {}",
+                redact_url(raw)
+            );
+        }
+        assert!(redact_url("mysql://db/x?ssl-ca=/etc/ca.pem").contains("/etc/ca.pem"));
     }
 
     #[test]

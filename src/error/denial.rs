@@ -9,15 +9,22 @@ use super::{Error, Stage};
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Denial {
     pub store: Stage,
+    /// MySQL: the replica of `mysql.replica_url` refused it, not the primary.
+    pub replica: bool,
     pub need: String,
 }
 
 impl Denial {
     /// The permission `e` says was refused, if it is such an error.
     pub fn of(e: &Error) -> Option<Denial> {
+        use sqlx::migrate::MigrateError;
         let (store, need) = match e {
             Error::Redis(e) => (Stage::Redis, redis_error_need(e)?),
-            Error::Mysql(sqlx::Error::Database(db)) => {
+            Error::Mysql(sqlx::Error::Database(db))
+            | Error::Migrate(
+                MigrateError::Execute(sqlx::Error::Database(db))
+                | MigrateError::ExecuteMigration(sqlx::Error::Database(db), _),
+            ) => {
                 let e = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()?;
                 (Stage::Mysql, mysql_need(e.number(), e.message())?)
             }
@@ -35,7 +42,29 @@ impl Denial {
             ),
             _ => return None,
         };
-        Some(Denial { store, need })
+        Some(Denial {
+            store,
+            replica: false,
+            need,
+        })
+    }
+
+    /// The same refusal, met on the replica.
+    pub fn on_replica(self) -> Denial {
+        Denial {
+            replica: true,
+            ..self
+        }
+    }
+
+    /// Who refused, as `/status` and the metric's `store` label name it:
+    /// `mysql`, `mysql_replica` or `redis`.
+    pub fn who(&self) -> &'static str {
+        if self.replica {
+            "mysql_replica"
+        } else {
+            self.store.label()
+        }
     }
 }
 
@@ -99,10 +128,13 @@ pub fn mysql_need(code: u16, message: &str) -> Option<String> {
         // ER_DBACCESS_DENIED_ERROR.
         1044 => Some("access to the database".into()),
         // ER_SPECIFIC_ACCESS_DENIED_ERROR: "Access denied; you need (at
-        // least one of) the REPLICATION SLAVE privilege(s) for this operation".
+        // least one of) the REPLICATION SLAVE privilege(s) for this
+        // operation". Of several, any one will do: the last is the narrow
+        // one (before it the broad SUPER the server still takes).
         1227 => {
             let rest = message.split_once(" the ")?.1;
-            Some(rest.split_once(" privilege")?.0.to_string())
+            let listed = rest.split_once(" privilege")?.0;
+            Some(listed.rsplit(", ").next()?.trim().to_string())
         }
         _ => None,
     }
@@ -183,6 +215,14 @@ mod tests {
             ),
             Some("REPLICATION SLAVE".into())
         );
+        // One of several: the narrow one, not SUPER.
+        assert_eq!(
+            mysql_need(
+                1227,
+                "Access denied; you need (at least one of) the SUPER, SLAVE MONITOR privilege(s) for this operation"
+            ),
+            Some("SLAVE MONITOR".into())
+        );
         assert_eq!(mysql_need(1205, "Lock wait timeout exceeded"), None);
     }
 
@@ -200,6 +240,7 @@ mod tests {
             ]),
             Some(Denial {
                 store: Stage::Mysql,
+                replica: false,
                 need: "REPLICATION SLAVE".into()
             })
         );

@@ -25,7 +25,7 @@ use crate::error::Error;
 use crate::lease::RunLeases;
 use crate::model::SeatRepair;
 use crate::model::{Kind, ShowtimeId, Template};
-use crate::store::mysql::Keyset;
+use crate::store::mysql::{Keyset, PageEnd};
 use crate::store::redis::CursorMove;
 
 use super::RunOptions;
@@ -98,18 +98,19 @@ pub async fn run<'a>(
         return Vec::new();
     };
     let reporter = opts.bad_data_reporter.unwrap_or(first);
-    run_with_reporter(ctx, kinds, opts, audits, reporter).await
+    run_with_reporter(ctx, kinds, opts, audits, reporter, true).await
 }
 
 /// As `run`; bad data is counted and logged by `reporter` alone, so that one
 /// bad value is one `invalid_data` error and one log line, whichever jobs
-/// saw it.
+/// saw it. `ring`: a pass's walk may go round the estate (see `walk`).
 async fn run_with_reporter<'a>(
     ctx: &'a Context,
     kinds: &[Kind],
     opts: &RunOptions,
     audits: Vec<AuditLog<'a>>,
     reporter: Kind,
+    ring: bool,
 ) -> Vec<(JobReport, AuditLog<'a>)> {
     let use_cursor = opts.showtimes.is_empty();
     let mut cursors = Vec::with_capacity(kinds.len());
@@ -133,8 +134,10 @@ async fn run_with_reporter<'a>(
         };
         cursors.push(seen);
     }
-    // Jobs whose cursors went apart (different scan limits, a failed run)
-    // sweep one by one, each from its own place.
+    // Jobs whose cursors went apart (different scan limits, a budget spent,
+    // a failed run) sweep one by one, each from its own place to the
+    // estate's end, never round it: the first would take the whole pass
+    // and leave the others none.
     let shared = cursors.windows(2).all(|w| match (&w[0], &w[1]) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -149,6 +152,7 @@ async fn run_with_reporter<'a>(
                     opts,
                     vec![audit],
                     reporter,
+                    false,
                 ))
                 .await,
             );
@@ -174,6 +178,7 @@ async fn run_with_reporter<'a>(
     let mut sweep = Sweep {
         ctx,
         opts,
+        ring,
         jobs,
         leases: RunLeases::new(
             ctx.redis.clone(),
@@ -245,6 +250,8 @@ fn cursor_key(ctx: &Context, kind: Kind) -> String {
 struct Sweep<'a, 'o> {
     ctx: &'a Context,
     opts: &'o RunOptions,
+    /// The walk may go round the estate (jobs sweeping together).
+    ring: bool,
     jobs: Vec<Job<'a>>,
     leases: RunLeases,
     templates: HashMap<i64, Arc<Template>>,
@@ -331,20 +338,18 @@ impl<'a> Sweep<'a, '_> {
         let window = ctx.settings.pass.soonest_window;
         let horizon = (self.opts.showtimes.is_empty() && !window.is_zero())
             .then(|| chrono::Utc::now().naive_utc() + window);
-        let (after, mut reached_end) = match horizon {
+        let window_end = horizon.map(|at| Keyset { at, id: i64::MIN });
+        let (mut after, mut reached_end) = match window_end {
             None => match self.scan(cursor, None, &mut scan).await? {
                 Some(end) => end,
                 None => return Ok(()),
             },
-            Some(horizon) => {
-                let window_end = Keyset {
-                    at: horizon,
-                    id: i64::MIN,
-                };
+            Some(window_end) => {
                 // A window larger than one run can scan goes on from the
                 // cursor, so that its later showtimes get their turn too.
                 let near_from = cursor.filter(|c| *c < window_end);
-                match self.scan(near_from, Some(horizon), &mut scan).await? {
+                let near_end = Some(PageEnd::Before(window_end.at));
+                match self.scan(near_from, near_end, &mut scan).await? {
                     None => return Ok(()),
                     Some((after, false)) => (after, false),
                     Some((near_after, true)) => {
@@ -357,6 +362,36 @@ impl<'a> Sweep<'a, '_> {
                 }
             }
         };
+        // What this walk leaves unread, when it stopped short: after where
+        // it stopped, up to the estate's end or, on a ring, up to where it
+        // began.
+        let mut unread_end = None;
+        // The ring: a pass on a schedule that reached the estate's end
+        // before its deadline goes on from the start, back to where it
+        // began, so only its deadline (or the scan limit) stops it: a pass
+        // that cannot cover the estate reads at its full pace, and one that
+        // can reads each showtime once (rule 14). `once`, a check, a run
+        // with no deadline and jobs sweeping apart end at the estate's end.
+        let mut ring_closed_at = None;
+        if reached_end
+            && self.ring
+            && self.opts.deadline.is_some()
+            && self.opts.showtimes.is_empty()
+            && let Some(began) = cursor
+        {
+            // Before where it began: the estate's start, or past the soonest
+            // window (read already) when the walk began beyond it.
+            let from = window_end.filter(|w| *w <= began);
+            let back = Some(PageEnd::Through(began));
+            match self.scan(from, back, &mut scan).await? {
+                None => return Ok(()),
+                Some((_, true)) => ring_closed_at = Some(began),
+                Some((stopped, false)) => {
+                    (after, reached_end) = (stopped, false);
+                    unread_end = back;
+                }
+            }
+        }
         self.progress.finish();
         if let Some(e) = scan.last_failure
             && scan.chunks_ok == 0
@@ -366,11 +401,14 @@ impl<'a> Sweep<'a, '_> {
                 j.report.nothing_completed = true;
             }
         }
-        if !reached_end && let Some(after) = after {
+        if !reached_end && (after.is_some() || unread_end.is_some()) {
             let unscanned = ctx
                 .retry("count backlog", || {
-                    ctx.mysql
-                        .count_on_sale_after(after, ctx.scope(&self.opts.showtimes))
+                    ctx.mysql.count_on_sale_between(
+                        after,
+                        unread_end,
+                        ctx.scope(&self.opts.showtimes),
+                    )
                 })
                 .await?;
             for j in &mut self.jobs {
@@ -379,13 +417,16 @@ impl<'a> Sweep<'a, '_> {
             }
             // Stopped at the scan limit exactly where the estate ends: the
             // next run starts over instead of scanning nothing.
-            reached_end = unscanned == 0;
+            reached_end = unscanned == 0 && unread_end.is_none();
         }
         let mut replaced_cursors = Vec::new();
         if self.opts.showtimes.is_empty() && !self.opts.dry_run && !self.opts.fenced_out() {
             for j in &self.jobs {
+                // Round the ring, the next pass begins where this one did,
+                // so that each showtime's reads stay a pass interval apart.
                 let next = match j.resume {
                     Some(at) => at,
+                    None if ring_closed_at.is_some() => ring_closed_at,
                     None if reached_end => None,
                     None => after,
                 };
@@ -417,14 +458,14 @@ impl<'a> Sweep<'a, '_> {
         cursor_key(self.ctx, kind)
     }
 
-    /// Scans from `from` (exclusive) to the end of the estate, or to the
-    /// showtimes starting at `before`, within what is left of the scan
-    /// limit. Returns where it stopped and whether it reached the end, or
-    /// None when the run was stopped (shutdown, lost pass lease).
+    /// Scans from `from` (exclusive) to the end of the estate, or to `end`,
+    /// within what is left of the scan limit. Returns where it stopped and
+    /// whether it reached the end, or None when the run was stopped
+    /// (shutdown, lost pass lease).
     async fn scan(
         &mut self,
         from: Option<Keyset>,
-        before: Option<chrono::NaiveDateTime>,
+        end: Option<PageEnd>,
         scan: &mut Scan,
     ) -> Result<Option<(Option<Keyset>, bool)>, Error> {
         let ctx = self.ctx;
@@ -462,7 +503,7 @@ impl<'a> Sweep<'a, '_> {
             let want = chunk.min(scan.limit - scan.scanned);
             let mut fetched = match prefetched.take() {
                 Some(f) => f,
-                None => match fetch(ctx, self.opts, what, after, before, want).await? {
+                None => match fetch(ctx, self.opts, what, after, end, want).await? {
                     Some(f) => f,
                     None => return Ok(Some((after, false))),
                 },
@@ -485,7 +526,7 @@ impl<'a> Sweep<'a, '_> {
             } else {
                 chunk.min(scan.limit - scan.scanned)
             };
-            let next = fetch(ctx, self.opts, what, after, before, next_want);
+            let next = fetch(ctx, self.opts, what, after, end, next_want);
             // Unpaced, the next chunk is read while this one is planned and
             // repaired. Paced, one thing at a time: the servers and this
             // process never all want the CPU at once, which live holds feel.

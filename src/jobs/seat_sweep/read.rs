@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::model::ShowtimeId;
 use crate::model::contract::UnknownRow;
 use crate::pace::{Pacer, Store};
-use crate::store::mysql::{Keyset, OccupancyRead, ShowtimeRow};
+use crate::store::mysql::{Keyset, OccupancyRead, PageEnd, ShowtimeRow};
 use crate::store::redis::{HashRead, ShowtimeRead};
 
 use super::super::RunOptions;
@@ -51,7 +51,7 @@ pub(super) async fn fetch(
     opts: &RunOptions,
     what: WhatToRead,
     after: Option<Keyset>,
-    before: Option<chrono::NaiveDateTime>,
+    end: Option<PageEnd>,
     want: usize,
 ) -> Result<Option<Fetched>, Error> {
     if want == 0 {
@@ -62,7 +62,7 @@ pub(super) async fn fetch(
     let scope = ctx.scope(&opts.showtimes);
     let read = ctx
         .bulk_read(&mut source, "read showtimes", |db| async move {
-            db.on_sale_page(after, before, want, scope).await
+            db.on_sale_page(after, end, want, scope).await
         })
         .await?;
     let (page, unknown, last, read) = (read.rows, read.unknown, read.last, read.read);

@@ -6,7 +6,9 @@ use super::audit::{
     CLOSE_ABANDONED_RUNS, FINISH_RUN, FIX_COLUMNS, FIX_ONCE, INSERT_FIXES, INSERT_RUN, PRUNE_FIXES,
     PRUNE_RUNS, RECENT_FIXES,
 };
-use super::grants::{Grant, GrantsRefused, grantee, needed, statements_for};
+use super::grants::{
+    Grant, GrantsRefused, grantee, migrate_statements, needed, replica_reads, statements_for,
+};
 use super::orders::{CANCEL_ORDERS, END_ORDER_SEATS};
 use super::*;
 use crate::error::{Denial, Error, Result};
@@ -38,25 +40,62 @@ impl MysqlStore {
     /// `retention`: audit rows are deleted (`audit.retention`). None when
     /// it holds them all.
     pub async fn missing_grants(&self, retention: bool) -> Result<Option<GrantsRefused>> {
+        let Some(found) = self.refused(&needed(retention)).await? else {
+            return Ok(None);
+        };
+        Ok(found.into_grants(Vec::new()))
+    }
+
+    /// What `mysql.replica_url`'s user lacks on the replica, asked of the
+    /// replica: the reads of a pass's chunks, and the privilege to ask
+    /// its lag (without it every chunk reads the primary).
+    pub async fn missing_replica_grants(&self) -> Result<Option<GrantsRefused>> {
+        let Some(found) = self.refused(&replica_reads()).await? else {
+            return Ok(None);
+        };
+        let lag = match self.replica_report().await {
+            Ok(_) => Vec::new(),
+            Err(e) => match Denial::of(&e) {
+                // The server names the privilege it wants: MariaDB's
+                // SLAVE MONITOR, MySQL's REPLICATION CLIENT.
+                Some(d) => vec![d.need],
+                None => return Err(e),
+            },
+        };
+        Ok(found.into_grants(lag))
+    }
+
+    /// The statements that give this user what `migrate` needs, in its
+    /// database (`grants::migrate_statements`).
+    pub async fn migrate_remedy(&self, retention: bool, binlog: bool) -> Result<Vec<String>> {
+        let (db, user): (Option<String>, String) =
+            sqlx::query_as("SELECT DATABASE(), CURRENT_USER()")
+                .fetch_one(&self.pool)
+                .await?;
+        let db = db.unwrap_or_default();
+        Ok(migrate_statements(&db, &grantee(&user), retention, binlog))
+    }
+
+    /// Which of `grants` this user lacks in its database (None: no
+    /// database in the URL, nothing to check here; the runs say so).
+    async fn refused(&self, grants: &[Grant]) -> Result<Option<Refused>> {
         let mut conn = self.pool.acquire().await?;
         let (db, user): (Option<String>, String) =
             sqlx::query_as("SELECT DATABASE(), CURRENT_USER()")
                 .fetch_one(&mut *conn)
                 .await?;
-        // No database in the URL: nothing to check here (the runs say so).
         let Some(db) = db else {
             return Ok(None);
         };
-        let grantee = grantee(&user);
         let mut refused: Vec<Grant> = Vec::new();
-        for grant in needed(retention) {
-            for sql in probes(&grant) {
+        for grant in grants {
+            for sql in probes(grant) {
                 let sql = sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(sql));
                 match conn.prepare(sql).await.map_err(Error::from) {
                     Ok(_) => {}
                     Err(e) if Denial::of(&e).is_some() => {
-                        if !refused.contains(&grant) {
-                            refused.push(grant);
+                        if !refused.contains(grant) {
+                            refused.push(*grant);
                         }
                     }
                     // The server answered otherwise (a table not migrated
@@ -69,16 +108,39 @@ impl MysqlStore {
                 }
             }
         }
-        if refused.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(GrantsRefused {
-            refused: refused
-                .iter()
-                .map(|g| format!("{} on {} ({})", g.privilege, g.table, g.why))
-                .collect(),
-            remedy: statements_for(&refused, &db, &grantee),
+        Ok(Some(Refused {
+            db,
+            grantee: grantee(&user),
+            grants: refused,
         }))
+    }
+}
+
+/// The grants a user was found to lack in its database.
+struct Refused {
+    db: String,
+    grantee: String,
+    grants: Vec<Grant>,
+}
+
+impl Refused {
+    /// With the server-wide privileges `global` also refused; None when
+    /// nothing is.
+    fn into_grants(self, global: Vec<String>) -> Option<GrantsRefused> {
+        if self.grants.is_empty() && global.is_empty() {
+            return None;
+        }
+        let mut refused: Vec<String> = self
+            .grants
+            .iter()
+            .map(|g| format!("{} on {} ({})", g.privilege, g.table, g.why))
+            .collect();
+        let mut remedy = statements_for(&self.grants, &self.db, &self.grantee);
+        for privilege in global {
+            refused.push(format!("{privilege} (to ask the replica its lag)"));
+            remedy.push(format!("GRANT {privilege} ON *.* TO {};", self.grantee));
+        }
+        Some(GrantsRefused { refused, remedy })
     }
 }
 

@@ -56,6 +56,53 @@ pub fn needed(retention: bool) -> Vec<Grant> {
     .collect()
 }
 
+/// `migrate`'s bookkeeping table (sqlx's: the migrations applied).
+pub const MIGRATIONS_TABLE: &str = "_sqlx_migrations";
+
+/// What `migrate` needs besides what [`needed`] gives the same user: the
+/// reconciler's own tables made and altered, and its bookkeeping. Every
+/// table's grant holds CREATE, so that MySQL and MariaDB take it before
+/// the table exists (a fresh database); ALTER TABLE also needs the
+/// table's INSERT (MySQL), which the run-time grants give.
+pub fn migrate_needs() -> Vec<Grant> {
+    let made = "migrate: the reconciler's own tables";
+    let altered = "migrate: their later versions (indexes, seat_no as wide as the contract's)";
+    let booked = "migrate: the migrations applied";
+    vec![
+        grant("CREATE", "reconcile_run", made),
+        grant("ALTER", "reconcile_run", altered),
+        grant("CREATE", "reconcile_fix", made),
+        grant("ALTER", "reconcile_fix", altered),
+        grant("SELECT", MIGRATIONS_TABLE, booked),
+        grant("INSERT", MIGRATIONS_TABLE, booked),
+        grant("UPDATE", MIGRATIONS_TABLE, booked),
+        grant("CREATE", MIGRATIONS_TABLE, booked),
+    ]
+}
+
+/// The statements that give `grantee` what the reconciler and its
+/// `migrate` need ([`grant_statements`] with [`migrate_needs`]): the one
+/// block for a user that runs both, each given before the tables exist.
+pub fn migrate_statements(db: &str, grantee: &str, retention: bool, binlog: bool) -> Vec<String> {
+    let mut grants = needed(retention);
+    grants.extend(migrate_needs());
+    let mut statements = statements_for(&grants, db, grantee);
+    if binlog {
+        statements.push(format!("GRANT {BINLOG_GRANT} ON *.* TO {grantee};"));
+    }
+    statements
+}
+
+/// What a pass's bulk reads need of `mysql.replica_url`'s user on the
+/// replica (besides the privilege to ask its lag, which the server's
+/// refusal names): the contract's tables, read.
+pub fn replica_reads() -> Vec<Grant> {
+    needed(false)
+        .into_iter()
+        .filter(|g| g.privilege == "SELECT" && !g.table.starts_with("reconcile_"))
+        .collect()
+}
+
 /// The grants a user was found to lack, and the statements that give them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantsRefused {
@@ -142,6 +189,34 @@ mod tests {
         let statements = grant_statements("db", "'u'@'%'", false, false).join("\n");
         assert!(!statements.contains("DELETE"), "{statements}");
         assert!(!statements.contains("REPLICATION"), "{statements}");
+    }
+
+    #[test]
+    fn migrate_adds_ddl_only_on_the_reconcilers_tables_each_with_create() {
+        let statements = migrate_statements("seatflow", "'r'@'%'", true, false);
+        assert_eq!(
+            statements[4..],
+            [
+                "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER ON `seatflow`.`reconcile_run` TO 'r'@'%';",
+                "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER ON `seatflow`.`reconcile_fix` TO 'r'@'%';",
+                "GRANT SELECT, INSERT, UPDATE, CREATE ON `seatflow`.`_sqlx_migrations` TO 'r'@'%';",
+            ]
+        );
+        // seatflow's own tables: as at run time.
+        assert_eq!(
+            statements[..4],
+            grant_statements("seatflow", "'r'@'%'", true, false)[..4]
+        );
+    }
+
+    #[test]
+    fn a_replica_is_only_read() {
+        let tables: Vec<&str> = replica_reads().iter().map(|g| g.table).collect();
+        assert_eq!(
+            tables,
+            ["hall_seat", "showtime", "ticket_order", "order_seat"]
+        );
+        assert!(replica_reads().iter().all(|g| g.privilege == "SELECT"));
     }
 
     #[test]

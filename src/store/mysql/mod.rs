@@ -35,7 +35,7 @@ pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
 pub use orders::{ExpiredOrder, ExpiredPage};
 pub use replica::ReplicaReport;
 pub use sql::NonEmpty;
-pub use sweep::{Keyset, OccupancyRead, ShowtimeRow};
+pub use sweep::{Keyset, OccupancyRead, PageEnd, ShowtimeRow};
 
 /// Every connection's `sql_mode`, whatever the server's (rule 17): strict,
 /// so a value that does not fit its column is an error of that write and

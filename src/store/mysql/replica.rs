@@ -43,6 +43,15 @@ impl MysqlStore {
         })
     }
 
+    /// One connection made and closed outside the pool: its error says why
+    /// the server cannot be reached (the pool, retrying, says only that it
+    /// timed out).
+    pub async fn connect_once(&self) -> Result<()> {
+        let conn = self.pool.connect_options().connect().await?;
+        let _ = conn.close().await;
+        Ok(())
+    }
+
     /// What this server reports of its replication. `SHOW REPLICA STATUS`
     /// (MariaDB 10.5+, MySQL 8.0.22+), else the older `SHOW SLAVE STATUS`
     /// (MySQL 8.4 has only the first). Sent as plain text: not every

@@ -149,8 +149,44 @@ impl MysqlStore {
         Ok(state)
     }
 
-    /// The contract's tables as `information_schema` describes them.
+    /// The contract's tables as `information_schema` describes them. A
+    /// table or column this user may not read is an error naming the
+    /// refused grant (rule 18), never a missing one: see [`Self::unseen`].
     pub async fn schema_facts(&self) -> Result<SchemaFacts> {
+        let facts = self.described().await?;
+        self.unseen(&facts).await?;
+        Ok(facts)
+    }
+
+    /// `information_schema` shows a user only the tables and columns it
+    /// holds a privilege on: one the facts lack may be refused, not
+    /// missing. Each such table is asked itself (a statement prepared,
+    /// never run): a refusal is returned as the error; a table or column
+    /// that is truly not there is the judge's to report.
+    async fn unseen(&self, facts: &SchemaFacts) -> Result<()> {
+        let audit = std::iter::once((schema::AUDIT_TABLE, "seat_no"));
+        let expected = schema::COLUMNS.iter().map(|c| (c.table, c.column));
+        let mut asked: Vec<&str> = Vec::new();
+        for (table, column) in expected.chain(audit) {
+            if facts.column(table, column).is_some() || asked.contains(&table) {
+                continue;
+            }
+            asked.push(table);
+            let sql = format!("SELECT * FROM `{table}` WHERE FALSE");
+            let mut conn = self.pool.acquire().await?;
+            let sql = sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(sql));
+            if let Err(e) = sqlx::Executor::prepare(&mut *conn, sql).await {
+                let e = crate::error::Error::from(e);
+                if crate::error::Denial::of(&e).is_some() {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What `information_schema` says of the contract's tables.
+    async fn described(&self) -> Result<SchemaFacts> {
         let columns = sqlx::raw_sql(COLUMNS_QUERY).fetch_all(&self.pool).await?;
         let mut index_rows = sqlx::raw_sql(INDEXES_QUERY).fetch_all(&self.pool).await?;
         let triggers = sqlx::raw_sql(TRIGGERS_QUERY).fetch_all(&self.pool).await?;

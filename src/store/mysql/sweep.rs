@@ -40,6 +40,35 @@ impl Keyset {
     }
 }
 
+/// Where a walk over the keyset ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageEnd {
+    /// Before the showtimes starting at this time (the soonest window's end).
+    Before(NaiveDateTime),
+    /// At this position, itself included (a pass's walk come round to
+    /// where it began).
+    Through(Keyset),
+}
+
+/// ` AND` the rows before `end` (none: to the estate's end).
+fn push_end(q: &mut QueryBuilder<MySql>, end: Option<PageEnd>) {
+    match end {
+        None => {}
+        Some(PageEnd::Before(at)) => {
+            q.push(" AND starts_at < ").push_bind(at);
+        }
+        Some(PageEnd::Through(k)) => {
+            q.push(" AND (starts_at < ")
+                .push_bind(k.at)
+                .push(" OR (starts_at = ")
+                .push_bind(k.at)
+                .push(" AND id <= ")
+                .push_bind(k.id)
+                .push("))");
+        }
+    }
+}
+
 /// A keyset page of ON_SALE showtimes, read row by row (rule 16).
 #[derive(Debug, Clone, Default)]
 pub struct ShowtimePage {
@@ -71,14 +100,14 @@ pub struct OccupancyRead {
 }
 
 impl MysqlStore {
-    /// ON_SALE showtimes after `after` in (starts_at, id) order, soonest first.
-    /// Only showtimes of `scope`. A showtime whose
+    /// ON_SALE showtimes after `after` and up to `end` in (starts_at, id)
+    /// order, soonest first. Only showtimes of `scope`. A showtime whose
     /// status is not spelled `ON_SALE` exactly, or whose `starts_at` does not
     /// decode, is not on this page: [`MysqlStore::unknown_showtimes`] reports it.
     pub async fn on_sale_page(
         &self,
         after: Option<Keyset>,
-        before: Option<NaiveDateTime>,
+        end: Option<PageEnd>,
         limit: usize,
         scope: Scope<'_>,
     ) -> Result<ShowtimePage> {
@@ -90,9 +119,7 @@ impl MysqlStore {
         push_id_range(&mut q, "id", self.contract().shape.showtime_id_unsigned);
         push_scope(&mut q, "id", scope);
         push_after(&mut q, "starts_at", "id", after);
-        if let Some(before) = before {
-            q.push(" AND starts_at < ").push_bind(before);
-        }
+        push_end(&mut q, end);
         q.push(" ORDER BY starts_at, id LIMIT ")
             .push_bind(limit as u64);
         let rows = q.build().fetch_all(&self.pool).await?;
@@ -198,15 +225,22 @@ impl MysqlStore {
         Ok(n as u64)
     }
 
-    /// How many ON_SALE showtimes lie after `after` (the unscanned backlog).
-    pub async fn count_on_sale_after(&self, after: Keyset, scope: Scope<'_>) -> Result<u64> {
+    /// How many ON_SALE showtimes lie after `after` and up to `end` (the
+    /// unscanned backlog).
+    pub async fn count_on_sale_between(
+        &self,
+        after: Option<Keyset>,
+        end: Option<PageEnd>,
+        scope: Scope<'_>,
+    ) -> Result<u64> {
         let mut q = QueryBuilder::<MySql>::new(
             "SELECT COUNT(*) FROM showtime WHERE status = 'ON_SALE' AND BINARY status = 'ON_SALE' AND ",
         );
         q.push(date_ok("starts_at"));
         push_id_range(&mut q, "id", self.contract().shape.showtime_id_unsigned);
         push_scope(&mut q, "id", scope);
-        push_after(&mut q, "starts_at", "id", Some(after));
+        push_after(&mut q, "starts_at", "id", after);
+        push_end(&mut q, end);
         let n: i64 = q.build_query_scalar().fetch_one(&self.pool).await?;
         Ok(n as u64)
     }

@@ -1,6 +1,7 @@
 //! The daemon's HTTP server is bounded: a silent or idle client is cut off
 //! after `http.header_timeout`, and at most `http.max_connections` are
-//! served at once.
+//! served at once; on the defaults, idle and slow clients cannot crowd out
+//! the probes.
 
 use std::time::Duration;
 
@@ -119,5 +120,72 @@ async fn connections_beyond_the_limit_wait_until_one_closes() {
         .unwrap();
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
 
+    daemon.stop().await;
+}
+
+/// A probe's request on a connection of its own; the server's answer.
+async fn probe(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// On the shipped defaults: several hundred idle connections and a client
+/// that sends its request a byte at a time do not keep `/healthz`,
+/// `/readyz` and `/metrics` from answering (each within a generous bound,
+/// where the former 64-connection cap kept a probe waiting behind them for
+/// tens of seconds), and the slow client is cut off before its request is
+/// complete.
+#[tokio::test]
+async fn probes_answer_while_idle_and_slow_clients_hold_connections() {
+    let env = TestEnv::with(|s| {
+        for kind in seatflow_reconciler::model::Kind::ALL {
+            s.job_mut(kind).enabled = false;
+        }
+    })
+    .await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let addr = daemon.addr;
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(TcpStream::connect(addr).await.unwrap());
+    }
+    let slow = tokio::spawn(async move {
+        let (mut from, mut to) = TcpStream::connect(addr).await.unwrap().into_split();
+        let send = async {
+            for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" {
+                if to.write_all(&[*byte]).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        };
+        let mut got = Vec::new();
+        tokio::select! {
+            () = send => "sent its whole request",
+            _ = from.read_to_end(&mut got) => "cut off",
+        }
+    });
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let answer = tokio::time::timeout(Duration::from_secs(10), probe(addr, path))
+            .await
+            .unwrap_or_else(|_| panic!("{path} was not answered beside 300 idle connections"));
+        // Answered: what /readyz says of the stores is not this test's.
+        let expected = if path == "/readyz" {
+            "HTTP/1.1 "
+        } else {
+            "HTTP/1.1 200"
+        };
+        assert!(answer.starts_with(expected), "{path}: {answer}");
+    }
+    let slow = tokio::time::timeout(Duration::from_secs(60), slow)
+        .await
+        .expect("hang guard")
+        .unwrap();
+    assert_eq!(slow, "cut off", "a request trickled over 9 s");
+    drop(idle);
     daemon.stop().await;
 }

@@ -124,26 +124,46 @@ async fn check_config_and_migrate_judge_the_schema() {
     assert!(out.contains("order_seat.showtime_id (nullable)"), "{out}");
 }
 
+/// Rule 11 for every URL `check-config` prints, on stdout and in its log:
+/// a password in the credentials or in any parameter.
 #[test]
 fn check_config_never_prints_secrets() {
-    let (code, out, _) = run(bin()
+    let (code, out, err) = run(bin()
         .args(["check-config"])
         .env(
             "SEATFLOW__MYSQL__URL",
-            "mysql://app:hunter2@db.internal:3306/seatflow",
+            "mysql://app:hunter2@db.internal:3306/seatflow?ssl-mode=DISABLED&password=open-sesame",
         )
         .env(
             "SEATFLOW__MYSQL__REPLICA_URL",
             "mysql://ro:swordfish@db-ro.internal:3306/seatflow",
         )
+        .env(
+            "SEATFLOW__REDIS__URL",
+            "redis://cache.internal:6379/?pass=redis-secret",
+        )
         .env("SEATFLOW__HTTP__ADMIN_TOKEN", "tok-secret"));
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "{err}");
     assert!(out.contains("app:***@db.internal"), "{out}");
     assert!(out.contains("ro:***@db-ro.internal"), "{out}");
+    assert!(out.contains("ssl-mode=DISABLED&password=***"), "{out}");
+    assert!(out.contains("?pass=***"), "{out}");
     assert!(
-        !out.contains("hunter2") && !out.contains("tok-secret") && !out.contains("swordfish"),
-        "{out}"
+        err.contains("db.internal"),
+        "the log names the server: {err}"
     );
+    for secret in [
+        "hunter2",
+        "tok-secret",
+        "swordfish",
+        "open-sesame",
+        "redis-secret",
+    ] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret}: {out}\n{err}"
+        );
+    }
 }
 
 #[test]
@@ -152,14 +172,17 @@ fn unreachable_services_exit_3_without_leaking_the_password() {
         .args(["once", "--output", "json"])
         .env(
             "SEATFLOW__MYSQL__URL",
-            "mysql://app:hunter2@127.0.0.1:1/seatflow",
+            "mysql://app:hunter2@127.0.0.1:1/seatflow?password=open-sesame",
         )
         // Long: a refused connection must not wait for it (a pool would,
         // then say only "pool timed out").
         .env("SEATFLOW__MYSQL__CONNECT_TIMEOUT", "60s"));
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("mysql"), "{err}");
-    assert!(!err.contains("hunter2"), "{err}");
+    assert!(
+        !err.contains("hunter2") && !err.contains("open-sesame"),
+        "{err}"
+    );
     assert!(err.to_lowercase().contains("connection refused"), "{err}");
     assert!(
         !err.contains("redis://"),
@@ -735,9 +758,10 @@ async fn passwords_apart_from_the_url_log_in_and_never_print() {
     shown
         .env("SEATFLOW__MYSQL__PASSWORD_FILE", &file)
         .env("SEATFLOW__MYSQL__URL", &mysql_url)
+        .env("SEATFLOW__REDIS__URL", &redis_url)
         .env("SEATFLOW__REDIS__PASSWORD", password)
         .args(["check-config"]);
-    let (shown_code, shown_out, _) = run(&mut shown);
+    let (shown_code, shown_out, shown_err) = run(&mut shown);
 
     // Clean up before asserting.
     std::fs::remove_file(&file).unwrap();
@@ -755,7 +779,7 @@ async fn passwords_apart_from_the_url_log_in_and_never_print() {
         wrong_err.contains("`mysql.password`"),
         "the password given apart is the one named: {wrong_err}"
     );
-    assert_eq!(shown_code, 0);
+    assert_eq!(shown_code, 0, "{shown_out}\n{shown_err}");
     assert!(shown_out.contains("password = \"***\""), "{shown_out}");
     for text in [&out, &err, &wrong_err, &shown_out] {
         assert!(

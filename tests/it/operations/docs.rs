@@ -99,6 +99,7 @@ fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
     denials.record(
         &seatflow_reconciler::error::Denial {
             store: seatflow_reconciler::error::Stage::Mysql,
+            replica: false,
             need: "UPDATE on ticket_order".into(),
         },
         1,

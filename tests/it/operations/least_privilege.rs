@@ -374,3 +374,241 @@ async fn a_permission_missing_at_start_is_named_with_what_to_run() {
     let (code, err) = run_cli(&["check-config"], &settings);
     assert_eq!(code, 0, "{err}");
 }
+
+/// Settings as the binary takes them: `SEATFLOW__…` variables.
+type Vars = Vec<(&'static str, String)>;
+
+/// How `command` ends under `vars`: its exit code and stdout and stderr.
+/// `run` that serves `/healthz` has started: it is stopped (SIGTERM), and
+/// its code is the graceful stop's, 0.
+async fn ends(command: &str, vars: &[(&str, String)]) -> (i32, String, String) {
+    let port = servers::free_port();
+    let mut c = Command::new(binary());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SEATFLOW__")) {
+        c.env_remove(k);
+    }
+    c.arg(command)
+        .envs(vars.iter().map(|(k, v)| (*k, v)))
+        .env("SEATFLOW__HTTP__LISTEN", format!("127.0.0.1:{port}"))
+        .env("SEATFLOW__LOG__LEVEL", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let healthz = format!("http://127.0.0.1:{port}/healthz");
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if reqwest::get(&healthz)
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            let mut term = Command::new("kill");
+            term.arg("-TERM").arg(child.id().to_string());
+            assert!(term.status().unwrap().success());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "hang guard: {command}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(out.stdout),
+        text(out.stderr),
+    )
+}
+
+/// Rule 19: `check-config` and `run` share the start's check, so over
+/// configurations of every kind `check-config` exits 2 exactly when `run`
+/// does: the binlog source without `REPLICATION SLAVE`, a replica whose
+/// user may not ask its lag and a refused login are exit 2 with what to
+/// give or fix; what
+/// it could not check (MySQL down, a replica out of reach, a source off)
+/// it says it did not check, and that is no error for it, while `run`
+/// cannot start without MySQL (3) and reads the primary without the replica.
+#[tokio::test]
+async fn check_config_exits_2_exactly_when_run_does() {
+    let mysql = servers::mariadb_with_binlog();
+    let (redis, env, _) = {
+        let redis = servers::redis();
+        let env = estate_on(&servers::root_url(&mysql), Some(&redis), 1, |_| {}).await;
+        let access = access::redis_access(&env.ctx.settings, true);
+        redis_user(&env, "sf-same", &access).await;
+        (redis, env, access)
+    };
+    let suffix = &env.db["sf_test_".len()..];
+    let (full, no_slave, reader) = (
+        format!("sfe_{suffix}"),
+        format!("sfn_{suffix}"),
+        format!("sfr_{suffix}"),
+    );
+    let full = DbUser::create(&env, &full, &documented_grants(&env, &full, true)).await;
+    let mut short = documented_grants(&env, &no_slave, false);
+    short.push(format!(
+        "GRANT REPLICATION CLIENT ON *.* TO '{no_slave}'@'%'"
+    ));
+    let no_slave = DbUser::create(&env, &no_slave, &short).await;
+    let select = format!("GRANT SELECT ON `{}`.* TO '{reader}'@'%'", env.db);
+    let reader = DbUser::create(&env, &reader, &[select]).await;
+    let closed = format!("mysql://root@127.0.0.1:{}/none", servers::free_port());
+    let redis_url = with_user(&format!("redis://127.0.0.1:{}", redis.port()), "sf-same");
+    let nobody = with_user(&format!("redis://127.0.0.1:{}", redis.port()), "sf-nobody");
+    let base = |db_user: &DbUser| {
+        vec![
+            ("SEATFLOW__MYSQL__URL", db_user.url(&env)),
+            ("SEATFLOW__REDIS__URL", redis_url.clone()),
+            ("SEATFLOW__REDIS__KEY_PREFIX", env.prefix.clone()),
+        ]
+    };
+    let with = |mut vars: Vars, key: &'static str, value: &str| {
+        vars.push((key, value.to_string()));
+        vars
+    };
+    let binlog = "SEATFLOW__CHANGES__MYSQL_BINLOG";
+    let replica = "SEATFLOW__MYSQL__REPLICA_URL";
+    let no_slave_grant = format!("GRANT REPLICATION SLAVE ON *.* TO '{}'@'%'", no_slave.name);
+    let monitor_grant = format!("GRANT SLAVE MONITOR ON *.* TO '{}'@'%';", reader.name);
+    let cases: Vec<(&str, Vars, i32, &str)> = vec![
+        // (what, settings, run's exit, what check-config prints)
+        (
+            "everything given, binlog on",
+            with(base(&full), binlog, "true"),
+            0,
+            "# permissions: MySQL binlog: every one the reconciler needs",
+        ),
+        (
+            "binlog on without REPLICATION SLAVE",
+            with(base(&no_slave), binlog, "true"),
+            2,
+            &no_slave_grant,
+        ),
+        (
+            "a replica whose user may not ask its lag",
+            with(base(&full), replica, &reader.url(&env)),
+            2,
+            &monitor_grant,
+        ),
+        (
+            "a replica out of reach",
+            with(base(&full), replica, &closed),
+            0,
+            "# permissions: MySQL replica: not checked (cannot reach it",
+        ),
+        (
+            "a Redis login refused",
+            with(base(&full), "SEATFLOW__REDIS__URL", &nobody),
+            2,
+            "configuration key `redis.url`",
+        ),
+        (
+            "MySQL out of reach",
+            with(base(&full), "SEATFLOW__MYSQL__URL", &closed),
+            3,
+            "# permissions: MySQL: not checked (unreachable)",
+        ),
+    ];
+    for (what, vars, run_code, said) in cases {
+        let (run, _, run_err) = ends("run", &vars).await;
+        assert_eq!(run, run_code, "{what}: run: {run_err}");
+        let (check, out, err) = ends("check-config", &vars).await;
+        assert_eq!(
+            check == 2,
+            run == 2,
+            "{what}: check-config {check}:\n{out}\n{err}"
+        );
+        assert!(
+            out.contains(said) || err.contains(said),
+            "{what}: {out}\n{err}"
+        );
+        // Nothing said to be allowed that was not asked.
+        assert_eq!(
+            out.contains("MySQL grants: every one"),
+            run != 3,
+            "{what}: {out}"
+        );
+    }
+    drop((env, mysql, redis));
+}
+
+/// `migrate` with exactly the grants deploy/README.md gives it, on a fresh
+/// database (seatflow's tables, none of the reconciler's): it makes them,
+/// again idempotently, and `check-config` then finds every permission. A
+/// user without them is exit 2 with the block to run; a `SELECT` refused on
+/// a seatflow table is named as a refusal, never as a missing table.
+#[tokio::test]
+async fn migrate_works_with_exactly_the_documented_grants_on_a_fresh_database() {
+    let env = TestEnv::new().await;
+    env.sql("DROP TABLE reconcile_fix, reconcile_run, _sqlx_migrations")
+        .await;
+    let suffix = &env.db["sf_test_".len()..];
+    let (name, bare, blind) = (
+        format!("sfm_{suffix}"),
+        format!("sfb_{suffix}"),
+        format!("sfh_{suffix}"),
+    );
+    let migrating = |user: &str| {
+        mysql_grants::migrate_statements(&env.db, &format!("'{user}'@'%'"), true, false)
+    };
+    let user = DbUser::create(&env, &name, &migrating(&name)).await;
+    let vars = |u: &DbUser| {
+        vec![
+            ("SEATFLOW__MYSQL__URL", u.url(&env)),
+            (
+                "SEATFLOW__REDIS__URL",
+                env.ctx.settings.redis.url.expose().to_string(),
+            ),
+            ("SEATFLOW__REDIS__KEY_PREFIX", env.prefix.clone()),
+        ]
+    };
+    for round in ["first", "again"] {
+        let (code, out, err) = ends("migrate", &vars(&user)).await;
+        assert_eq!(code, 0, "{round}: {out}\n{err}");
+        assert!(out.contains("# schema: as the contract has it"), "{out}");
+    }
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME IN ('reconcile_run', 'reconcile_fix', '_sqlx_migrations')",
+    )
+    .fetch_one(env.ctx.mysql.pool())
+    .await
+    .unwrap();
+    assert_eq!(tables, 3);
+    let (code, out, err) = ends("check-config", &vars(&user)).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("# permissions: MySQL grants: every one"),
+        "{out}"
+    );
+
+    // Only seatflow's reads: exit 2, every GRANT migrate needs.
+    let reads = |user: &str| -> Vec<String> {
+        migrating(user)
+            .into_iter()
+            .filter(|g| !g.contains("reconcile_") && !g.contains("_sqlx_"))
+            .collect()
+    };
+    let bare = DbUser::create(&env, &bare, &reads(&bare)).await;
+    let (code, _, err) = ends("migrate", &vars(&bare)).await;
+    assert_eq!(code, 2, "{err}");
+    for grant in migrating(&bare.name) {
+        assert!(err.contains(&grant), "{grant}: {err}");
+    }
+
+    // All of migrate's grants but SELECT on hall_seat: refused, not missing.
+    let sees_no_templates: Vec<String> = migrating(&blind)
+        .into_iter()
+        .filter(|g| !g.contains("`hall_seat`"))
+        .collect();
+    let blind = DbUser::create(&env, &blind, &sees_no_templates).await;
+    for command in ["migrate", "check-config"] {
+        let (code, out, err) = ends(command, &vars(&blind)).await;
+        assert_eq!(code, 2, "{command}: {out}\n{err}");
+        assert!(err.contains("SELECT on hall_seat"), "{command}: {err}");
+        assert!(
+            !out.contains("missing_table") && !err.contains("missing_table"),
+            "{command}: {out}\n{err}"
+        );
+    }
+}

@@ -235,6 +235,10 @@ async fn a_replica_that_is_down_or_no_replica_is_a_fallback_not_a_failed_pass() 
     assert_eq!(seat(&env, 10, "A-1").await.as_deref(), Some("2"));
     assert_eq!(seat(&env, 10, "A-2").await.as_deref(), Some("0"));
     assert_eq!(chunks(&env, "primary/unreachable"), 1);
+    // Why is kept: the refused connection, not the pool's timeout.
+    let last = &replica_status(&env.ctx)["last"];
+    let error = last["error"].as_str().unwrap_or_else(|| panic!("{last}"));
+    assert!(error.to_lowercase().contains("refused"), "{last}");
     // The next chunk within the rest does not wait for it again.
     run(&env.ctx, &PASS, pass_options()).await;
     assert_eq!(chunks(&env, "primary/unreachable"), 1);
@@ -325,11 +329,15 @@ async fn the_replica_user_needs_slave_monitor_to_report_its_lag() {
         ended_well(&report);
         let status = replica_status(&ctx);
         assert_eq!(status["chunks"][reads], 1, "{status}");
-        let denied = ctx.denials.to_json().to_string();
+        let denied = ctx.denials.to_json();
         assert_eq!(
-            denied.contains("SLAVE MONITOR"),
+            denied.to_string().contains("SLAVE MONITOR"),
             reads == "primary/denied",
             "{denied}"
         );
+        // Named as the replica's refusal, not the primary's.
+        for entry in denied.as_array().unwrap() {
+            assert_eq!(entry["store"], "mysql_replica", "{denied}");
+        }
     }
 }

@@ -457,6 +457,93 @@ async fn scan_limit_spreads_the_sweep_over_runs_with_a_cursor() {
     );
 }
 
+/// `n` ON_SALE showtimes from id `first` on, starting 10, 20, … minutes
+/// from now, in one two-seat hall, their hashes warm and consistent.
+async fn showtimes_ten_minutes_apart(env: &TestEnv, first: i64, n: i64) {
+    let seats = env.fx.hall(1, 1, 2).await.unwrap();
+    for i in 0..n {
+        let id = first + i;
+        env.fx
+            .showtime(id, 1, 10 * (i + 1), "ON_SALE")
+            .await
+            .unwrap();
+        env.fx.warm_all(id, &seats, &[]).await.unwrap();
+    }
+}
+
+/// A pass on a schedule walks the estate as a ring: begun mid-estate (a
+/// previous pass stopped there), it goes on from the start once it reaches
+/// the end, back to where it began, reading each showtime once, and the
+/// next pass begins where it did. The scan limit still stops it, and
+/// `once` still ends at the estate's end.
+#[tokio::test]
+async fn a_pass_goes_on_from_the_start_back_to_where_it_began() {
+    use seatflow_reconciler::context::Context;
+    use seatflow_reconciler::jobs::RunOptions;
+    let env = TestEnv::with(|s| {
+        s.reconcile.scan_chunk = 2;
+        s.pass.soonest_window = Duration::ZERO;
+    })
+    .await;
+    // The same stores, each seat job scanning at most `limit` a run.
+    let limited = |limit: usize| {
+        let mut s = (*env.ctx.settings).clone();
+        for kind in Kind::SEAT_JOBS {
+            s.job_mut(kind).scan_limit = limit;
+        }
+        Context::connect(s)
+    };
+    showtimes_ten_minutes_apart(&env, 300, 6).await;
+    let pass = |ctx: Context| async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        let opts = RunOptions {
+            deadline: Some(deadline),
+            ..RunOptions::default()
+        };
+        let report = seatflow_test_support::run(&ctx, &Kind::SEAT_JOBS, opts).await;
+        let job = |kind| report.jobs.iter().find(|j| j.kind == kind).unwrap();
+        let orphans = job(Kind::OrphanLocks);
+        let paid = job(Kind::PaidSeats).scanned;
+        (orphans.scanned, orphans.fixed, orphans.backlog, paid)
+    };
+    let key = env
+        .ctx
+        .redis
+        .keys
+        .shard_cursor(Kind::OrphanLocks.label(), env.ctx.shard);
+    let get = redis::cmd("GET").arg(&key).clone();
+    let cursor = || env.redis::<Option<String>>(&get);
+    // A pass that stopped after 302.
+    let three = limited(3).await.unwrap();
+    assert_eq!(pass(three).await, (3, 0, 3, 3));
+    let began = cursor().await;
+    // Orphan locks before and after where the next pass begins.
+    env.fx.warm(300, &[("A-1", "1")]).await.unwrap();
+    env.fx.warm(304, &[("A-1", "1")]).await.unwrap();
+    assert_eq!(
+        pass(env.ctx.clone()).await,
+        (6, 2, 0, 6),
+        "303..305, then 300..302"
+    );
+    assert_eq!(value(&env, 300, "A-1").await.as_deref(), Some("0"));
+    assert_eq!(
+        cursor().await,
+        began,
+        "the next pass begins where this one did"
+    );
+
+    // The scan limit stops the ring: 303..305 and 300; 301 and 302 are left.
+    let four = limited(4).await.unwrap();
+    assert_eq!(pass(four).await, (4, 0, 2, 4));
+    // `once` from there ends at the estate's end: 301..305.
+    assert_eq!(env.job(Kind::OrphanLocks).await.scanned, 5);
+    // Now orphan-locks begins at the start, the others after 300: jobs
+    // apart sweep one by one to the estate's end, never round it (the
+    // first would take all of a pass that cannot fit and leave the others
+    // none).
+    assert_eq!(pass(env.ctx.clone()).await, (6, 0, 0, 5));
+}
+
 #[tokio::test]
 async fn showtime_filter_limits_the_run() {
     let env = TestEnv::new().await;
@@ -576,14 +663,7 @@ async fn seat_jobs_run_together_read_each_hash_once() {
 #[tokio::test]
 async fn a_run_that_ends_exactly_at_the_scan_limit_starts_over_next_time() {
     let env = TestEnv::with(|s| s.job_mut(Kind::OrphanLocks).scan_limit = 2).await;
-    let seats = env.fx.hall(1, 1, 2).await.unwrap();
-    for i in 0..4 {
-        env.fx
-            .showtime(200 + i, 1, 10 * (i + 1), "ON_SALE")
-            .await
-            .unwrap();
-        env.fx.warm_all(200 + i, &seats, &[]).await.unwrap();
-    }
+    showtimes_ten_minutes_apart(&env, 200, 4).await;
     let scanned: Vec<u64> = {
         let mut v = Vec::new();
         for _ in 0..3 {
