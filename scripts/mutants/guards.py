@@ -99,9 +99,9 @@ GROUPS = {
         # The conditional cancel (rule 3) and the recognition of its own
         # commit on a retry (rules 9 and 10).
         Target(
-            "src/store/mysql/orders.rs",
+            "src/store/mysql/cancel.rs",
             ["races::", "safety::", "jobs::", "strict_reading::", "bad_data::"],
-            ("fn cancel_expired", "fn cancelled_by_us_since"),
+            ("fn cancel_steps", "fn cancelled_by_us_since"),
         ),
         # The confirmation right before a write (rules 4 and 15).
         Target(
@@ -115,7 +115,7 @@ GROUPS = {
         Target(
             "src/store/mysql/sql.rs",
             SEAT_TESTS,
-            ("const SEAT_ROW_COLUMNS", "fn date_ok", "fn order_dates_ok"),
+            ("const SEAT_ROW_COLUMNS", "fn date_ok"),
         ),
     ],
 }
