@@ -428,6 +428,8 @@ async fn ends(command: &str, vars: &[(&str, String)]) -> (i32, String, String) {
 /// it could not check (MySQL down, a replica out of reach, a source off)
 /// it says it did not check, and that is no error for it, while `run`
 /// cannot start without MySQL (3) and reads the primary without the replica.
+/// A schema deviation that holds repairs back is said with its fix, exit 0:
+/// `run` starts and holds the jobs it touches.
 #[tokio::test]
 async fn check_config_exits_2_exactly_when_run_does() {
     let mysql = servers::mariadb_with_binlog();
@@ -529,6 +531,27 @@ async fn check_config_exits_2_exactly_when_run_does() {
             "{what}: {out}"
         );
     }
+    // A schema deviation that holds repairs back: `run` starts and holds
+    // the jobs it touches (rule 17), so `check-config` names it with its
+    // fix and which jobs it holds, and exits 0 as `run` starts.
+    env.sql("ALTER TABLE order_seat MODIFY showtime_id BIGINT NULL")
+        .await;
+    let order = env.fx.order(1, "PAID", &["A-1"], 900).await.unwrap();
+    env.sql(&format!(
+        "UPDATE order_seat SET showtime_id = NULL WHERE order_id = {order}"
+    ))
+    .await;
+    let vars = base(&full);
+    let (run, _, run_err) = ends("run", &vars).await;
+    assert_eq!(run, 0, "a holding deviation: run: {run_err}");
+    let (check, out, err) = ends("check-config", &vars).await;
+    assert_eq!(check, 0, "a holding deviation: check-config:\n{out}\n{err}");
+    assert!(
+        out.contains("ALTER TABLE order_seat MODIFY showtime_id BIGINT NOT NULL")
+            && out.contains("holds"),
+        "{out}"
+    );
+    assert!(err.contains("order_seat.showtime_id (nullable)"), "{err}");
     drop((env, mysql, redis));
 }
 
