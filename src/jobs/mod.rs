@@ -63,9 +63,27 @@ pub struct RunOptions {
     /// The sweep's bulk reads may go to `mysql.replica_url`'s replica (a
     /// pass over the estate; never a check: see `replica.rs`).
     pub replica_reads: bool,
+    /// A pass after Redis lost its data: `missing-hashes` may rebuild up to
+    /// its `scan_limit` hashes in it, not only its `batch_size`. Every seat
+    /// map went at once and customers see empty halls until theirs is back;
+    /// `batch_size` bounds what one run changes of drift, and a restore in
+    /// passes of 200 took 50 passes at 10 k showtimes. Still bounded per run.
+    pub rebuild: bool,
 }
 
 impl RunOptions {
+    /// The most items this run of `kind` repairs (rule 7): the job's
+    /// `batch_size`, or, for `missing-hashes` in a pass that rebuilds after
+    /// a data loss ([`RunOptions::rebuild`]), its `scan_limit` if larger.
+    pub fn budget(&self, settings: &crate::config::Settings, kind: Kind) -> usize {
+        let job = settings.job(kind);
+        if self.rebuild && kind == Kind::MissingHashes {
+            job.batch_size.max(job.scan_limit)
+        } else {
+            job.batch_size
+        }
+    }
+
     /// False once the pass lease this run holds may be someone else's.
     pub fn fenced_out(&self) -> bool {
         self.fence.as_ref().is_some_and(|f| !f.holds())

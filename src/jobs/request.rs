@@ -24,8 +24,13 @@ use crate::pass::KeptPass;
 pub enum Trigger {
     /// The enabled seat jobs' pass: fired by `pass.schedule` for `slot`
     /// (it stops before the next fire), or started outside it (`None`: a
-    /// gap, the daemon's start, a source down).
-    Pass { slot: Option<DateTime<Utc>> },
+    /// gap, the daemon's start, a source down). `rebuild`: Redis lost its
+    /// data and this pass rebuilds its seat hashes (see
+    /// [`RunOptions::rebuild`]).
+    Pass {
+        slot: Option<DateTime<Utc>>,
+        rebuild: bool,
+    },
     /// `expired-orders` fired by its own schedule.
     Job { kind: Kind },
     /// The admin endpoint: one job now (a seat job runs as a pass of its own).
@@ -106,10 +111,14 @@ impl RunRequest {
             ..RunOptions::default()
         };
         let (kinds, opts) = match &trigger {
-            Trigger::Pass { slot } => {
+            Trigger::Pass { slot, rebuild } => {
                 let seat_jobs = enabled.iter().copied().filter(|k| k.is_seat_job());
                 let deadline = slot.and_then(|s| ctx.pass_deadline(s));
-                (seat_jobs.collect(), daemon(deadline, None, &[]))
+                let opts = RunOptions {
+                    rebuild: *rebuild,
+                    ..daemon(deadline, None, &[])
+                };
+                (seat_jobs.collect(), opts)
             }
             Trigger::Job { kind } | Trigger::Admin { kind } => {
                 (vec![*kind], daemon(None, None, &[]))
@@ -175,7 +184,7 @@ fn pass_lease_slot(trigger: &Trigger, kinds: &[Kind], opts: &RunOptions) -> Opti
         Trigger::Job { .. } | Trigger::Check { .. } | Trigger::Direct { .. } => false,
     };
     let slot_ms = match trigger {
-        Trigger::Pass { slot: Some(s) } => s.timestamp_millis(),
+        Trigger::Pass { slot: Some(s), .. } => s.timestamp_millis(),
         _ => 0,
     };
     under_pass.then_some(slot_ms)
@@ -280,13 +289,19 @@ mod tests {
         };
         let seat = [Kind::OrphanLocks];
         let expired = [Kind::ExpiredOrders];
-        let pass = Trigger::Pass { slot: Some(slot) };
+        let pass = Trigger::Pass {
+            slot: Some(slot),
+            rebuild: false,
+        };
         // A scheduled pass claims its slot; one outside the schedule slot 0.
         assert_eq!(
             pass_lease_slot(&pass, &seat, &opts),
             Some(1_700_000_000_000)
         );
-        let unscheduled = Trigger::Pass { slot: None };
+        let unscheduled = Trigger::Pass {
+            slot: None,
+            rebuild: false,
+        };
         assert_eq!(pass_lease_slot(&unscheduled, &seat, &opts), Some(0));
         let admin = Trigger::Admin {
             kind: Kind::OrphanLocks,
@@ -329,7 +344,10 @@ mod tests {
             ..RunOptions::default()
         };
         let estate = [
-            Trigger::Pass { slot: None },
+            Trigger::Pass {
+                slot: None,
+                rebuild: true,
+            },
             Trigger::Job {
                 kind: Kind::OrphanLocks,
             },

@@ -45,7 +45,10 @@ impl Fire {
     /// What asks for the run: the pass for `slot`, or the job.
     fn trigger(self, slot: DateTime<Utc>) -> Trigger {
         match self {
-            Fire::Pass => Trigger::Pass { slot: Some(slot) },
+            Fire::Pass => Trigger::Pass {
+                slot: Some(slot),
+                rebuild: false,
+            },
             Fire::Job(kind) => Trigger::Job { kind },
         }
     }
@@ -282,7 +285,14 @@ impl Runner {
 
     /// A pass now, outside the schedule (after a gap in change detection).
     pub fn start_pass_now(self: &Arc<Self>) -> Result<(), NotStarted> {
-        self.start_run(Trigger::Pass { slot: None }, false)
+        let rebuild = self.rebuilding.load(Ordering::SeqCst);
+        self.start_run(
+            Trigger::Pass {
+                slot: None,
+                rebuild,
+            },
+            false,
+        )
     }
 
     /// A scheduled fire (the pass, or `expired-orders`) for the schedule
@@ -382,7 +392,7 @@ impl Runner {
         let settings = &self.ctx.settings;
         let own = settings.shard();
         let slot = match trigger {
-            Trigger::Pass { slot } => *slot,
+            Trigger::Pass { slot, .. } => *slot,
             _ => None,
         };
         // From this fire to the next: what the pass's fit is judged by. A
@@ -533,7 +543,7 @@ mod tests {
     fn a_fire_asks_for_its_pass_or_its_job() {
         let slot = Utc::now();
         let pass = Fire::Pass.trigger(slot);
-        assert!(matches!(pass, Trigger::Pass { slot: Some(s) } if s == slot));
+        assert!(matches!(pass, Trigger::Pass { slot: Some(s), .. } if s == slot));
         let expired = Fire::Job(Kind::ExpiredOrders);
         let job = expired.trigger(slot);
         assert!(matches!(

@@ -165,7 +165,7 @@ async fn run_with_reporter<'a>(
         .map(|(&kind, audit)| Job {
             kind,
             report: JobReport::new(kind),
-            budget: ctx.settings.job(kind).batch_size,
+            budget: opts.budget(&ctx.settings, kind),
             resume: None,
             audit,
         })

@@ -273,11 +273,30 @@ async fn a_flushall_a_flushdb_and_a_restart_each_start_a_pass_at_once() {
     daemon.stop().await;
 }
 
-/// More hashes lost than a pass may rebuild (`missing_hashes.batch_size`
-/// one here, four lost): passes follow one another at once until every
-/// hash is back, not one a fire.
+/// More hashes lost than a pass may rebuild (`missing_hashes.scan_limit`
+/// and `batch_size` one here, four lost): passes follow one another at
+/// once until every hash is back, not one a fire.
 #[tokio::test]
 async fn a_loss_larger_than_a_passs_budget_is_rebuilt_by_passes_in_a_row() {
+    let (redis, env, daemon) = daemon_on(servers::redis(), |s| {
+        let job = s.job_mut(seatflow_reconciler::model::Kind::MissingHashes);
+        (job.batch_size, job.scan_limit) = (1, 1);
+    })
+    .await;
+    let lost = gaps(&daemon, "redis_data_lost").await;
+    on_private(&redis, &redis::cmd("FLUSHALL")).await;
+    let what = "every hash rebuilt, one a pass";
+    comes_back(&env, &daemon, "redis_data_lost", lost, what).await;
+    assert_eq!(rebuilding_runs(&env).await, SHOWTIMES);
+    daemon.stop().await;
+}
+
+/// A data loss is a restore, not drift: the pass it starts rebuilds up to
+/// `missing_hashes.scan_limit` hashes, past its `batch_size` (one here,
+/// four lost), so every seat map is back after one pass, not one pass a
+/// hash (at 10 k showtimes and the default 200, that was 50 passes).
+#[tokio::test]
+async fn a_data_loss_is_rebuilt_in_one_pass_past_the_jobs_batch_size() {
     let (redis, env, daemon) = daemon_on(servers::redis(), |s| {
         s.job_mut(seatflow_reconciler::model::Kind::MissingHashes)
             .batch_size = 1;
@@ -285,9 +304,20 @@ async fn a_loss_larger_than_a_passs_budget_is_rebuilt_by_passes_in_a_row() {
     .await;
     let lost = gaps(&daemon, "redis_data_lost").await;
     on_private(&redis, &redis::cmd("FLUSHALL")).await;
-    let what = "every hash rebuilt, one a pass";
+    let what = "every hash rebuilt in one pass";
     comes_back(&env, &daemon, "redis_data_lost", lost, what).await;
+    assert_eq!(rebuilding_runs(&env).await, 1);
     daemon.stop().await;
+}
+
+/// How many runs rebuilt a hash (the audit's `missing_hashes` repairs).
+async fn rebuilding_runs(env: &TestEnv) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(DISTINCT run_id) FROM reconcile_fix WHERE job = 'missing_hashes'",
+    )
+    .fetch_one(env.ctx.mysql.pool())
+    .await
+    .unwrap()
 }
 
 /// Another reconciler's lease (here set by the test, with an expiry): the
