@@ -42,6 +42,11 @@ pub struct RunOptions {
     /// A sweep stops scanning here at the latest (the next fire); the rest
     /// continues in the next pass from the cursors.
     pub deadline: Option<tokio::time::Instant>,
+    /// The pass's pace aims to finish by then: its deadline, or for a pass
+    /// outside the schedule (at start, after a gap), one interval of the
+    /// cadence in force from its start. Without it such a pass read at the
+    /// budget's pace alone (120 s for 10 k showtimes a minute apart).
+    pub pace_by: Option<tokio::time::Instant>,
     /// Writes stop as soon as this no longer holds (the pass lease was lost).
     pub fence: Option<Arc<crate::pass::PassFence>>,
     /// The daemon's own shard's pass lease, kept between passes: a pass of

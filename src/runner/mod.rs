@@ -442,7 +442,10 @@ impl Runner {
                 changes.pass_starts();
             }
             let kept = self.kept.clone().filter(|_| shard == own);
-            let request = RunRequest::new(&ctx, trigger.clone(), stop.clone(), self.outbox(), kept);
+            let mut request =
+                RunRequest::new(&ctx, trigger.clone(), stop.clone(), self.outbox(), kept);
+            let cadence = interval.map(|i| tokio::time::Instant::now() + i);
+            request.opts.pace_by = request.opts.deadline.or(cadence);
             let run = jobs::run(&ctx, request).await;
             ran_any |= !matches!(run.pass, PassOutcome::StoodBy { .. });
             self.record_pass(shard, &run.pass, &run.report, interval);

@@ -567,13 +567,13 @@ impl<'a> Sweep<'a, '_> {
     }
 
     /// Tells the pacer the pace this pass needs to read what is left of the
-    /// estate by its deadline. Reads take about half a paced pass's time
+    /// estate by its deadline (or, outside the schedule, its cadence). Reads take about half a paced pass's time
     /// (a pace of 2,000 hashes a second swept 1,000 showtimes a second), so
     /// twice the bare rate; asked again every chunk, so a pass that falls
     /// behind asks for more.
     fn tell_pacer_the_need(&self, scan: &Scan) {
         let (Some(pacer), Some(deadline), Some(estate)) =
-            (&self.opts.pacer, self.opts.deadline, scan.estate)
+            (&self.opts.pacer, self.opts.pace_by, scan.estate)
         else {
             return;
         };
