@@ -208,6 +208,14 @@ impl Runner {
         self.rebuilding.store(true, Ordering::SeqCst);
     }
 
+    /// Redis held none of the reconciler's data at this process's start:
+    /// the passes from now on rebuild its missing hashes past `batch_size`
+    /// until none is left, as after a loss (a pass under way goes on; when
+    /// it ends with hashes left missing, another starts at once).
+    pub fn rebuild_missing_hashes(&self) {
+        self.rebuilding.store(true, Ordering::SeqCst);
+    }
+
     /// After a pass of this process's own shard that ran: while rebuilding
     /// after a data loss, another pass at once if this one completed its
     /// walk with missing hashes left over its budget (a failed one waits
