@@ -249,10 +249,10 @@ impl Pacer {
     }
 
     /// Forgets what was learned of the stores (baselines, recent reads,
-    /// pressure) and starts again at the starting pace: Redis lost its
-    /// data (a new server, or an empty one), what was judged of it no
-    /// longer holds, and its seat hashes are gone, so no live hold waits
-    /// behind the reads that rebuild them. The back-off counts stay.
+    /// pressure) and starts again at the starting pace, when what was
+    /// judged no longer holds: Redis lost its data (a new server, or an
+    /// empty one), or the shard had no holder for a while (its reads were
+    /// refused, timed out or retried meanwhile). The back-off counts stay.
     pub fn start_again(&self) {
         let mut s = self.state();
         s.rate = self.cap.map_or(START_RATE, |c| c.min(START_RATE));

@@ -66,6 +66,14 @@ pub(super) async fn keep_pass(runner: &Arc<Runner>, changes: &Changes) {
             return;
         };
         if regained(shown.as_ref(), &found, &holding, claimed_now) && runner.passes_started() {
+            // What the pace learned while the shard had no holder (reads
+            // refused, timed out, retried) says nothing of Redis' load now:
+            // kept, a permission given back found the pace at its floor and
+            // the pass that follows took a minute to reach a lost hash at
+            // 10 k showtimes.
+            if let Some(pacer) = &ctx.pacer {
+                pacer.start_again();
+            }
             changes.gap("no_holder");
         }
         log_change(shown.as_ref(), &holding);
