@@ -24,12 +24,11 @@ use crate::pass::KeptPass;
 pub enum Trigger {
     /// The enabled seat jobs' pass: fired by `pass.schedule` for `slot`
     /// (it stops before the next fire), or started outside it (`None`: a
-    /// gap, the daemon's start, a source down). `rebuild`: Redis lost its
-    /// data and this pass rebuilds its seat hashes (see
-    /// [`RunOptions::rebuild`]).
+    /// gap, the daemon's start, a source down). `rebuild`: whether it
+    /// rebuilds missing seat hashes past `batch_size`, and how.
     Pass {
         slot: Option<DateTime<Utc>>,
-        rebuild: bool,
+        rebuild: Rebuild,
     },
     /// `expired-orders` fired by its own schedule.
     Job { kind: Kind },
@@ -53,6 +52,22 @@ pub enum Trigger {
     /// A caller of the library (the demo's tour, the tests): these jobs
     /// with these options, outside any pass (no pass lease).
     Direct { kinds: Vec<Kind>, opts: RunOptions },
+}
+
+/// Whether a pass rebuilds missing seat hashes past `batch_size` (see
+/// [`RunOptions::rebuild`]), and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rebuild {
+    /// No: `missing-hashes` within its `batch_size`.
+    No,
+    /// Redis held none of the reconciler's data when this process started
+    /// (a first start, or a loss while no reconciler ran): past
+    /// `batch_size`, paced (the hashes may all be there).
+    AtStart,
+    /// Redis lost its data while this process ran: past `batch_size`, and
+    /// unpaced unless `pass.max_hashes_per_second` caps the pace (see
+    /// [`paced`]).
+    AfterLoss,
 }
 
 impl Trigger {
@@ -96,6 +111,7 @@ impl RunRequest {
     ) -> RunRequest {
         let settings = &ctx.settings;
         let enabled = settings.enabled_jobs();
+        let capped = settings.pass.max_hashes_per_second > 0;
         // A run the daemon starts: its settings' dry run, its pace, one
         // bad-data reporter whatever it runs.
         let daemon = |deadline, check, showtimes: &[ShowtimeId]| RunOptions {
@@ -115,8 +131,8 @@ impl RunRequest {
                 let seat_jobs = enabled.iter().copied().filter(|k| k.is_seat_job());
                 let deadline = slot.and_then(|s| ctx.pass_deadline(s));
                 let opts = RunOptions {
-                    rebuild: *rebuild,
-                    pacer: paced(&trigger).then(|| ctx.pacer.clone()).flatten(),
+                    rebuild: *rebuild != Rebuild::No,
+                    pacer: paced(&trigger, capped).then(|| ctx.pacer.clone()).flatten(),
                     ..daemon(deadline, None, &[])
                 };
                 (seat_jobs.collect(), opts)
@@ -197,13 +213,22 @@ fn pass_lease_slot(trigger: &Trigger, kinds: &[Kind], opts: &RunOptions) -> Opti
 /// reads a few showtimes. Named showtimes are an operator's repair of
 /// those, read where they were written. A library caller says so itself.
 /// Whether a daemon's run of `trigger` paces its reads (rule 14). A pass
-/// that rebuilds after Redis lost its data reads unpaced, as `once` does
-/// for catch-up: the hashes ahead of it are missing, so no live hold waits
-/// on them, and every second it saves is a second of empty halls; paced, a
+/// that rebuilds after Redis lost its data while this process ran reads
+/// unpaced, as `once` does for catch-up, unless an operator capped the pace
+/// (`capped`): the hashes ahead of it are missing, so no live hold waits on
+/// them, and every second it saves is a second of empty halls; paced, a
 /// loss at 10 k showtimes was rebuilt at the floor's 100 hashes a second
-/// while another client loaded Redis (4 minutes for what takes seconds).
-fn paced(trigger: &Trigger) -> bool {
-    !matches!(trigger, Trigger::Pass { rebuild: true, .. })
+/// while another client loaded Redis (minutes for what takes seconds). A
+/// rebuild at start stays paced: its hashes may all be there.
+fn paced(trigger: &Trigger, capped: bool) -> bool {
+    capped
+        || !matches!(
+            trigger,
+            Trigger::Pass {
+                rebuild: Rebuild::AfterLoss,
+                ..
+            }
+        )
 }
 
 fn replica_reads(trigger: &Trigger, opts: &RunOptions) -> bool {
@@ -302,7 +327,7 @@ mod tests {
         let expired = [Kind::ExpiredOrders];
         let pass = Trigger::Pass {
             slot: Some(slot),
-            rebuild: false,
+            rebuild: Rebuild::No,
         };
         // A scheduled pass claims its slot; one outside the schedule slot 0.
         assert_eq!(
@@ -311,7 +336,7 @@ mod tests {
         );
         let unscheduled = Trigger::Pass {
             slot: None,
-            rebuild: false,
+            rebuild: Rebuild::No,
         };
         assert_eq!(pass_lease_slot(&unscheduled, &seat, &opts), Some(0));
         let admin = Trigger::Admin {
@@ -353,14 +378,17 @@ mod tests {
             slot: None,
             rebuild,
         };
-        assert!(!paced(&pass(true)));
-        assert!(paced(&pass(false)));
+        assert!(!paced(&pass(Rebuild::AfterLoss), false));
+        // An operator's cap holds for it too.
+        assert!(paced(&pass(Rebuild::AfterLoss), true));
+        assert!(paced(&pass(Rebuild::AtStart), false));
+        assert!(paced(&pass(Rebuild::No), false));
         let check = Trigger::Check {
             source: "event",
             showtimes: vec![1],
             orders: false,
         };
-        assert!(paced(&check));
+        assert!(paced(&check, false));
     }
 
     #[test]
@@ -373,7 +401,7 @@ mod tests {
         let estate = [
             Trigger::Pass {
                 slot: None,
-                rebuild: true,
+                rebuild: Rebuild::AfterLoss,
             },
             Trigger::Job {
                 kind: Kind::OrphanLocks,

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::changes::Changes;
 use crate::context::Context;
 use crate::jobs::pass_run::PassOutcome;
-use crate::jobs::{self, RunRequest, Trigger};
+use crate::jobs::{self, Rebuild, RunRequest, Trigger};
 use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
 use crate::pass::{Holding, KeptPass};
@@ -47,7 +47,7 @@ impl Fire {
         match self {
             Fire::Pass => Trigger::Pass {
                 slot: Some(slot),
-                rebuild: false,
+                rebuild: Rebuild::No,
             },
             Fire::Job(kind) => Trigger::Job { kind },
         }
@@ -96,6 +96,8 @@ pub struct Runner {
     /// missing hash yet (`missing_hashes.batch_size` a pass): another pass
     /// follows each at once until one leaves none.
     rebuilding: AtomicBool,
+    /// …and the loss was seen while this process ran (`Rebuild::AfterLoss`).
+    lost_while_running: AtomicBool,
 }
 
 /// Why a trigger did not start a run.
@@ -181,6 +183,7 @@ impl Runner {
             kept,
             passes_started: AtomicBool::new(false),
             rebuilding: AtomicBool::new(false),
+            lost_while_running: AtomicBool::new(false),
         })
     }
 
@@ -206,6 +209,7 @@ impl Runner {
             p.start_again();
         }
         self.rebuilding.store(true, Ordering::SeqCst);
+        self.lost_while_running.store(true, Ordering::SeqCst);
     }
 
     /// Redis held none of the reconciler's data at this process's start:
@@ -225,7 +229,7 @@ impl Runner {
             return;
         }
         let Some(missing) = report.jobs.iter().find(|j| j.kind == Kind::MissingHashes) else {
-            self.rebuilding.store(false, Ordering::SeqCst);
+            self.rebuilt();
             return;
         };
         if missing.fatal.is_some() || missing.nothing_completed {
@@ -234,8 +238,13 @@ impl Runner {
         if missing.backlog > 0 {
             changes.pass_again();
         } else {
-            self.rebuilding.store(false, Ordering::SeqCst);
+            self.rebuilt();
         }
+    }
+
+    fn rebuilt(&self) {
+        self.rebuilding.store(false, Ordering::SeqCst);
+        self.lost_while_running.store(false, Ordering::SeqCst);
     }
 
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
@@ -293,7 +302,14 @@ impl Runner {
 
     /// A pass now, outside the schedule (after a gap in change detection).
     pub fn start_pass_now(self: &Arc<Self>) -> Result<(), NotStarted> {
-        let rebuild = self.rebuilding.load(Ordering::SeqCst);
+        let rebuild = match (
+            self.rebuilding.load(Ordering::SeqCst),
+            self.lost_while_running.load(Ordering::SeqCst),
+        ) {
+            (false, _) => Rebuild::No,
+            (true, false) => Rebuild::AtStart,
+            (true, true) => Rebuild::AfterLoss,
+        };
         self.start_run(
             Trigger::Pass {
                 slot: None,
