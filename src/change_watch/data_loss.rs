@@ -33,7 +33,6 @@ pub(super) async fn watch(runner: &Arc<Runner>, changes: &Changes) {
     let mut markers = Markers::new(uuid::Uuid::new_v4().simple().to_string());
     let mut keys = MarkerKeys::default();
     let mut wait = std::time::Duration::ZERO;
-    let mut first_look = true;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
@@ -70,20 +69,6 @@ pub(super) async fn watch(runner: &Arc<Runner>, changes: &Changes) {
                     "reconciler key in the wrong shape (rule 13)"
                 );
             }
-        }
-        if std::mem::take(&mut first_look)
-            && reads
-                .iter()
-                .any(|(_, r)| !matches!(r, MarkerRead::Found(_)))
-        {
-            // No marker at the first look: Redis holds none of the
-            // reconciler's data (a first start, or a loss while no
-            // reconciler ran). The passes rebuild its missing hashes as
-            // after a loss seen while running, not `batch_size` a pass.
-            tracing::info!(
-                "no Redis data marker at start: missing seat hashes are rebuilt as after a data loss"
-            );
-            runner.rebuild_missing_hashes();
         }
         let lost = markers.judge(&reads);
         if !lost.is_empty() {

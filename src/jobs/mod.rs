@@ -68,8 +68,7 @@ pub struct RunOptions {
     /// The sweep's bulk reads may go to `mysql.replica_url`'s replica (a
     /// pass over the estate; never a check: see `replica.rs`).
     pub replica_reads: bool,
-    /// A pass after Redis lost its data (or held none of the reconciler's at
-    /// its start): `missing-hashes` may rebuild up to
+    /// A pass after Redis lost its data: `missing-hashes` may rebuild up to
     /// its `scan_limit` hashes in it, not only its `batch_size`. Every seat
     /// map went at once and customers see empty halls until theirs is back;
     /// `batch_size` bounds what one run changes of drift, and a restore in

@@ -60,10 +60,6 @@ pub enum Trigger {
 pub enum Rebuild {
     /// No: `missing-hashes` within its `batch_size`.
     No,
-    /// Redis held none of the reconciler's data when this process started
-    /// (a first start, or a loss while no reconciler ran): past
-    /// `batch_size`, paced (the hashes may all be there).
-    AtStart,
     /// Redis lost its data while this process ran: past `batch_size`, and
     /// unpaced unless `pass.max_hashes_per_second` caps the pace (see
     /// [`paced`]).
@@ -207,19 +203,13 @@ fn pass_lease_slot(trigger: &Trigger, kinds: &[Kind], opts: &RunOptions) -> Opti
     under_pass.then_some(slot_ms)
 }
 
-/// Whether the run's bulk reads may go to the replica: a sweep of the
-/// estate (a pass, a scheduled or admin run, `once`) may. A check may not:
-/// the change it was asked for may not have reached the replica yet, and it
-/// reads a few showtimes. Named showtimes are an operator's repair of
-/// those, read where they were written. A library caller says so itself.
 /// Whether a daemon's run of `trigger` paces its reads (rule 14). A pass
 /// that rebuilds after Redis lost its data while this process ran reads
 /// unpaced, as `once` does for catch-up, unless an operator capped the pace
 /// (`capped`): the hashes ahead of it are missing, so no live hold waits on
 /// them, and every second it saves is a second of empty halls; paced, a
 /// loss at 10 k showtimes was rebuilt at the floor's 100 hashes a second
-/// while another client loaded Redis (minutes for what takes seconds). A
-/// rebuild at start stays paced: its hashes may all be there.
+/// while another client loaded Redis (minutes for what takes seconds).
 fn paced(trigger: &Trigger, capped: bool) -> bool {
     capped
         || !matches!(
@@ -231,6 +221,11 @@ fn paced(trigger: &Trigger, capped: bool) -> bool {
         )
 }
 
+/// Whether the run's bulk reads may go to the replica: a sweep of the
+/// estate (a pass, a scheduled or admin run, `once`) may. A check may not:
+/// the change it was asked for may not have reached the replica yet, and it
+/// reads a few showtimes. Named showtimes are an operator's repair of
+/// those, read where they were written. A library caller says so itself.
 fn replica_reads(trigger: &Trigger, opts: &RunOptions) -> bool {
     match trigger {
         Trigger::Pass { .. }
@@ -381,7 +376,6 @@ mod tests {
         assert!(!paced(&pass(Rebuild::AfterLoss), false));
         // An operator's cap holds for it too.
         assert!(paced(&pass(Rebuild::AfterLoss), true));
-        assert!(paced(&pass(Rebuild::AtStart), false));
         assert!(paced(&pass(Rebuild::No), false));
         let check = Trigger::Check {
             source: "event",

@@ -96,8 +96,6 @@ pub struct Runner {
     /// missing hash yet (`missing_hashes.batch_size` a pass): another pass
     /// follows each at once until one leaves none.
     rebuilding: AtomicBool,
-    /// …and the loss was seen while this process ran (`Rebuild::AfterLoss`).
-    lost_while_running: AtomicBool,
 }
 
 /// Why a trigger did not start a run.
@@ -183,7 +181,6 @@ impl Runner {
             kept,
             passes_started: AtomicBool::new(false),
             rebuilding: AtomicBool::new(false),
-            lost_while_running: AtomicBool::new(false),
         })
     }
 
@@ -208,15 +205,6 @@ impl Runner {
         if let Some(p) = &self.ctx.pacer {
             p.start_again();
         }
-        self.rebuilding.store(true, Ordering::SeqCst);
-        self.lost_while_running.store(true, Ordering::SeqCst);
-    }
-
-    /// Redis held none of the reconciler's data at this process's start:
-    /// the passes from now on rebuild its missing hashes past `batch_size`
-    /// until none is left, as after a loss (a pass under way goes on; when
-    /// it ends with hashes left missing, another starts at once).
-    pub fn rebuild_missing_hashes(&self) {
         self.rebuilding.store(true, Ordering::SeqCst);
     }
 
@@ -244,7 +232,6 @@ impl Runner {
 
     fn rebuilt(&self) {
         self.rebuilding.store(false, Ordering::SeqCst);
-        self.lost_while_running.store(false, Ordering::SeqCst);
     }
 
     /// The current pace of the passes' reads (None: unpaced) and its back-offs.
@@ -302,13 +289,10 @@ impl Runner {
 
     /// A pass now, outside the schedule (after a gap in change detection).
     pub fn start_pass_now(self: &Arc<Self>) -> Result<(), NotStarted> {
-        let rebuild = match (
-            self.rebuilding.load(Ordering::SeqCst),
-            self.lost_while_running.load(Ordering::SeqCst),
-        ) {
-            (false, _) => Rebuild::No,
-            (true, false) => Rebuild::AtStart,
-            (true, true) => Rebuild::AfterLoss,
+        let rebuild = if self.rebuilding.load(Ordering::SeqCst) {
+            Rebuild::AfterLoss
+        } else {
+            Rebuild::No
         };
         self.start_run(
             Trigger::Pass {

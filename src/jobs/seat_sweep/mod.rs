@@ -300,8 +300,9 @@ impl<'a> Sweep<'a, '_> {
             .min()
             .unwrap_or(0);
         // The estate's size is worth a COUNT query when someone watches,
-        // and for a pass on a schedule, which says whether it fits.
-        let on_sale = if self.opts.progress || self.opts.deadline.is_some() {
+        // and for a daemon's pass, which says whether it fits and paces
+        // itself to finish in time.
+        let on_sale = if self.opts.progress || self.opts.pace_by.is_some() {
             let n = ctx
                 .retry("count showtimes", || {
                     ctx.mysql.count_on_sale(ctx.scope(&self.opts.showtimes))

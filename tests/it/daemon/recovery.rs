@@ -310,26 +310,6 @@ async fn a_data_loss_is_rebuilt_in_one_pass_past_the_jobs_batch_size() {
     daemon.stop().await;
 }
 
-/// The same loss while no reconciler ran: a daemon that starts on a Redis
-/// without its data marker (none of its data there) rebuilds every missing
-/// hash past `batch_size` (one here, four missing) within a pass or two,
-/// not one a fire (a year away here: the hashes never came back).
-#[tokio::test]
-async fn a_loss_while_no_reconciler_ran_is_rebuilt_past_the_jobs_batch_size() {
-    let redis = servers::redis();
-    let env = estate(Some(&redis), SHOWTIMES, |s| {
-        short_lease(s);
-        s.job_mut(seatflow_reconciler::model::Kind::MissingHashes)
-            .batch_size = 1;
-    })
-    .await;
-    on_private(&redis, &redis::cmd("FLUSHALL")).await;
-    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
-    hashes_back(&env, "every hash rebuilt after a start on an empty Redis").await;
-    assert!(rebuilding_runs(&env).await <= 2);
-    daemon.stop().await;
-}
-
 /// How many runs rebuilt a hash (the audit's `missing_hashes` repairs).
 async fn rebuilding_runs(env: &TestEnv) -> i64 {
     sqlx::query_scalar(
