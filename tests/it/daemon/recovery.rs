@@ -310,14 +310,20 @@ async fn a_data_loss_is_rebuilt_in_one_pass_past_the_jobs_batch_size() {
     daemon.stop().await;
 }
 
-/// How many runs rebuilt a hash (the audit's `missing_hashes` repairs).
+/// How many runs rebuilt the estate's hashes, once the audit has every
+/// rebuild (a run writes its audit rows as it ends, after its hashes).
 async fn rebuilding_runs(env: &TestEnv) -> i64 {
-    sqlx::query_scalar(
-        "SELECT COUNT(DISTINCT run_id) FROM reconcile_fix WHERE job = 'missing_hashes'",
-    )
-    .fetch_one(env.ctx.mysql.pool())
-    .await
-    .unwrap()
+    let count = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(env.ctx.mysql.pool())
+            .await
+            .unwrap()
+    };
+    wait_until("every rebuild audited", Duration::from_secs(30), || async {
+        count("SELECT COUNT(*) FROM reconcile_fix WHERE job = 'missing_hashes'").await >= SHOWTIMES
+    })
+    .await;
+    count("SELECT COUNT(DISTINCT run_id) FROM reconcile_fix WHERE job = 'missing_hashes'").await
 }
 
 /// Another reconciler's lease (here set by the test, with an expiry): the
