@@ -170,7 +170,7 @@ pub async fn run_on(
     }
     if settings.job(Kind::ExpiredOrders).enabled {
         let schedule = settings.schedule(Kind::ExpiredOrders);
-        let fire = Fire::Job(Kind::ExpiredOrders);
+        let fire = Fire::ExpiredOrders;
         schedule_fire(&schedules, &runner, fire, schedule).await?;
         tracing::info!(
             kind = Kind::ExpiredOrders.label(),

@@ -162,12 +162,6 @@ impl Error {
         }
     }
 
-    /// A TLS problem is a configuration error (exit 2), as is a server that
-    /// insists on TLS we did not speak.
-    pub fn is_tls_config(&self) -> bool {
-        self.tls_problem().is_some()
-    }
-
     /// The server refused the login or the database named in the URL: a
     /// configuration error too, never transient.
     pub fn login_refused(&self) -> Option<&'static str> {

@@ -94,12 +94,6 @@ impl PassFence {
             problem.map_or(String::new(), |p| format!(": {p}"))
         ))
     }
-
-    /// A fence that always holds: runs that take no pass lease (dry runs,
-    /// `--showtime` runs).
-    pub fn unfenced() -> Arc<PassFence> {
-        Arc::new(PassFence::new(Duration::MAX, Instant::now()))
-    }
 }
 
 /// What claiming a shard's pass found.

@@ -31,7 +31,7 @@ pub enum Trigger {
         rebuild: Rebuild,
     },
     /// `expired-orders` fired by its own schedule.
-    Job { kind: Kind },
+    ExpiredOrders,
     /// The admin endpoint: one job now (a seat job runs as a pass of its own).
     Admin { kind: Kind },
     /// A change-driven check of `showtimes`, named by its source's label
@@ -71,7 +71,7 @@ impl Trigger {
     pub fn label(&self) -> &'static str {
         match self {
             Trigger::Pass { .. } => "pass",
-            Trigger::Job { kind } => kind.label(),
+            Trigger::ExpiredOrders => Kind::ExpiredOrders.label(),
             Trigger::Admin { .. } => "admin",
             Trigger::Check { .. } => "check",
             Trigger::Once { .. } => "once",
@@ -133,9 +133,8 @@ impl RunRequest {
                 };
                 (seat_jobs.collect(), opts)
             }
-            Trigger::Job { kind } | Trigger::Admin { kind } => {
-                (vec![*kind], daemon(None, None, &[]))
-            }
+            Trigger::ExpiredOrders => (vec![Kind::ExpiredOrders], daemon(None, None, &[])),
+            Trigger::Admin { kind } => (vec![*kind], daemon(None, None, &[])),
             Trigger::Check {
                 source,
                 showtimes,
@@ -194,7 +193,7 @@ fn pass_lease_slot(trigger: &Trigger, kinds: &[Kind], opts: &RunOptions) -> Opti
         Trigger::Pass { .. } | Trigger::Admin { .. } | Trigger::Once { .. } => {
             kinds.iter().any(|k| k.is_seat_job()) && !opts.dry_run && opts.showtimes.is_empty()
         }
-        Trigger::Job { .. } | Trigger::Check { .. } | Trigger::Direct { .. } => false,
+        Trigger::ExpiredOrders | Trigger::Check { .. } | Trigger::Direct { .. } => false,
     };
     let slot_ms = match trigger {
         Trigger::Pass { slot: Some(s), .. } => s.timestamp_millis(),
@@ -229,7 +228,7 @@ fn paced(trigger: &Trigger, capped: bool) -> bool {
 fn replica_reads(trigger: &Trigger, opts: &RunOptions) -> bool {
     match trigger {
         Trigger::Pass { .. }
-        | Trigger::Job { .. }
+        | Trigger::ExpiredOrders
         | Trigger::Admin { .. }
         | Trigger::Once { .. } => opts.showtimes.is_empty(),
         Trigger::Check { .. } => false,
@@ -356,9 +355,7 @@ mod tests {
             orders: false,
         };
         assert_eq!(pass_lease_slot(&check, &seat, &opts), None);
-        let job = Trigger::Job {
-            kind: Kind::ExpiredOrders,
-        };
+        let job = Trigger::ExpiredOrders;
         assert_eq!(pass_lease_slot(&job, &expired, &opts), None);
         let direct = Trigger::Direct {
             kinds: seat.to_vec(),
@@ -397,9 +394,7 @@ mod tests {
                 slot: None,
                 rebuild: Rebuild::AfterLoss,
             },
-            Trigger::Job {
-                kind: Kind::OrphanLocks,
-            },
+            Trigger::ExpiredOrders,
             Trigger::Admin {
                 kind: Kind::OrphanLocks,
             },

@@ -36,28 +36,27 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub enum Fire {
     /// The enabled seat jobs' shared pass, on `pass.schedule`.
     Pass,
-    /// A job on a schedule of its own (`expired-orders`; a seat job given
-    /// here runs alone, as a pass of its own).
-    Job(Kind),
+    /// `expired-orders`, on its own schedule.
+    ExpiredOrders,
 }
 
 impl Fire {
-    /// What asks for the run: the pass for `slot`, or the job.
+    /// What asks for the run: the pass for `slot`, or `expired-orders`.
     fn trigger(self, slot: DateTime<Utc>) -> Trigger {
         match self {
             Fire::Pass => Trigger::Pass {
                 slot: Some(slot),
                 rebuild: Rebuild::No,
             },
-            Fire::Job(kind) => Trigger::Job { kind },
+            Fire::ExpiredOrders => Trigger::ExpiredOrders,
         }
     }
 
-    /// For log lines: `pass`, or the job's label.
+    /// For log lines: `pass`, or `expired_orders`.
     pub fn label(self) -> &'static str {
         match self {
             Fire::Pass => "pass",
-            Fire::Job(kind) => kind.label(),
+            Fire::ExpiredOrders => Kind::ExpiredOrders.label(),
         }
     }
 }
@@ -555,14 +554,9 @@ mod tests {
         let slot = Utc::now();
         let pass = Fire::Pass.trigger(slot);
         assert!(matches!(pass, Trigger::Pass { slot: Some(s), .. } if s == slot));
-        let expired = Fire::Job(Kind::ExpiredOrders);
+        let expired = Fire::ExpiredOrders;
         let job = expired.trigger(slot);
-        assert!(matches!(
-            job,
-            Trigger::Job {
-                kind: Kind::ExpiredOrders
-            }
-        ));
+        assert!(matches!(job, Trigger::ExpiredOrders));
         assert_eq!(Fire::Pass.label(), "pass");
         assert_eq!(expired.label(), "expired_orders");
     }
