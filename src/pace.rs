@@ -9,11 +9,11 @@
 //! optional cap, `pass.max_hashes_per_second`), and TCP Vegas' idea of
 //! judging the queue by the time over the lowest one seen.
 //!
-//! Reading each hash once per interval comes first, up to the pace that
-//! was the fixed default before (`START_RATE`): a pass tells the pacer the
-//! pace it needs to finish by its deadline (`need`), and the pace never
-//! falls below that, or below `START_RATE` for a pass that needs more; the
-//! pass's measured fit (`pass_fit`) then says how many shards would do. The budget wins too when
+//! Reading each hash once per interval comes first, up to `NEED_UP_TO`: a
+//! pass tells the pacer the pace it needs to finish by its deadline
+//! (`need`), and the pace never falls below that, or below `NEED_UP_TO`
+//! for a pass that needs more; the pass's measured fit (`pass_fit`) then
+//! says how many shards would do. The budget wins too when
 //! Redis stays under pressure: a back-off now and then is noise on a busy
 //! machine, but back-offs in a row with no calm window between them, each
 //! with more than one read in ten late, mean something else is loading
@@ -29,6 +29,18 @@ use serde::Serialize;
 /// Where the pace starts: on two cores, a pace that live holds barely
 /// notice (benches/results/2026-12-04-pacing.md).
 const START_RATE: f64 = 2000.0;
+/// The most a pass's need takes the pace to (`Pacer::need`). Paced, a
+/// pass reads Redis and MySQL one after the other, so it needs about twice
+/// the bare rate: at 100 k showtimes a minute that is 3,333 hashes a second
+/// (benches/results/2026-12-06-pace-100k.md).
+const NEED_UP_TO: f64 = 5000.0;
+/// A sleep ends on the timer's next millisecond at the earliest, so a read
+/// that keeps to its slot exactly loses the rest of that millisecond each
+/// time its slot is shorter than the sleep and the round trip: at 4 hashes
+/// a batch, 3,000 and 5,000 a second both read at about 2,700. Reads this
+/// far behind their slots are still owed, so the pace is kept on average;
+/// a pause saves no more than this (no burst).
+const TIMER_SLACK: Duration = Duration::from_millis(2);
 /// The pace never falls below this: a pass slows down under pressure, it
 /// never stops.
 const FLOOR_RATE: f64 = 100.0;
@@ -237,14 +249,14 @@ impl Pacer {
     }
 
     /// The pass in progress needs `per_second` hashes a second to finish by
-    /// its deadline; 0 when it has none (or is done). A need past the old
-    /// fixed default (or the cap) is met up to it: such a pass overruns
-    /// even at that pace, and the pass's fit says how many shards would do,
-    /// but it still reads as much of the estate as a pace live holds barely
+    /// its deadline; 0 when it has none (or is done). A need past
+    /// `NEED_UP_TO` (or the cap) is met up to it: such a pass overruns even
+    /// at that pace, and the pass's fit says how many shards would do, but
+    /// it still reads as much of the estate as a pace live holds barely
     /// notice allows (dropping to the budget's pace instead read 100 k
     /// showtimes at a tenth of that on a busy host).
     pub fn need(&self, per_second: f64) {
-        let up_to = self.cap.map_or(START_RATE, |c| c.min(START_RATE));
+        let up_to = self.cap.map_or(NEED_UP_TO, |c| c.min(NEED_UP_TO));
         self.state().need = per_second.clamp(0.0, up_to);
     }
 
@@ -267,15 +279,16 @@ impl Pacer {
     }
 
     /// Reserves `items` reads at the current pace: how long to wait before
-    /// sending them. Time not used is not saved up, so there is no burst
-    /// after a pause.
+    /// sending them. Time not used is saved up only to `TIMER_SLACK` (what
+    /// a sleep overshoots), so there is no burst after a pause.
     pub fn reserve(&self, items: usize, now: Instant) -> Duration {
         let mut s = self.state();
-        let start = s.next_at.map_or(now, |at| at.max(now));
+        let owed_from = now.checked_sub(TIMER_SLACK).unwrap_or(now);
+        let start = s.next_at.map_or(now, |at| at.max(owed_from));
         let rate = s.pace();
         s.next_at = Some(start + Duration::from_secs_f64(items as f64 / rate));
         s.binding = start > now;
-        start - now
+        start.saturating_duration_since(now)
     }
 
     /// Learns from a read of `items` that took `took`: halves the pace when
@@ -361,10 +374,33 @@ mod tests {
         // 10 hashes at 1000/s take 10 ms of the budget.
         assert_eq!(p.reserve(10, t0), 10 * MS);
         assert_eq!(p.reserve(10, t0 + 5 * MS), 15 * MS);
-        // Idle time is not saved up: no burst after a pause.
+        // Idle time is saved up only as far as a sleep overshoots: no burst
+        // after a pause.
         let later = t0 + Duration::from_secs(5);
         assert_eq!(p.reserve(10, later), Duration::ZERO);
-        assert_eq!(p.reserve(10, later), 10 * MS);
+        assert_eq!(p.reserve(10, later), 10 * MS - TIMER_SLACK);
+    }
+
+    #[test]
+    fn sleeps_that_overshoot_their_slot_keep_the_pace() {
+        // 4 hashes at 5,000 a second: a slot of 0.8 ms. Each sleep ends on
+        // the timer's next millisecond, and the read takes 0.3 ms more.
+        let p = Pacer::new(0, 4);
+        p.need(5000.0);
+        let t0 = Instant::now();
+        let mut now = t0;
+        for _ in 0..1_000 {
+            let wait = p.reserve(4, now);
+            let woke = if wait.is_zero() {
+                now
+            } else {
+                let deadline = (now + wait - t0).as_nanos();
+                t0 + Duration::from_nanos((deadline.div_ceil(1_000_000) * 1_000_000) as u64)
+            };
+            now = woke + 300 * US;
+        }
+        let per_second = 4_000.0 / (now - t0).as_secs_f64();
+        assert!(per_second > 4_900.0, "{per_second} hashes a second");
     }
 
     #[test]
@@ -426,7 +462,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pace_never_falls_below_what_the_pass_needs_up_to_the_start_or_the_cap() {
+    fn the_pace_never_falls_below_what_the_pass_needs_up_to_its_limit_or_the_cap() {
         let p = Pacer::new(0, 4);
         for _ in 0..3 {
             paced_reads(&p, 150, 4, 200 * US);
@@ -438,13 +474,13 @@ mod tests {
         // Later than anything reserved so far.
         let t0 = Instant::now() + Duration::from_secs(3600);
         p.reserve(8, t0);
-        assert_eq!(p.reserve(8, t0), 10 * MS, "8 hashes at 800/s");
-        // A pass that cannot fit even at the old fixed default: it reads at
-        // that pace, no faster.
-        p.need(START_RATE + 1.0);
-        assert_eq!(p.rate(), START_RATE);
-        p.need(START_RATE);
-        assert_eq!(p.rate(), START_RATE);
+        assert_eq!(p.reserve(8, t0), 10 * MS - TIMER_SLACK, "8 hashes at 800/s");
+        // A pass that cannot fit even at `NEED_UP_TO`: it reads at that
+        // pace, no faster.
+        p.need(NEED_UP_TO + 1.0);
+        assert_eq!(p.rate(), NEED_UP_TO);
+        p.need(NEED_UP_TO);
+        assert_eq!(p.rate(), NEED_UP_TO);
         // A cap bounds the need too.
         let capped = Pacer::new(300, 4);
         for _ in 0..3 {
