@@ -34,6 +34,11 @@ const START_RATE: f64 = 2000.0;
 /// the bare rate: at 100 k showtimes a minute that is 3,333 hashes a second
 /// (benches/results/2026-12-06-pace-100k.md).
 const NEED_UP_TO: f64 = 5000.0;
+/// How much faster than the bare rate a paced pass asks to read: a chunk
+/// reads Redis, then MySQL, then repairs, and at 100 k showtimes the hash
+/// reads are well under half of a chunk's time (at twice the bare rate a
+/// pass read 100 k showtimes in 75 s, not 60).
+const NEED_OVER_BARE: f64 = 2.5;
 /// A sleep ends on the timer's next millisecond at the earliest, so a read
 /// that keeps to its slot exactly loses the rest of that millisecond each
 /// time its slot is shorter than the sleep and the round trip: at 4 hashes
@@ -258,6 +263,14 @@ impl Pacer {
     pub fn need(&self, per_second: f64) {
         let up_to = self.cap.map_or(NEED_UP_TO, |c| c.min(NEED_UP_TO));
         self.state().need = per_second.clamp(0.0, up_to);
+    }
+
+    /// The pass in progress has `left` hashes to read `within` this time:
+    /// it needs `NEED_OVER_BARE` times that bare rate (at least a second
+    /// is assumed left, so the last chunks ask for no more than that).
+    pub fn need_to_read(&self, left: u64, within: Duration) {
+        let seconds = within.as_secs_f64().max(1.0);
+        self.need(NEED_OVER_BARE * left as f64 / seconds);
     }
 
     /// Forgets what was learned of the stores (baselines, recent reads,
@@ -494,6 +507,14 @@ mod tests {
         capped.need(800.0);
         assert_eq!(capped.rate(), 300.0);
         p.need(0.0);
+        assert!(p.rate() < 500.0);
+        // What is left and the time left for it: the bare rate with its
+        // margin (10 k a minute: 167 a second bare).
+        p.need_to_read(10_000, Duration::from_secs(60));
+        assert!((p.rate() - 10_000.0 / 60.0 * NEED_OVER_BARE).abs() < 0.01);
+        p.need_to_read(100_000, Duration::from_secs(30));
+        assert_eq!(p.rate(), NEED_UP_TO);
+        p.need_to_read(0, Duration::ZERO);
         assert!(p.rate() < 500.0);
     }
 

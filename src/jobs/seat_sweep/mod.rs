@@ -51,12 +51,6 @@ const TEMPLATE_CACHE_HALLS: usize = 1024;
 /// Most showtimes outside the contract reported per sweep.
 const UNKNOWN_SHOWTIMES_LISTED: usize = 100;
 
-/// How much faster than the bare rate a paced pass asks Redis to be read.
-/// Paced, a chunk reads Redis, then MySQL, then repairs: the hash reads are
-/// well under half of a chunk's time at 100 k showtimes (at twice the bare
-/// rate a pass read 100 k showtimes in 75 s, not 60).
-const NEED_OVER_BARE: f64 = 2.5;
-
 /// A seat repair and, for orphans, its suspect record (None for a seat
 /// with no record, or deferred by a check that recorded it just now).
 struct Planned {
@@ -573,22 +567,21 @@ impl<'a> Sweep<'a, '_> {
         }
     }
 
-    /// Tells the pacer the pace this pass needs to read what is left of the
-    /// estate by its deadline (or, outside the schedule, its cadence):
-    /// `NEED_OVER_BARE` times the bare rate, asked again every chunk, so a
-    /// pass that falls behind asks for more.
+    /// Tells the pacer what is left of the estate and the time left for it
+    /// (to the deadline, or outside the schedule, one interval of the
+    /// cadence), again every chunk, so a pass that falls behind asks for
+    /// more.
     fn tell_pacer_the_need(&self, scan: &Scan) {
         let (Some(pacer), Some(deadline), Some(estate)) =
             (&self.opts.pacer, self.opts.pace_by, scan.estate)
         else {
             return;
         };
-        let left = estate.saturating_sub(scan.scanned as u64) as f64;
-        let seconds = deadline
-            .saturating_duration_since(tokio::time::Instant::now())
-            .as_secs_f64()
-            .max(1.0);
-        pacer.need(NEED_OVER_BARE * left / seconds);
+        let left = estate.saturating_sub(scan.scanned as u64);
+        pacer.need_to_read(
+            left,
+            deadline.saturating_duration_since(tokio::time::Instant::now()),
+        );
     }
 
     /// Why the sweep must stop now, if it must.
