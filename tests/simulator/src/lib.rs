@@ -145,6 +145,14 @@ pub struct HoldRecord {
     pub disturbed: Vec<String>,
     /// Taken right before the order's INSERT (its `created_at` is later).
     pub ordered_at: Option<DateTime<Utc>>,
+    /// Taken right before the hold (the seats became "1" after it).
+    pub held_at: DateTime<Utc>,
+    /// The order's INSERT returned more than the orphan grace after the
+    /// hold began: seatflow writes its order within the grace, so a
+    /// reconciler may rightly have released the seats before it (a stalled
+    /// machine kept the customer past its in-flight window). Not judged;
+    /// counted by `late_orders`.
+    pub late: bool,
     /// Taken right before the flow's last write to either store: where a
     /// crash flow's drift begins (an age measured from it is never short).
     pub last_write_at: DateTime<Utc>,
@@ -154,7 +162,7 @@ impl HoldRecord {
     /// The seats of an order that was, or was being, committed were changed
     /// under the customer (not by a Redis loss).
     pub fn harmed(&self) -> bool {
-        !self.lost && !self.disturbed.is_empty()
+        !self.lost && !self.late && !self.disturbed.is_empty()
     }
 }
 
@@ -174,6 +182,16 @@ impl SimLog {
     pub fn crashes(&self) -> u64 {
         self.holds.iter().filter(|h| h.flow.is_crash()).count() as u64
     }
+    /// Flows whose order was written past the orphan grace (not judged).
+    pub fn late_orders(&self) -> usize {
+        self.holds.iter().filter(|h| h.late).count()
+    }
+    /// Flows whose order was written within the orphan grace: those
+    /// `harmed` judges.
+    pub fn timely_orders(&self) -> usize {
+        let ordered = self.holds.iter().filter(|h| h.order_id.is_some());
+        ordered.filter(|h| !h.late).count()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -184,6 +202,9 @@ pub struct SimConfig {
     pub abandon_expiry: Duration,
     /// The longest pause between two steps of a flow (its in-flight window).
     pub max_step_delay: Duration,
+    /// The reconcilers' `reconcile.orphan_grace`: an order written later
+    /// than this after its hold is `HoldRecord::late`.
+    pub orphan_grace: Duration,
 }
 
 #[derive(Clone)]
@@ -378,6 +399,8 @@ impl Simulator {
                 lost: false,
                 disturbed: Vec::new(),
                 ordered_at: None,
+                held_at,
+                late: false,
                 last_write_at: held_at,
             },
         };
@@ -485,7 +508,13 @@ impl Held<'_> {
             .insert_order(self.record.showtime, &self.record.seats, expiry)
             .await
         {
-            Ok(id) => id,
+            Ok(id) => {
+                let took = (Utc::now() - self.record.held_at)
+                    .to_std()
+                    .unwrap_or_default();
+                self.record.late = took > cfg.orphan_grace;
+                id
+            }
             Err(e) => {
                 // uq_occupancy refused the seat: seatflow compensates its hold.
                 self.record.refused_occupied = e.to_string().contains("Duplicate entry");

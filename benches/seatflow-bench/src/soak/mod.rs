@@ -241,11 +241,13 @@ async fn soak(
             // cannot hear of them yet.
             wait_for_events(&rig.daemons).await?;
         }
+        let settings = Settings::load_with_env(None, env.vars(1, 0))?;
         let t = Traffic::start(
             &bench,
             &estate,
             args.traffic_showtimes,
             args.traffic_workers,
+            settings.reconcile.orphan_grace,
         )
         .await?;
         rig.traffic = Some(t);

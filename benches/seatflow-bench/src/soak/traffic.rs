@@ -225,6 +225,7 @@ impl Traffic {
         estate: &Estate,
         count: usize,
         workers: usize,
+        orphan_grace: Duration,
     ) -> Result<Traffic> {
         let client = redis::Client::open(bench.redis_url.as_str())?;
         let conn = redis::aio::ConnectionManager::new(client).await?;
@@ -245,6 +246,7 @@ impl Traffic {
             workers,
             abandon_expiry: ABANDON_EXPIRY,
             max_step_delay: MAX_STEP_DELAY,
+            orphan_grace,
         };
         let mut to_open = scheduled(estate);
         to_open.reverse();
@@ -539,6 +541,8 @@ mod tests {
             lost: false,
             disturbed: Vec::new(),
             ordered_at: order.map(|_| at(written)),
+            held_at: at(written),
+            late: false,
             last_write_at: at(written),
         }
     }
