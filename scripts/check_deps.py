@@ -13,7 +13,9 @@ rules") from the code itself, so the document cannot drift from the code:
   `plan` and `pace` only `model`, `pass_fit` nothing, `capacity` only
   `pass_fit`;
 - rooms fit one sitting: no file of the product has more than `ROOM_LINES`
-  lines outside its unit-test module.
+  lines outside its unit-test module;
+- one door: every run enters through `runner::enter` (`DOOR`); no other
+  file of the product calls `jobs::run`.
 
 Run from the repository root: `python3 scripts/check_deps.py` (CI does).
 Prints the module graph with `--graph`. Exit 1 names every broken rule.
@@ -136,8 +138,23 @@ def room_problems() -> list[str]:
     ]
 
 
+# The one door of every run (ARCHITECTURE.md, "One way in"): the only file
+# that may call `jobs::run`.
+DOOR = Path("src/runner/door.rs")
+
+
+def door_problems() -> list[str]:
+    call = re.compile(r"\bjobs::run\b")
+    return [
+        f"{path} calls jobs::run: every run enters through runner::enter ({DOOR})"
+        for path in sorted(Path("src").rglob("*.rs"))
+        if path != DOOR and path.parent != Path("src/jobs")
+        and call.search(re.sub(r"//.*", "", path.read_text()))
+    ]
+
+
 def main() -> int:
-    problems = room_problems()
+    problems = room_problems() + door_problems()
     for crate in CRATES:
         root = Path(crate)
         edges = graph(root)
@@ -160,7 +177,8 @@ def main() -> int:
         print(p, file=sys.stderr)
     if not problems:
         print("dependency rules hold: every module in its layer, no import circle; stores import "
-              f"only model and error; model, plan, pace, pass_fit and capacity are pure; rooms within {ROOM_LINES} lines")
+              f"only model and error; model, plan, pace, pass_fit and capacity are pure; rooms within {ROOM_LINES} lines; "
+              "runs enter through runner::enter alone")
     return 1 if problems else 0
 
 

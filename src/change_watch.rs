@@ -21,7 +21,6 @@ use crate::changes::events::{
 };
 use crate::changes::queue::{CheckBudget, Due, Source};
 use crate::config::RedisEvents;
-use crate::jobs::{self, Trigger};
 use crate::model::Kind;
 use crate::runner::{NotStarted, Runner};
 use crate::store::redis::Topology;
@@ -409,21 +408,15 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
 /// One check of `due`'s showtimes: the enabled seat jobs scoped to them,
 /// and `expired-orders` too for a deadline (or a retry, which may be one).
 async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec<Due>) {
-    let trigger = Trigger::Check {
-        source: source.label(),
-        showtimes: due.iter().map(|d| d.showtime).collect(),
-        orders: matches!(source, Source::Deadline | Source::Retry),
-    };
-    let request = runner.request(trigger);
-    // Boxed: the whole run is a deep future, kept off this task's own.
-    let report = Box::pin(jobs::run(&runner.ctx, request)).await.report;
+    let showtimes = due.iter().map(|d| d.showtime).collect();
+    let orders = matches!(source, Source::Deadline | Source::Retry);
+    let report = runner.check(source.label(), showtimes, orders).await;
     tracing::debug!(
         source = source.label(),
         showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(),
         jobs = ?report.jobs.iter().map(|j| j.counts()).collect::<Vec<_>>(),
         "check done"
     );
-    runner.record_check(&report);
     changes.check_ended(&report, source, due);
 }
 

@@ -50,6 +50,11 @@ pub struct Context {
     pub pass_schedule: Option<Arc<Schedule>>,
     /// `mysql.replica_url`'s replica for a pass's bulk reads (None: off).
     pub replica: Option<Arc<Replica>>,
+    /// Held by the run of this process that runs `expired-orders`, so that
+    /// one runs at a time whatever started it (a schedule's fire, an admin
+    /// run, a deadline's or a retry's check): the door (`runner::enter`)
+    /// takes it.
+    pub expired_orders_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Where one chunk's bulk reads go: the replica (while it serves them), or
@@ -82,6 +87,7 @@ impl Context {
             }),
             pass_schedule: Schedule::new(&settings.pass.schedule).ok().map(Arc::new),
             replica,
+            expired_orders_turn: Arc::default(),
             settings: Arc::new(settings),
         })
     }

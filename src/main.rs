@@ -8,9 +8,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use seatflow_reconciler::access::start;
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::context::Context;
-use seatflow_reconciler::jobs::{self, RunRequest, Trigger};
+use seatflow_reconciler::jobs::{RunRequest, Trigger};
 use seatflow_reconciler::model::Kind;
-use seatflow_reconciler::{demo, push, telemetry};
+use seatflow_reconciler::{demo, push, runner, telemetry};
 use tokio_util::sync::CancellationToken;
 
 #[path = "cli/check_config.rs"]
@@ -282,7 +282,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             // The seat jobs take their shard's pass lease: while a daemon
             // (or another `once`) sweeps it, they stand by.
             let request = RunRequest::new(&ctx, trigger, CancellationToken::new(), None, None);
-            let report = jobs::run(&ctx, request).await.report;
+            let report = runner::enter(&ctx, request).await.report;
             match output {
                 Output::Json => println!("{}", report.to_json()),
                 Output::Text => print!("{}", report.to_text()),

@@ -30,9 +30,9 @@ use serde::Serialize;
 /// notice (benches/results/2026-12-04-pacing.md).
 const START_RATE: f64 = 2000.0;
 /// The most a pass's need takes the pace to (`Pacer::need`). Paced, a
-/// pass reads Redis and MySQL one after the other, so it needs about twice
-/// the bare rate: at 100 k showtimes a minute that is 3,333 hashes a second
-/// (benches/results/2026-12-06-pace-100k.md).
+/// pass reads Redis and MySQL one after the other, so it asks for
+/// `NEED_OVER_BARE` (2.5) times the bare rate: at 100 k showtimes a minute
+/// that is 4,167 hashes a second (benches/results/2026-12-06-pace-100k.md).
 const NEED_UP_TO: f64 = 5000.0;
 /// How much faster than the bare rate a paced pass asks to read: a chunk
 /// reads Redis, then MySQL, then repairs, and at 100 k showtimes the hash

@@ -9,7 +9,7 @@ use crate::config::Settings;
 use crate::context::Context;
 use crate::fixtures::Fixtures;
 use crate::jobs::report::RunReport;
-use crate::jobs::{self, RunOptions, RunRequest};
+use crate::jobs::{RunOptions, RunRequest};
 use crate::model::Kind;
 
 use super::GRACE;
@@ -140,7 +140,7 @@ async fn run_jobs(ctx: &Context, kinds: &[Kind], dry_run: bool) -> RunReport {
         dry_run,
         ..RunOptions::default()
     };
-    jobs::run(ctx, RunRequest::direct(ctx, kinds, opts))
+    crate::runner::enter(ctx, RunRequest::direct(ctx, kinds, opts))
         .await
         .report
 }

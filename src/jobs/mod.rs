@@ -293,7 +293,7 @@ pub fn run_span(run_id: &str) -> tracing::Span {
 /// lease first when the request says so. The run is recorded in
 /// `reconcile_run` unless dry; every line logged on the way, the pass
 /// claim's included, carries its `run_id`.
-pub async fn run(ctx: &Context, request: RunRequest) -> RunResult {
+pub(crate) async fn run(ctx: &Context, request: RunRequest) -> RunResult {
     let run_id = new_run_id();
     let span = run_span(&run_id);
     let RunRequest {

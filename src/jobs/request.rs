@@ -7,7 +7,7 @@
 //! through the request's [`Outbox`], as the run goes: nothing comes back in.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::RunOptions;
 use super::pass_run::PassOutcome;
 use super::report::RunReport;
+use crate::config::Settings;
 use crate::context::Context;
 use crate::model::{Kind, ShowtimeId};
 use crate::pass::KeptPass;
@@ -25,10 +26,13 @@ pub enum Trigger {
     /// The enabled seat jobs' pass: fired by `pass.schedule` for `slot`
     /// (it stops before the next fire), or started outside it (`None`: a
     /// gap, the daemon's start, a source down). `rebuild`: whether it
-    /// rebuilds missing seat hashes past `batch_size`, and how.
+    /// rebuilds missing seat hashes past `batch_size`, and how. `cadence`:
+    /// for a pass outside the schedule, the passes' cadence while a change
+    /// source is down (None: the schedule's interval in force).
     Pass {
         slot: Option<DateTime<Utc>>,
         rebuild: Rebuild,
+        cadence: Option<Duration>,
     },
     /// `expired-orders` fired by its own schedule.
     ExpiredOrders,
@@ -91,6 +95,11 @@ pub struct RunRequest {
     /// seat jobs take their shard's pass lease first; None when they take
     /// none (a dry run, named showtimes, a check, a library caller).
     pub pass_slot_ms: Option<i64>,
+    /// A pass's interval: from its fire to the next, or for a pass outside
+    /// the schedule one of the cadence in force. What its pace aims to
+    /// finish within and its fit is judged by (None: not a pass, or a
+    /// schedule with no next fire).
+    pub interval: Option<Duration>,
 }
 
 impl RunRequest {
@@ -106,7 +115,6 @@ impl RunRequest {
         kept: Option<Arc<KeptPass>>,
     ) -> RunRequest {
         let settings = &ctx.settings;
-        let enabled = settings.enabled_jobs();
         let capped = settings.pass.max_hashes_per_second > 0;
         // A run the daemon starts: its settings' dry run, its pace, one
         // bad-data reporter whatever it runs.
@@ -122,46 +130,53 @@ impl RunRequest {
             kept_pass: kept.clone(),
             ..RunOptions::default()
         };
-        let (kinds, opts) = match &trigger {
-            Trigger::Pass { slot, rebuild } => {
-                let seat_jobs = enabled.iter().copied().filter(|k| k.is_seat_job());
+        // What a pass's pace aims to finish within, and its fit is judged
+        // by; a seat job started alone from the admin endpoint runs as a
+        // pass of its own, outside the schedule.
+        let interval = match &trigger {
+            Trigger::Pass { slot, cadence, .. } => pass_interval(ctx, *slot, *cadence),
+            Trigger::Admin { kind } if kind.is_seat_job() => pass_interval(ctx, None, None),
+            _ => None,
+        };
+        // A pass outside the schedule has no deadline: its pace aims to end
+        // it within one interval of the cadence in force (at the budget's
+        // pace alone, 10 k showtimes a minute apart took 120 s).
+        let pace_by = |deadline: Option<tokio::time::Instant>| {
+            deadline.or(interval.map(|i| tokio::time::Instant::now() + i))
+        };
+        let mut opts = match &trigger {
+            Trigger::Pass { slot, rebuild, .. } => {
                 let deadline = slot.and_then(|s| ctx.pass_deadline(s));
-                let opts = RunOptions {
+                RunOptions {
                     rebuild: *rebuild != Rebuild::No,
                     pacer: paced(&trigger, capped).then(|| ctx.pacer.clone()).flatten(),
+                    pace_by: pace_by(deadline),
                     ..daemon(deadline, None, &[])
-                };
-                (seat_jobs.collect(), opts)
+                }
             }
-            Trigger::ExpiredOrders => (vec![Kind::ExpiredOrders], daemon(None, None, &[])),
-            Trigger::Admin { kind } => (vec![*kind], daemon(None, None, &[])),
+            Trigger::Admin { .. } => RunOptions {
+                pace_by: pace_by(None),
+                ..daemon(None, None, &[])
+            },
+            Trigger::ExpiredOrders => daemon(None, None, &[]),
             Trigger::Check {
-                source,
-                showtimes,
-                orders,
-            } => {
-                let kinds = enabled.iter().copied();
-                let kinds = kinds.filter(|k| *orders || k.is_seat_job()).collect();
-                (kinds, daemon(None, Some(*source), showtimes))
-            }
+                source, showtimes, ..
+            } => daemon(None, Some(*source), showtimes),
             Trigger::Once {
-                kinds,
                 dry_run,
                 showtimes,
                 progress,
-            } => {
-                let opts = RunOptions {
-                    dry_run: *dry_run || settings.reconcile.dry_run,
-                    showtimes: showtimes.clone(),
-                    progress: *progress,
-                    stop: stop.clone(),
-                    ..RunOptions::default()
-                };
-                (kinds.clone(), opts)
-            }
-            Trigger::Direct { kinds, opts } => (kinds.clone(), opts.clone()),
+                ..
+            } => RunOptions {
+                dry_run: *dry_run || settings.reconcile.dry_run,
+                showtimes: showtimes.clone(),
+                progress: *progress,
+                stop: stop.clone(),
+                ..RunOptions::default()
+            },
+            Trigger::Direct { opts, .. } => opts.clone(),
         };
-        let mut opts = opts;
+        let kinds = RunRequest::kinds_of(settings, &trigger);
         opts.replica_reads = replica_reads(&trigger, &opts);
         let pass_slot_ms = pass_lease_slot(&trigger, &kinds, &opts);
         RunRequest {
@@ -169,6 +184,22 @@ impl RunRequest {
             kinds,
             opts,
             pass_slot_ms,
+            interval,
+        }
+    }
+
+    /// The jobs `trigger` runs, in the contract's order: what a fire or
+    /// an admin run is skipped and counted for before any request is built.
+    pub fn kinds_of(settings: &Settings, trigger: &Trigger) -> Vec<Kind> {
+        let enabled = settings.enabled_jobs().into_iter();
+        match trigger {
+            Trigger::Pass { .. } => enabled.filter(|k| k.is_seat_job()).collect(),
+            Trigger::ExpiredOrders => vec![Kind::ExpiredOrders],
+            Trigger::Admin { kind } => vec![*kind],
+            Trigger::Check { orders, .. } => {
+                enabled.filter(|k| *orders || k.is_seat_job()).collect()
+            }
+            Trigger::Once { kinds, .. } | Trigger::Direct { kinds, .. } => kinds.clone(),
         }
     }
 
@@ -200,6 +231,21 @@ fn pass_lease_slot(trigger: &Trigger, kinds: &[Kind], opts: &RunOptions) -> Opti
         _ => 0,
     };
     under_pass.then_some(slot_ms)
+}
+
+/// A pass's interval (see [`RunRequest::interval`]): a scheduled pass's
+/// from its slot to the next fire; one outside the schedule, `cadence` or
+/// else the schedule's interval now.
+fn pass_interval(
+    ctx: &Context,
+    slot: Option<DateTime<Utc>>,
+    cadence: Option<Duration>,
+) -> Option<Duration> {
+    let schedule = ctx.pass_schedule.as_ref();
+    match slot {
+        Some(s) => (schedule?.next_after(s)? - s).to_std().ok(),
+        None => cadence.or_else(|| schedule?.interval_after(Utc::now())),
+    }
 }
 
 /// Whether a daemon's run of `trigger` paces its reads (rule 14). A pass
@@ -322,6 +368,7 @@ mod tests {
         let pass = Trigger::Pass {
             slot: Some(slot),
             rebuild: Rebuild::No,
+            cadence: None,
         };
         // A scheduled pass claims its slot; one outside the schedule slot 0.
         assert_eq!(
@@ -331,6 +378,7 @@ mod tests {
         let unscheduled = Trigger::Pass {
             slot: None,
             rebuild: Rebuild::No,
+            cadence: None,
         };
         assert_eq!(pass_lease_slot(&unscheduled, &seat, &opts), Some(0));
         let admin = Trigger::Admin {
@@ -369,6 +417,7 @@ mod tests {
         let pass = |rebuild| Trigger::Pass {
             slot: None,
             rebuild,
+            cadence: None,
         };
         assert!(!paced(&pass(Rebuild::AfterLoss), false));
         // An operator's cap holds for it too.
@@ -393,6 +442,7 @@ mod tests {
             Trigger::Pass {
                 slot: None,
                 rebuild: Rebuild::AfterLoss,
+                cadence: None,
             },
             Trigger::ExpiredOrders,
             Trigger::Admin {

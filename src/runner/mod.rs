@@ -3,8 +3,9 @@
 //! is skipped and counted), the pass of each shard (its own first), and the
 //! graceful stop. The scheduler (`daemon`), the admin endpoint (`http`) and
 //! the change watch (`change_watch`) all start runs through it, as a
-//! `Trigger` it turns into a `RunRequest` (`Runner::request`). `status.rs`:
-//! what it shows of them (`/status`, metrics).
+//! `Trigger` it turns into a `RunRequest` (`Runner::request`), once per run
+//! (a pass: once per shard), entered through the one door (`door.rs`) and
+//! recorded. `status.rs`: what it shows of them (`/status`, metrics).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +26,9 @@ use crate::model::{Kind, Shard};
 use crate::pass::{Holding, KeptPass};
 use crate::schedule::Schedule;
 
+mod door;
 mod status;
+pub use door::enter;
 pub use status::{Fallback, JobStatus, LastRun, ShardStatus};
 
 /// How long a dependency probe waits for each store.
@@ -47,6 +50,7 @@ impl Fire {
             Fire::Pass => Trigger::Pass {
                 slot: Some(slot),
                 rebuild: Rebuild::No,
+                cadence: None,
             },
             Fire::ExpiredOrders => Trigger::ExpiredOrders,
         }
@@ -70,10 +74,12 @@ pub struct Runner {
     schedules: BTreeMap<Kind, Schedule>,
     stop: CancellationToken,
     tracker: TaskTracker,
-    /// One pass at a time; one `expired-orders` run at a time. Each guard
-    /// belongs to one schedule's job and is held (`try_lock_owned`) by its
-    /// run: the scheduler fires whether or not the previous run is still
-    /// going, and such a fire is skipped and counted (`skipped_overlap`).
+    /// One pass at a time; one `expired-orders` fire's run at a time. Each
+    /// guard belongs to one schedule's job and is held (`try_lock_owned`)
+    /// by its run: the scheduler fires whether or not the previous run is
+    /// still going, and such a fire is skipped and counted
+    /// (`skipped_overlap`). A check that runs `expired-orders` waits for
+    /// its turn at the door instead (`door.rs`).
     pass_guard: Arc<tokio::sync::Mutex<()>>,
     expired_guard: Arc<tokio::sync::Mutex<()>>,
     status: Mutex<BTreeMap<Kind, JobStatus>>,
@@ -293,13 +299,12 @@ impl Runner {
         } else {
             Rebuild::No
         };
-        self.start_run(
-            Trigger::Pass {
-                slot: None,
-                rebuild,
-            },
-            false,
-        )
+        let trigger = Trigger::Pass {
+            slot: None,
+            rebuild,
+            cadence: self.fallback().map(|f| f.every),
+        };
+        self.start_run(trigger, false)
     }
 
     /// A scheduled fire (the pass, or `expired-orders`) for the schedule
@@ -310,7 +315,7 @@ impl Runner {
     )]
     pub fn fire(self: &Arc<Self>, fire: Fire, slot: DateTime<Utc>) {
         let trigger = fire.trigger(slot);
-        let kinds = self.request(trigger.clone()).kinds;
+        let kinds = RunRequest::kinds_of(&self.ctx.settings, &trigger);
         if kinds.is_empty() {
             return;
         }
@@ -343,7 +348,7 @@ impl Runner {
         if self.stop.is_cancelled() {
             return Err(NotStarted::ShuttingDown);
         }
-        let kinds = self.request(trigger.clone()).kinds;
+        let kinds = RunRequest::kinds_of(&self.ctx.settings, &trigger);
         let is_pass = kinds.iter().any(|k| k.is_seat_job());
         let guard = if is_pass {
             &self.pass_guard
@@ -371,9 +376,7 @@ impl Runner {
             if is_pass {
                 this.run_pass(&trigger, &kinds).await;
             } else {
-                let started_at = Utc::now();
-                let result = jobs::run(&this.ctx, this.request(trigger)).await;
-                this.record(result.report, started_at);
+                this.enter(&this.ctx, this.request(trigger)).await;
             }
             this.set_running(&kinds, false);
             drop(guard);
@@ -402,21 +405,6 @@ impl Runner {
             Trigger::Pass { slot, .. } => *slot,
             _ => None,
         };
-        // From this fire to the next: what the pass's fit is judged by. A
-        // pass outside the schedule (at start, after a gap) is judged by the
-        // cadence in force, so that the first pass of a large estate already
-        // says whether it fits and what one shard carries.
-        let interval = match slot {
-            Some(s) => self
-                .ctx
-                .pass_schedule
-                .as_ref()
-                .and_then(|schedule| (schedule.next_after(s)? - s).to_std().ok()),
-            None => self.fallback().map(|f| f.every).or_else(|| {
-                let schedule = self.ctx.pass_schedule.as_ref()?;
-                schedule.interval_after(Utc::now())
-            }),
-        };
         // Dry runs take no pass lease, so they keep to their own shard.
         let shards = if slot.is_some() && !settings.reconcile.dry_run {
             own.all_from_here()
@@ -444,16 +432,16 @@ impl Runner {
                     _ = stop.cancelled() => break,
                 }
             }
-            let started_at = Utc::now();
             if let Some(changes) = self.changes.as_ref().filter(|_| shard == own) {
                 changes.pass_starts();
             }
             let kept = self.kept.clone().filter(|_| shard == own);
-            let mut request =
-                RunRequest::new(&ctx, trigger.clone(), stop.clone(), self.outbox(), kept);
-            let cadence = interval.map(|i| tokio::time::Instant::now() + i);
-            request.opts.pace_by = request.opts.deadline.or(cadence);
-            let run = jobs::run(&ctx, request).await;
+            let request = RunRequest::new(&ctx, trigger.clone(), stop.clone(), self.outbox(), kept);
+            // From this fire to the next (outside the schedule: the cadence
+            // in force, so that the first pass of a large estate already
+            // says whether it fits and what one shard carries).
+            let interval = request.interval;
+            let run = self.enter(&ctx, request).await;
             ran_any |= !matches!(run.pass, PassOutcome::StoodBy { .. });
             self.record_pass(shard, &run.pass, &run.report, interval);
             if let (Some(changes), PassOutcome::Ran { .. }) = (&self.changes, &run.pass)
@@ -462,7 +450,6 @@ impl Runner {
                 changes.pass_ended(&run.report);
                 self.rebuild_goes_on(&run.report, changes);
             }
-            self.record(run.report, started_at);
         }
         if !ran_any && !stop.is_cancelled() {
             // A standby's scan gauges would otherwise show what it saw when
@@ -480,6 +467,42 @@ impl Runner {
             p.need(0.0);
         }
         self.show_pace();
+    }
+
+    /// The daemon's way through the door: `request` (built once, for
+    /// `ctx`'s shard) made, and what came of it recorded in `/status` and
+    /// the metrics (a check's as a check's).
+    async fn enter(&self, ctx: &Context, request: RunRequest) -> jobs::RunResult {
+        let started_at = Utc::now();
+        let check = matches!(request.trigger, Trigger::Check { .. });
+        let result = enter(ctx, request).await;
+        if check {
+            self.record_check(&result.report);
+        } else {
+            self.record(&result.report, started_at);
+        }
+        result
+    }
+
+    /// A change-driven check of this process's own shard, made now: the
+    /// enabled seat jobs scoped to `showtimes`, and `expired-orders` too
+    /// when `orders` (its source may be an order's deadline), waiting for
+    /// its turn if another run of it goes. `source`: its label.
+    pub async fn check(
+        &self,
+        source: &'static str,
+        showtimes: Vec<crate::model::ShowtimeId>,
+        orders: bool,
+    ) -> jobs::report::RunReport {
+        let trigger = Trigger::Check {
+            source,
+            showtimes,
+            orders,
+        };
+        // Boxed: the whole run is a deep future, kept off the caller's own.
+        Box::pin(self.enter(&self.ctx, self.request(trigger)))
+            .await
+            .report
     }
 
     /// Whether this process claims `shard`'s pass at the fire: the shard's

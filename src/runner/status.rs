@@ -302,7 +302,7 @@ impl Runner {
     /// A change-driven check's report: its jobs' metrics (no `/status`
     /// last run: that is the passes'), refused permissions, the schema's
     /// verdict.
-    pub fn record_check(&self, report: &RunReport) {
+    pub(super) fn record_check(&self, report: &RunReport) {
         for job in &report.jobs {
             self.metrics.record_check(job);
             self.ctx.denials.record_all(&job.denied);
@@ -315,10 +315,10 @@ impl Runner {
         clippy::expect_used,
         reason = "the status map holds every kind from the start"
     )]
-    pub(super) fn record(&self, report: RunReport, started_at: DateTime<Utc>) {
+    pub(super) fn record(&self, report: &RunReport, started_at: DateTime<Utc>) {
         self.show_contract();
         let mut status = lock(&self.status);
-        for job in report.jobs {
+        for job in report.jobs.iter().cloned() {
             self.metrics.record(&job);
             self.ctx.denials.record_all(&job.denied);
             let st = status.get_mut(&job.kind).expect("kind");

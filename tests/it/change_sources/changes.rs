@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use seatflow_reconciler::changes::events::{Channels, Message, OwnWrites};
-use seatflow_reconciler::model::SeatState;
+use seatflow_reconciler::jobs::{RunRequest, Trigger};
+use seatflow_reconciler::model::{Kind, SeatState};
+use seatflow_reconciler::runner;
 use seatflow_reconciler::store::redis::Fenced;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{
@@ -19,7 +21,10 @@ use seatflow_test_support::estate::{
     post, seat_becomes,
 };
 use seatflow_test_support::own_keys::release_locks;
-use seatflow_test_support::servers::{self, PrivateServer, binlog_dumps, binlog_dumps_become};
+use seatflow_test_support::servers::{
+    self, PrivateServer, binlog_dumps, binlog_dumps_become, wait_until,
+};
+use tokio_util::sync::CancellationToken;
 
 /// A daemon on `redis` (the shared one when None) whose pass fires once a
 /// year, with `grace`; returns it once its first pass (started by hand) ran.
@@ -311,6 +316,98 @@ async fn an_unpaid_order_is_cancelled_at_its_deadline_without_a_run() {
     by_deadline.retain(|(kind, _)| kind == "order_cancelled");
     assert_eq!(by_deadline, [found("order_cancelled", "deadline")]);
     daemon.stop().await;
+}
+
+/// One `expired-orders` at a time, whatever started it (the one door,
+/// `runner::enter`): a deadline's check of a showtime, due while a run of
+/// the job is under way (here held up by a lock on the audit table), waits
+/// for that run to finish before it starts, and then cancels its order.
+#[tokio::test]
+async fn a_deadline_check_waits_for_the_running_expired_orders() {
+    let env = TestEnv::with(|s| {
+        s.reconcile.expired_order_buffer = Duration::ZERO;
+        s.mysql.lock_wait_timeout =
+            humantime::parse_duration(seatflow_test_support::LONG_LOCK_WAIT).unwrap();
+    })
+    .await;
+    let running_order = seatflow_test_support::seed_expired(&env).await;
+    let seats = env.fx.hall(2, 1, 2).await.unwrap();
+    env.fx.showtime(2, 2, 60, "ON_SALE").await.unwrap();
+    let due_order = env.fx.order(2, "PENDING", &["A-1"], 3).await.unwrap();
+    env.fx.warm_all(2, &seats, &[("A-1", "1")]).await.unwrap();
+    let request =
+        |trigger| RunRequest::new(&env.ctx, trigger, CancellationToken::new(), None, None);
+    let enter = |request| {
+        let ctx = env.ctx.clone();
+        tokio::spawn(async move { runner::enter(&ctx, request).await.report })
+    };
+    let runs = async || -> Vec<(String, chrono::NaiveDateTime, Option<chrono::NaiveDateTime>)> {
+        sqlx::query_as(
+            "SELECT kinds, started_at, finished_at FROM reconcile_run ORDER BY started_at",
+        )
+        .fetch_all(env.ctx.mysql.pool())
+        .await
+        .unwrap()
+    };
+
+    let audit_lock = seatflow_test_support::hold_audit_lock(&env).await;
+    let running = enter(request(Trigger::ExpiredOrders));
+    wait_until(
+        "the job's run has started",
+        Duration::from_secs(30),
+        || async { runs().await.len() == 1 },
+    )
+    .await;
+    wait_until(
+        "the order's deadline has passed",
+        Duration::from_secs(30),
+        || async {
+            let passed: i64 = sqlx::query_scalar(
+                "SELECT expires_at < UTC_TIMESTAMP(3) FROM ticket_order WHERE id = ?",
+            )
+            .bind(due_order)
+            .fetch_one(env.ctx.mysql.pool())
+            .await
+            .unwrap();
+            passed == 1
+        },
+    )
+    .await;
+    let check = enter(request(Trigger::Check {
+        source: "deadline",
+        showtimes: vec![2],
+        orders: true,
+    }));
+    // Time for the check to start if nothing held it back (its first step
+    // is its run's row).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!check.is_finished());
+    assert_eq!(runs().await.len(), 1, "the check has not started");
+    assert_eq!(env.fx.order_status(due_order).await.unwrap(), "PENDING");
+
+    audit_lock.rollback().await.unwrap();
+    let running = running.await.unwrap();
+    let check = tokio::time::timeout(Duration::from_secs(60), check)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(running.jobs[0].fixed, 1, "{running:?}");
+    let cancelled = check
+        .jobs
+        .iter()
+        .find(|j| j.kind == Kind::ExpiredOrders)
+        .unwrap();
+    assert_eq!(cancelled.fixed, 1, "{check:?}");
+    assert_eq!(
+        env.fx.order_status(running_order).await.unwrap(),
+        "CANCELLED"
+    );
+    assert_eq!(env.fx.order_status(due_order).await.unwrap(), "CANCELLED");
+    let runs = runs().await;
+    let [(_, _, Some(job_finished)), (_, check_started, _)] = runs.as_slice() else {
+        panic!("{runs:?}");
+    };
+    assert!(check_started >= job_finished, "{runs:?}");
 }
 
 /// A server without keyspace notifications (the default) is found out by

@@ -22,7 +22,7 @@ use seatflow_reconciler::config::{SecretUrl, Settings};
 use seatflow_reconciler::context::Context;
 use seatflow_reconciler::fixtures::{self, Fixtures};
 use seatflow_reconciler::jobs::report::{JobReport, Outcome, RunReport};
-use seatflow_reconciler::jobs::{self, RunOptions, RunRequest};
+use seatflow_reconciler::jobs::{RunOptions, RunRequest};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::plan;
 
@@ -677,7 +677,7 @@ pub fn run_line_jobs(line: &serde_json::Value) -> Vec<BTreeMap<String, String>> 
 /// A run of `kinds` with `opts`, as a library caller makes one: outside any
 /// pass (no pass lease).
 pub async fn run(ctx: &Context, kinds: &[Kind], opts: RunOptions) -> RunReport {
-    jobs::run(ctx, RunRequest::direct(ctx, kinds, opts))
+    seatflow_reconciler::runner::enter(ctx, RunRequest::direct(ctx, kinds, opts))
         .await
         .report
 }

@@ -220,6 +220,9 @@ async fn soak(
             .map(|(k, v)| (format!("SEATFLOW__{}", k.to_uppercase()), v.to_string()))
             .collect(),
     };
+    // The daemons' settings as they read them (the traffic's judgement
+    // and the report's waits use their grace and buffer).
+    let settings = Settings::load_with_env(None, env.vars(1, 0))?;
     for n in 1..=args.replicas {
         let d = Daemon::spawn(reconciler, &env, n, rig.dir.path())?;
         rig.daemons.push(d);
@@ -241,7 +244,6 @@ async fn soak(
             // cannot hear of them yet.
             wait_for_events(&rig.daemons).await?;
         }
-        let settings = Settings::load_with_env(None, env.vars(1, 0))?;
         let t = Traffic::start(
             &bench,
             &estate,
@@ -293,7 +295,6 @@ async fn soak(
     let ages = drift::ages(&injector.log, &fixes, ended_at, RECENT_S, |s| keys.seat(s));
     let traffic = match (rig.traffic.take(), traffic_log) {
         (Some(t), Some((log, made))) => {
-            let settings = Settings::load_with_env(None, env.vars(1, 0))?;
             let waits = Waits {
                 orphan_grace_s: settings.reconcile.orphan_grace.as_secs_f64(),
                 expired_order_buffer_s: settings.reconcile.expired_order_buffer.as_secs_f64(),

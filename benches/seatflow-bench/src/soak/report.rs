@@ -528,14 +528,15 @@ fn write_traffic(out: &mut String, t: &TrafficReport) -> std::fmt::Result {
     writeln!(
         out,
         "\ntraffic: {} customers on {} showtimes, a hash lost and a showtime opened every {} s; flows: {}; errors {}; \
-         crashes settled by a loss {}; customers harmed {}",
+         crashes settled by a loss {}; customers harmed {} (not judged: {} whose order came after the grace)",
         t.workers,
         thousands(t.showtimes as u64),
         t.lose_every_s,
         flows.join(", "),
         t.flow_errors,
         t.settled_by_a_loss,
-        t.harmed
+        t.harmed,
+        t.late
     )?;
     if let Some(w) = &t.waits {
         writeln!(

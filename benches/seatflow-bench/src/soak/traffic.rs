@@ -171,6 +171,10 @@ pub struct TrafficReport {
     /// Customers whose committed (or committing) order's seats were changed
     /// under them: must be zero.
     pub harmed: usize,
+    /// Customers whose order came later than the orphan grace after their
+    /// hold (a stalled host): the contract no longer protects their seats,
+    /// so `harmed` does not judge them.
+    pub late: usize,
     pub harm_examples: Vec<String>,
     pub by_kind: BTreeMap<CrashKind, KindDelays>,
 }
@@ -336,6 +340,7 @@ impl Traffic {
             .count();
         let harmed: Vec<&HoldRecord> = log.holds.iter().filter(|h| h.harmed()).collect();
         report.harmed = harmed.len();
+        report.late = log.late_orders();
         report.harm_examples = harmed
             .iter()
             .take(5)
