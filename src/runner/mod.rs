@@ -70,8 +70,9 @@ pub struct Runner {
     pub ctx: Context,
     pub metrics: Metrics,
     pass_metrics: PassMetrics,
-    /// Each enabled job's schedule, parsed once, for `/status`'s next fire.
-    schedules: BTreeMap<Kind, Schedule>,
+    /// `expired-orders`' own schedule, parsed once, for `/status`'s next
+    /// fire (the seat jobs' is the pass's, the context's).
+    expired_orders_schedule: Option<Schedule>,
     stop: CancellationToken,
     tracker: TaskTracker,
     /// One pass at a time; one `expired-orders` fire's run at a time. Each
@@ -118,13 +119,8 @@ impl Runner {
     pub fn new(ctx: Context, metrics: Metrics) -> Arc<Runner> {
         let settings = &ctx.settings;
         // Checked with the settings: a schedule that does not parse has no
-        // fire, so no next fire and no deadline.
-        let schedules: BTreeMap<Kind, Schedule> = Kind::ALL
-            .into_iter()
-            .filter(|k| settings.job(*k).enabled)
-            .filter_map(|k| Some((k, Schedule::new(settings.schedule(k)).ok()?)))
-            .collect();
-        let now = Utc::now();
+        // fire, so no next fire.
+        let expired_orders_schedule = Schedule::new(settings.schedule(Kind::ExpiredOrders)).ok();
         let status = Kind::ALL
             .into_iter()
             .map(|k| {
@@ -134,7 +130,8 @@ impl Runner {
                     k,
                     JobStatus {
                         enabled,
-                        next_fire: schedules.get(&k).and_then(|s| s.next_after(now)),
+                        // Said when read (`Runner::status`).
+                        next_fire: None,
                         schedule,
                         running: false,
                         last_run: None,
@@ -173,7 +170,7 @@ impl Runner {
             ctx,
             metrics,
             pass_metrics,
-            schedules,
+            expired_orders_schedule,
             pass_stop: Mutex::new(stop.child_token()),
             stop,
             tracker: TaskTracker::new(),

@@ -116,13 +116,26 @@ impl Runner {
         let now = Utc::now();
         let fallback = self.fallback();
         for (k, st) in s.iter_mut() {
-            st.next_fire = self.schedules.get(k).and_then(|c| c.next_after(now));
+            st.next_fire = self.next_fire(*k, now);
             // A source down: the pass comes sooner than the schedule's fire.
             if let Some(f) = fallback.as_ref().filter(|_| k.is_seat_job()) {
                 st.next_fire = Some(st.next_fire.map_or(f.next_fire, |n| n.min(f.next_fire)));
             }
         }
         s
+    }
+
+    /// When `kind` is next fired after `now` (None: disabled, or a
+    /// schedule with no fire): the pass's schedule for a seat job.
+    fn next_fire(&self, kind: Kind, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if !self.ctx.settings.job(kind).enabled {
+            return None;
+        }
+        let schedule = match kind.is_seat_job() {
+            true => self.ctx.pass_schedule.as_deref(),
+            false => self.expired_orders_schedule.as_ref(),
+        };
+        schedule?.next_after(now)
     }
 
     pub fn shard_status(&self) -> BTreeMap<u32, ShardStatus> {
