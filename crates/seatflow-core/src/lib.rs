@@ -15,6 +15,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod capacity;
+pub mod changes;
 pub mod model;
 pub mod pace;
 pub mod pass_fit;
