@@ -16,6 +16,7 @@
 
 pub mod capacity;
 pub mod changes;
+pub mod keys;
 pub mod model;
 pub mod pace;
 pub mod pass_fit;
