@@ -16,10 +16,12 @@
 
 pub mod capacity;
 pub mod changes;
+pub mod grants;
 pub mod keys;
 pub mod model;
 pub mod pace;
 pub mod pass_fit;
 pub mod plan;
+pub mod redis_acl;
 pub mod repeats;
 pub mod schedule;
