@@ -2,18 +2,21 @@
 """Checks the dependency and layout rules of ARCHITECTURE.md ("Dependency
 rules") from the code itself, so the document cannot drift from the code:
 
-- every top-level module of the product has a layer in `LAYERS` (a new
-  module must be placed), and imports (its `crate::` paths) only from
-  layers below its own;
+- every top-level module of the product has a layer in `LAYERS`, and
+  every module of the pure crate (crates/seatflow-core) one in
+  `CORE_LAYERS` (a new module must be placed); each imports (its `crate::`
+  paths) only from layers below its own;
 - no import circle among the top-level modules of the product crate, nor of
-  the benchmark crate, the test support crate or the simulator;
-- the stores (`store`) import only `model` and `error` (and the race-window
-  names, which any layer may use);
-- the pure modules import no I/O: `model` imports nothing of the crate,
-  `plan` and `pace` only `model`, `pass_fit` nothing, `capacity` only
-  `pass_fit`;
-- rooms fit one sitting: no file of the product has more than `ROOM_LINES`
-  lines outside its unit-test module;
+  the pure crate, the benchmark crate, the test support crate or the
+  simulator;
+- the stores (`store`) import only `model` (seatflow-core's, re-exported)
+  and `error` (and the race-window names, which any layer may use);
+- the pure decisions are pure: seatflow-core's Cargo.toml names no I/O
+  crate (`IO_CRATES`) among its dependencies, so the compiler refuses an
+  import of one; inside it, `model` imports nothing of the crate, `plan`
+  only `model`, `pass_fit` nothing, `capacity` only `pass_fit`;
+- rooms fit one sitting: no file of the product or of the pure crate has
+  more than `ROOM_LINES` lines outside its unit-test module;
 - one door: every run enters through `runner::enter` (`DOOR`); no other
   file of the product calls `jobs::run`.
 
@@ -23,23 +26,31 @@ Prints the module graph with `--graph`. Exit 1 names every broken rule.
 
 import re
 import sys
+import tomllib
 from pathlib import Path
 
+# The pure decisions' crate (its sources).
+CORE = "crates/seatflow-core/src"
 # Names only (failpoint windows): any layer may use them.
 ANY_LAYER = {"race_window"}
+# What some modules may import of their own crate, by crate.
 ALLOWED = {
-    "store": {"model", "error"},
-    "model": set(),
-    "plan": {"model"},
-    "pace": {"model"},
-    "pass_fit": set(),
-    "capacity": {"pass_fit"},
+    "src": {"store": {"model", "error"}},
+    CORE: {
+        "model": set(),
+        "plan": {"model"},
+        "pace": {"model"},
+        "pass_fit": set(),
+        "capacity": {"pass_fit"},
+    },
 }
 # The product's layers, lowest first, as ARCHITECTURE.md lists them: a
-# module imports only from the layers before its own.
+# module imports only from the layers before its own. The pure decisions
+# are seatflow-core's (`CORE_LAYERS`); lib.rs re-exports them at their old
+# paths, names without files here.
 LAYERS = [
-    {"model", "error", "pace", "pass_fit", "schedule", "repeats", "process_metrics", "progress"},
-    {"plan", "store", "config", "capacity"},
+    {"error", "process_metrics", "progress"},
+    {"store", "config"},
     {"retry", "telemetry", "denials", "lease", "fixtures", "replica"},
     {"context"},
     {"pass"},
@@ -52,8 +63,21 @@ LAYERS = [
     # The binary's own modules (`main.rs` declares them): above everything.
     {"cli"},
 ]
+# seatflow-core's layers, lowest first.
+CORE_LAYERS = [
+    {"model", "pace", "pass_fit", "schedule", "repeats", "grants", "replica"},
+    {"plan", "capacity", "keys"},
+    {"changes", "redis_acl"},
+]
+# The crates no pure decision may depend on: each does I/O (or is an I/O
+# crate's own part).
+IO_CRATES = {
+    "tokio", "tokio-util", "tokio-cron-scheduler", "redis", "sqlx", "mysql_async",
+    "mysql_common", "axum", "hyper", "hyper-util", "reqwest",
+}
 ROOM_LINES = 600
-CRATES = ["src", "benches/seatflow-bench/src", "tests/support/src", "tests/simulator/src"]
+CRATES = ["src", CORE, "benches/seatflow-bench/src", "tests/support/src", "tests/simulator/src"]
+LAYERED = {"src": LAYERS, CORE: CORE_LAYERS}
 ROOTS = {"lib.rs", "main.rs"}
 
 
@@ -64,8 +88,22 @@ def top_module(root: Path, path: Path) -> str | None:
     return rel.parts[0].removesuffix(".rs")
 
 
+def reexported(root: Path) -> set[str]:
+    """The pure crate's modules lib.rs re-exports at the crate's top (`pub
+    use seatflow_core::{model, plan};`): names without files, below every
+    layer of the crate (they import nothing of it)."""
+    lib = root / "lib.rs"
+    if not lib.exists():
+        return set()
+    names = set()
+    for body in re.findall(r"\bpub use seatflow_core::(\{[^;]*\}|\w+);", lib.read_text()):
+        names |= set(re.findall(r"\w+", body)) - {"self"}
+    return names
+
+
 def graph(root: Path) -> dict[str, set[str]]:
     modules = {top_module(root, p) for p in root.rglob("*.rs")} - {None}
+    modules |= reexported(root)
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for path in root.rglob("*.rs"):
         me = top_module(root, path)
@@ -103,18 +141,37 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def layer_problems(edges: dict[str, set[str]]) -> list[str]:
-    layer = {m: i for i, names in enumerate(LAYERS) for m in names}
+def layer_problems(crate: str, layers: list[set[str]], edges: dict[str, set[str]]) -> list[str]:
+    layer = {m: i for i, names in enumerate(layers) for m in names}
+    name = "LAYERS" if crate == "src" else "CORE_LAYERS"
     problems = []
     for module in sorted(set(edges) - set(layer) - ANY_LAYER):
-        problems.append(f"src/{module} has no layer: place it in LAYERS (scripts/check_deps.py) "
+        problems.append(f"{crate}/{module} has no layer: place it in {name} (scripts/check_deps.py) "
                         "and in ARCHITECTURE.md's dependency rules")
     for module, used in sorted(edges.items()):
         if module not in layer:
             continue
         for up in sorted(u for u in used - ANY_LAYER if layer.get(u, -1) >= layer[module]):
-            problems.append(f"src/{module} (layer {layer[module]}) imports src/{up} "
+            problems.append(f"{crate}/{module} (layer {layer[module]}) imports {crate}/{up} "
                             f"(layer {layer[up]}): only layers below may be imported")
+    return problems
+
+
+def io_problems() -> list[str]:
+    """seatflow-core's dependencies (every target's) that do I/O."""
+    manifest = Path(CORE).parent / "Cargo.toml"
+    data = tomllib.loads(manifest.read_text())
+    tables = [("dependencies", data.get("dependencies", {}))]
+    for target, spec in data.get("target", {}).items():
+        tables.append((f"target.{target}.dependencies", spec.get("dependencies", {})))
+    problems = []
+    for table, deps in tables:
+        for key, spec in deps.items():
+            # A renamed dependency names its crate as `package`.
+            crate = spec.get("package", key) if isinstance(spec, dict) else key
+            if crate in IO_CRATES:
+                problems.append(f"{manifest}: [{table}] names {crate}, an I/O crate: "
+                                "the pure decisions may not depend on it (do the I/O in the product)")
     return problems
 
 
@@ -133,7 +190,8 @@ def outside_tests(path: Path) -> int:
 def room_problems() -> list[str]:
     return [
         f"{path}: {n} lines outside its unit tests (a room holds at most {ROOM_LINES}): split it by concern"
-        for path in sorted(Path("src").rglob("*.rs"))
+        for root in ("src", CORE)
+        for path in sorted(Path(root).rglob("*.rs"))
         if (n := outside_tests(path)) > ROOM_LINES
     ]
 
@@ -154,7 +212,7 @@ def door_problems() -> list[str]:
 
 
 def main() -> int:
-    problems = room_problems() + door_problems()
+    problems = room_problems() + io_problems() + door_problems()
     for crate in CRATES:
         root = Path(crate)
         edges = graph(root)
@@ -164,20 +222,23 @@ def main() -> int:
                 print(f"  {m} -> {', '.join(sorted(edges[m])) or '-'}")
         for c in circles(edges):
             problems.append(f"{crate}: import circle {' -> '.join(c)}")
-        if crate == "src":
-            problems += layer_problems(edges)
-            for module, allowed in ALLOWED.items():
-                extra = edges.get(module, set()) - allowed - ANY_LAYER
-                if extra:
-                    problems.append(
-                        f"src/{module} may import only {sorted(allowed) or 'nothing'} "
-                        f"of the crate, but imports {sorted(extra)}"
-                    )
+        if crate in LAYERED:
+            # The re-exported pure modules are below every layer.
+            placed = {m: e for m, e in edges.items() if m not in reexported(root)}
+            problems += layer_problems(crate, LAYERED[crate], placed)
+        for module, allowed in ALLOWED.get(crate, {}).items():
+            extra = edges.get(module, set()) - allowed - ANY_LAYER
+            if extra:
+                problems.append(
+                    f"{crate}/{module} may import only {sorted(allowed) or 'nothing'} "
+                    f"of the crate, but imports {sorted(extra)}"
+                )
     for p in problems:
         print(p, file=sys.stderr)
     if not problems:
         print("dependency rules hold: every module in its layer, no import circle; stores import "
-              f"only model and error; model, plan, pace, pass_fit and capacity are pure; rooms within {ROOM_LINES} lines; "
+              "only model and error; seatflow-core depends on no I/O crate, its model, plan, "
+              f"pace, pass_fit and capacity import as allowed; rooms within {ROOM_LINES} lines; "
               "runs enter through runner::enter alone")
     return 1 if problems else 0
 

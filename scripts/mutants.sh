@@ -7,9 +7,9 @@
 #   ITERATE=1 bash scripts/mutants.sh …  # again, skipping what the last run caught
 #
 # Groups, and what judges their mutants:
-# - planner: src/plan/ and the strict reading of rows (src/model/contract.rs,
-#   occupancy.rs), by the unit and property tests and the integration tests
-#   that run the planner end to end.
+# - planner: plan/ and the strict reading of rows (model/contract.rs,
+#   occupancy.rs), in crates/seatflow-core, by its unit and property tests
+#   and the integration tests that run the planner end to end.
 # - repair-path: the sweep's lease → confirmation → script, the expired-orders
 #   cancel chain, the showtime lease, the conditional MySQL writes and the
 #   confirmation's reading (with the decoding of a seat row and its order's
@@ -81,7 +81,8 @@ for group in "${groups[@]}"; do
   case $group in
     planner)
       rust planner ::tests::,planner_props::,safety::,strict_reading::,bad_data::,races:: \
-        --file 'src/plan/*.rs' --file src/model/contract.rs --file src/model/occupancy.rs \
+        --file 'crates/seatflow-core/src/plan/*.rs' --file crates/seatflow-core/src/model/contract.rs \
+        --file crates/seatflow-core/src/model/occupancy.rs --test-package=seatflow-core \
         --cargo-arg=--lib --cargo-arg=--test=it --cargo-arg=--test=failpoints "${both[@]}" ;;
     repair-path)
       rust repair-path races::,safety::,own_keys::,strict_reading::,jobs:: \

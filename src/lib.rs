@@ -11,7 +11,6 @@
 pub mod race_window;
 
 pub mod access;
-pub mod capacity;
 pub mod change_watch;
 pub mod changes;
 pub mod config;
@@ -26,19 +25,17 @@ pub mod inspect;
 pub mod jobs;
 pub mod lease;
 pub mod metrics;
-pub mod model;
-pub mod pace;
 pub mod pass;
-pub mod pass_fit;
-pub mod plan;
 #[cfg(target_os = "linux")]
 pub mod process_metrics;
 pub mod progress;
 pub mod push;
-pub mod repeats;
 pub mod replica;
 pub mod retry;
 pub mod runner;
-pub mod schedule;
 pub mod store;
 pub mod telemetry;
+
+// The pure decisions, a crate of their own whose Cargo.toml names no I/O
+// crate (ARCHITECTURE.md, "Dependency rules"), at their old paths.
+pub use seatflow_core::{capacity, model, pace, pass_fit, plan, repeats, schedule};

@@ -4,7 +4,8 @@
 //! refused while running is `crate::denials`.
 
 pub mod check;
-pub mod redis_acl;
+// The ACL's judgement is pure (seatflow-core).
+pub use seatflow_core::redis_acl;
 pub mod start;
 
 use crate::config::{RedisEvents, Settings};

@@ -8,14 +8,14 @@
 //! and audit. Only the active holder of its shard's pass lease checks, so
 //! replicas never double the work.
 //!
-//! Rooms: `queue.rs` decides what is due, `events.rs` reads keyspace
-//! messages and the probe, `marker.rs` tells a loss of Redis' data by its
-//! data markers (all three pure); this file holds what the daemon's tasks
-//! share; `change_watch.rs` (above the runner) runs those tasks.
+//! Rooms: `queue` decides what is due, `events` reads keyspace messages
+//! and the probe, `marker` tells a loss of Redis' data by its data markers
+//! (all three pure, seatflow-core's `changes`); this file holds what the
+//! daemon's tasks share; `change_watch.rs` (above the runner) runs those
+//! tasks.
 
-pub mod events;
-pub mod marker;
-pub mod queue;
+// The three pure rooms (seatflow-core).
+pub use seatflow_core::changes::{events, marker, queue};
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -18,7 +18,8 @@ pub mod binlog;
 mod cancel;
 mod confirm;
 mod confirm_elsewhere;
-pub mod grants;
+// The grants' judgement is pure (seatflow-core).
+pub use seatflow_core::grants;
 mod inspect;
 mod migrations;
 mod occupancy;

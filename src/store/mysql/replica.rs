@@ -6,20 +6,8 @@ use super::*;
 use sqlx::Row as _;
 use sqlx::mysql::MySqlRow;
 
-/// What a server says of its replication, as the judgement needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplicaReport {
-    /// No replication is configured on it (`SHOW REPLICA STATUS` is empty).
-    NotAReplica,
-    /// Its threads: whether each runs (`Yes`), and the lag it reports
-    /// (`Seconds_Behind_Master`/`_Source`; None: unknown, as when a thread
-    /// is stopped).
-    Replicating {
-        io_running: bool,
-        sql_running: bool,
-        lag_seconds: Option<u64>,
-    },
-}
+// The plain value the judgement reads (seatflow-core's `replica`).
+pub use seatflow_core::replica::ReplicaReport;
 
 impl MysqlStore {
     /// The same store's pool for a replica of its database: the primary's

@@ -1,6 +1,7 @@
 //! Connections (single node, TLS, Redis Cluster), script loading, and
 //! pipelines routed by hash slot (NOSCRIPT-safe).
 
+use super::keys::hash_tag;
 use super::*;
 use crate::error::{Error, Result};
 use redis::aio::ConnectionManager;
@@ -99,17 +100,6 @@ pub(super) fn routing_key(cmd: &Cmd) -> Option<Vec<u8>> {
         b"TIME" | b"PING" => None,
         _ => args.get(1).cloned(),
     }
-}
-
-/// The part of a key Redis Cluster hashes: the first non-empty `{…}`.
-pub(super) fn hash_tag(key: &[u8]) -> &[u8] {
-    if let Some(open) = key.iter().position(|&b| b == b'{')
-        && let Some(len) = key[open + 1..].iter().position(|&b| b == b'}')
-        && len > 0
-    {
-        return &key[open + 1..open + 1 + len];
-    }
-    key
 }
 
 impl RedisStore {

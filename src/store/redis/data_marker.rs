@@ -7,17 +7,8 @@ use super::*;
 use crate::error::{Error, Result};
 use redis::Cmd;
 
-/// What one read of a data marker found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MarkerRead {
-    /// There, with this value.
-    Found(String),
-    /// Not there; the value given is set now. `replaced`: the key held
-    /// another type (rule 13: ours, replaced), named here.
-    Set { replaced: Option<String> },
-    /// Not there, and nothing written (a dry run).
-    Absent,
-}
+// The plain value, read by the pure verdict (`changes::marker`).
+pub use seatflow_core::changes::marker::MarkerRead;
 
 impl RedisStore {
     /// Reads each marker of `keys` in one round trip (per slot in a

@@ -16,7 +16,8 @@ mod binlog_position;
 mod conn;
 mod cursors;
 mod data_marker;
-mod keys;
+// The key layout is pure (seatflow-core).
+use seatflow_core::keys;
 mod leases;
 mod notify;
 mod seats;
@@ -171,7 +172,8 @@ fn from_value<T: FromRedisValue>(v: Value) -> Result<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::conn::{group_by_slot, hash_tag};
+    use super::conn::group_by_slot;
+    use super::keys::hash_tag;
     use super::*;
 
     #[test]

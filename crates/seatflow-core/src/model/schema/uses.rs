@@ -149,7 +149,7 @@ mod tests {
     /// column"), row for row.
     #[test]
     fn the_contract_page_shows_the_table() {
-        let doc = include_str!("../../../docs/seatflow-contract.md");
+        let doc = include_str!("../../../../../docs/seatflow-contract.md");
         for u in USES.iter() {
             let cell = |a: Access| match a.shown() {
                 "" => " ".to_string(),

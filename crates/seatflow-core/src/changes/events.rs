@@ -27,6 +27,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+pub use crate::keys::{Channels, glob_escape};
 use crate::model::ShowtimeId;
 
 /// How often the probe is written.
@@ -61,56 +62,8 @@ pub enum Message {
     Ignored,
 }
 
-/// The channels subscribed, for one Redis database and key prefix.
-#[derive(Debug, Clone)]
-pub struct Channels {
-    /// `__keyspace@<db>__:`
-    space: String,
-    /// `{prefix}seat:`
-    seat_prefix: String,
-    /// `{prefix}reconcile:writing:`
-    writing_prefix: String,
-    /// The probe hashes' keys: one for a single server, one per primary
-    /// in a cluster.
-    probe_keys: Vec<String>,
-}
-
+/// A keyspace message, read ([`Channels`] names the channels).
 impl Channels {
-    pub fn new(db: i64, key_prefix: &str, probe_keys: Vec<String>) -> Channels {
-        Channels {
-            space: format!("__keyspace@{db}__:"),
-            seat_prefix: format!("{key_prefix}seat:"),
-            writing_prefix: format!("{key_prefix}reconcile:writing:"),
-            probe_keys,
-        }
-    }
-
-    /// The probe keys, in the order [`Message::Probe`] numbers them.
-    pub fn probe_keys(&self) -> &[String] {
-        &self.probe_keys
-    }
-
-    /// The patterns subscribed: the seat hashes' channels and our writing
-    /// keys' (one connection, so that a script's events stay in order),
-    /// the prefix escaped for Redis' glob (`*`, `?`, `[`, `]` and `\` in a
-    /// prefix match themselves).
-    pub fn patterns(&self) -> [String; 2] {
-        [&self.seat_prefix, &self.writing_prefix].map(|keys| {
-            let mut p = glob_escape(&self.space);
-            p.push_str(&glob_escape(keys));
-            p.push_str("{*}");
-            p
-        })
-    }
-
-    /// The probes' own channels (subscribed exactly).
-    pub fn probe_channels(&self) -> Vec<String> {
-        self.probe_keys
-            .iter()
-            .map(|k| format!("{}{k}", self.space))
-            .collect()
-    }
-
     /// Reads one message: `channel` as delivered, `event` its payload.
     pub fn read(&self, channel: &str, event: &str) -> Message {
         let Some(key) = channel.strip_prefix(&self.space) else {
@@ -187,18 +140,6 @@ impl OwnWrites {
             Message::Probe { .. } | Message::Ignored => false,
         }
     }
-}
-
-/// `s` as a Redis glob (`PSUBSCRIBE`, ACL patterns) that matches only itself.
-pub fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Whether the server sends the notifications we need.

@@ -3,7 +3,18 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::redis::MarkerRead;
+/// What one read of a data marker found (the store's read,
+/// `store::redis::data_marker`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkerRead {
+    /// There, with this value.
+    Found(String),
+    /// Not there; the value given is set now. `replaced`: the key held
+    /// another type (rule 13: ours, replaced), named here.
+    Set { replaced: Option<String> },
+    /// Not there, and nothing written (a dry run).
+    Absent,
+}
 
 /// The data markers this process reads, and their values as last seen.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
-//! The key layout: seatflow's seat hashes and every key of ours, each
-//! showtime's under its hash tag `{S}`; the aside name of a key of ours
-//! found of the wrong type.
+//! The key layout (**pure**): seatflow's seat hashes and every key of
+//! ours, each showtime's under its hash tag `{S}`; the aside name of a key
+//! of ours found of the wrong type; the keyspace channels the daemon
+//! subscribes to (read by `changes::events`).
 
-use super::conn::hash_tag;
 use crate::model::{Shard, ShowtimeId};
 
 /// The key layout. `{prefix}seat:{S}` is seatflow's; the rest are ours.
@@ -158,4 +158,79 @@ pub fn aside_key(key: &str, suffix: &str) -> String {
     } else {
         format!("{key}:wrong-type:{suffix}:{{{key}}}")
     }
+}
+
+/// The part of a key Redis Cluster hashes: the first non-empty `{…}`.
+pub fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{')
+        && let Some(len) = key[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
+    }
+    key
+}
+
+/// The channels subscribed, for one Redis database and key prefix.
+#[derive(Debug, Clone)]
+pub struct Channels {
+    /// `__keyspace@<db>__:`
+    pub(crate) space: String,
+    /// `{prefix}seat:`
+    pub(crate) seat_prefix: String,
+    /// `{prefix}reconcile:writing:`
+    pub(crate) writing_prefix: String,
+    /// The probe hashes' keys: one for a single server, one per primary
+    /// in a cluster.
+    pub(crate) probe_keys: Vec<String>,
+}
+
+impl Channels {
+    pub fn new(db: i64, key_prefix: &str, probe_keys: Vec<String>) -> Channels {
+        Channels {
+            space: format!("__keyspace@{db}__:"),
+            seat_prefix: format!("{key_prefix}seat:"),
+            writing_prefix: format!("{key_prefix}reconcile:writing:"),
+            probe_keys,
+        }
+    }
+
+    /// The probe keys, in the order
+    /// [`Message::Probe`](crate::changes::events::Message::Probe) numbers them.
+    pub fn probe_keys(&self) -> &[String] {
+        &self.probe_keys
+    }
+
+    /// The patterns subscribed: the seat hashes' channels and our writing
+    /// keys' (one connection, so that a script's events stay in order),
+    /// the prefix escaped for Redis' glob (`*`, `?`, `[`, `]` and `\` in a
+    /// prefix match themselves).
+    pub fn patterns(&self) -> [String; 2] {
+        [&self.seat_prefix, &self.writing_prefix].map(|keys| {
+            let mut p = glob_escape(&self.space);
+            p.push_str(&glob_escape(keys));
+            p.push_str("{*}");
+            p
+        })
+    }
+
+    /// The probes' own channels (subscribed exactly).
+    pub fn probe_channels(&self) -> Vec<String> {
+        self.probe_keys
+            .iter()
+            .map(|k| format!("{}{k}", self.space))
+            .collect()
+    }
+}
+
+/// `s` as a Redis glob (`PSUBSCRIBE`, ACL patterns) that matches only itself.
+pub fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -4,7 +4,7 @@
 //! and the start's check, which asks `redis.acl_check_cmd` about each use
 //! and writes nothing.
 
-use crate::changes::events::{Channels, glob_escape};
+use crate::keys::{Channels, glob_escape};
 
 /// Where and how the reconciler uses Redis: what its ACL depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +92,7 @@ impl RedisAccess {
     }
 
     /// Every probe hash's channel begins so (one per instance, one per
-    /// primary in a cluster: `store::redis::Keys::events_probe`).
+    /// primary in a cluster: `Keys::events_probe`).
     fn probe_channel_prefix(&self) -> String {
         format!(
             "{}{}reconcile:events-probe:",
