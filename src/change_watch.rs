@@ -409,8 +409,7 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
 /// and `expired-orders` too for a deadline (or a retry, which may be one).
 async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec<Due>) {
     let showtimes = due.iter().map(|d| d.showtime).collect();
-    let orders = matches!(source, Source::Deadline | Source::Retry);
-    let report = runner.check(source.label(), showtimes, orders).await;
+    let report = runner.check(source, showtimes).await;
     tracing::debug!(
         source = source.label(),
         showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(),

@@ -56,12 +56,12 @@ pub struct RunOptions {
     /// The problems this run has reported, so each is counted once per run
     /// by the first job that meets it (shared by the run's jobs).
     pub reported: strict::Reported,
-    /// A change-driven check, named by what asked for it (a source's label:
-    /// `event`, `deadline`, `grace`, `retry`): a few showtimes, so none of a
-    /// run's housekeeping (abandoned runs, audit pruning and backlog). The
-    /// label is kept in the run's report (`reconcile_run.report`, `check`),
-    /// so the audit tells which source found each repair; none: a pass.
-    pub check: Option<&'static str>,
+    /// A change-driven check, and what asked for it (an event, a commit, a
+    /// deadline, a grace end, a retry): a few showtimes, so none of a run's
+    /// housekeeping (abandoned runs, audit pruning and backlog). Its label is
+    /// kept in the run's report (`reconcile_run.report`, `check`), so the
+    /// audit tells which source found each repair; none: a pass.
+    pub check: Option<seatflow_core::changes::queue::Source>,
     /// Where the run tells the daemon's change queue what it found (grace
     /// ends, reads, repairs), as it goes; None outside the daemon.
     pub outbox: Option<Outbox>,
@@ -382,7 +382,7 @@ pub(crate) async fn run_as(
         started.elapsed().as_millis() as u64,
     );
     report.redis_round_trips = ctx.redis.round_trips() - trips_before;
-    report.check = opts.check;
+    report.check = opts.check.map(|s| s.label());
     report.contract_deviations = deviations;
     log_run(ctx, &report);
     if !opts.dry_run && recorded {

@@ -19,6 +19,7 @@ use crate::config::Settings;
 use crate::context::Context;
 use crate::model::{Kind, ShowtimeId};
 use crate::pass::KeptPass;
+use seatflow_core::changes::queue::Source;
 
 /// What asked for a run.
 #[derive(Debug, Clone)]
@@ -38,13 +39,12 @@ pub enum Trigger {
     ExpiredOrders,
     /// The admin endpoint: one job now (a seat job runs as a pass of its own).
     Admin { kind: Kind },
-    /// A change-driven check of `showtimes`, named by its source's label
-    /// (`event`, `binlog`, `grace`, `deadline`, `retry`); `orders`: the
-    /// source may be an order's deadline, so `expired-orders` runs too.
+    /// A change-driven check of `showtimes`, asked for by `source`
+    /// (`expired-orders` runs too when the source may be an order's
+    /// deadline: `Source::asks_for_orders`).
     Check {
-        source: &'static str,
+        source: Source,
         showtimes: Vec<ShowtimeId>,
-        orders: bool,
     },
     /// The CLI's `once`: the jobs it names, under the shard's pass lease.
     Once {
@@ -196,8 +196,9 @@ impl RunRequest {
             Trigger::Pass { .. } => enabled.filter(|k| k.is_seat_job()).collect(),
             Trigger::ExpiredOrders => vec![Kind::ExpiredOrders],
             Trigger::Admin { kind } => vec![*kind],
-            Trigger::Check { orders, .. } => {
-                enabled.filter(|k| *orders || k.is_seat_job()).collect()
+            Trigger::Check { source, .. } => {
+                let orders = source.asks_for_orders();
+                enabled.filter(|k| orders || k.is_seat_job()).collect()
             }
             Trigger::Once { kinds, .. } | Trigger::Direct { kinds, .. } => kinds.clone(),
         }
@@ -398,9 +399,8 @@ mod tests {
         );
         // A check, a job on its schedule, a library caller: never.
         let check = Trigger::Check {
-            source: "event",
+            source: Source::Event,
             showtimes: vec![7],
-            orders: false,
         };
         assert_eq!(pass_lease_slot(&check, &seat, &opts), None);
         let job = Trigger::ExpiredOrders;
@@ -424,9 +424,8 @@ mod tests {
         assert!(paced(&pass(Rebuild::AfterLoss), true));
         assert!(paced(&pass(Rebuild::No), false));
         let check = Trigger::Check {
-            source: "event",
+            source: Source::Event,
             showtimes: vec![1],
-            orders: false,
         };
         assert!(paced(&check, false));
     }
@@ -455,9 +454,8 @@ mod tests {
             assert!(!replica_reads(trigger, &named), "{trigger:?} named");
         }
         let check = Trigger::Check {
-            source: "binlog",
+            source: Source::Binlog,
             showtimes: vec![],
-            orders: true,
         };
         assert!(!replica_reads(&check, &opts));
         // A library caller's own choice.

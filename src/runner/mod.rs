@@ -25,6 +25,7 @@ use crate::metrics::{Metrics, PassMetrics};
 use crate::model::{Kind, Shard};
 use crate::pass::{Holding, KeptPass};
 use crate::schedule::Schedule;
+use seatflow_core::changes::queue::Source;
 
 mod door;
 mod status;
@@ -483,19 +484,14 @@ impl Runner {
 
     /// A change-driven check of this process's own shard, made now: the
     /// enabled seat jobs scoped to `showtimes`, and `expired-orders` too
-    /// when `orders` (its source may be an order's deadline), waiting for
-    /// its turn if another run of it goes. `source`: its label.
+    /// when its source may be an order's deadline, waiting for its turn if
+    /// another run of it goes.
     pub async fn check(
         &self,
-        source: &'static str,
+        source: Source,
         showtimes: Vec<crate::model::ShowtimeId>,
-        orders: bool,
     ) -> jobs::report::RunReport {
-        let trigger = Trigger::Check {
-            source,
-            showtimes,
-            orders,
-        };
+        let trigger = Trigger::Check { source, showtimes };
         // Boxed: the whole run is a deep future, kept off the caller's own.
         Box::pin(self.enter(&self.ctx, self.request(trigger)))
             .await

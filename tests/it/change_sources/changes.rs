@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use seatflow_reconciler::changes::events::{Channels, Message, OwnWrites};
+use seatflow_reconciler::changes::queue::Source;
 use seatflow_reconciler::jobs::{RunRequest, Trigger};
 use seatflow_reconciler::model::{Kind, SeatState};
 use seatflow_reconciler::runner;
@@ -374,9 +375,8 @@ async fn a_deadline_check_waits_for_the_running_expired_orders() {
     )
     .await;
     let check = enter(request(Trigger::Check {
-        source: "deadline",
+        source: Source::Deadline,
         showtimes: vec![2],
-        orders: true,
     }));
     // Time for the check to start if nothing held it back (its first step
     // is its run's row).

@@ -96,6 +96,12 @@ impl Source {
         Source::Retry,
     ];
 
+    /// Whether its check runs `expired-orders` too: a deadline's, and a
+    /// retry's (which may be one).
+    pub fn asks_for_orders(self) -> bool {
+        matches!(self, Source::Deadline | Source::Retry)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Source::Event => "event",
