@@ -11,11 +11,12 @@ use crate::context::Context;
 use crate::error::Result;
 use std::sync::Arc;
 
+use crate::jobs::seat_sweep::seen;
 use crate::jobs::strict;
 use crate::model::contract::{SeatRow, UnknownRow};
-use crate::model::{Kind, OccupancyBuilder, OrderStatus, SeatFields, ShowtimeId, Template};
-use crate::plan::{self, Anomaly, HashObservation, ShowtimeInput, Suspect};
-use crate::store::mysql::{AuditEntry, OccupancyRead, ShowtimeInfo, ShowtimeRow};
+use crate::model::{Kind, OrderStatus, SeatFields, ShowtimeId, Template};
+use crate::plan::{self, Anomaly, Suspect};
+use crate::store::mysql::{AuditEntry, ShowtimeInfo, ShowtimeRow};
 use crate::store::redis::HashRead;
 
 #[derive(Debug, Clone, Serialize)]
@@ -70,28 +71,26 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         return Ok(None);
     };
     let layout = ctx.mysql.layout(showtime.hall_id).await?;
+    // For the orders' numbers and deadlines only: what the seats hold is
+    // the pass's reading below.
     let occupants = ctx.mysql.occupants(id).await?;
-    let (_, mut reads) = ctx.redis.read_showtimes(&[id], true).await?;
-    let read = reads.remove(0);
     let lease_held = ctx
         .redis
         .get_string(&ctx.redis.keys.showtime_lease(id))
         .await?
         .is_some();
 
-    // The template as the sweep reads it (grouped where MySQL takes two
-    // seats for one), and what the schema's deviations hold (rule 17).
+    // The showtime read and planned by the pass's own code: what it calls
+    // drift is what a pass would repair (rule 17's holds included).
     let contract = ctx.mysql.check_contract().await?;
-    let template = Arc::new(
-        ctx.mysql
-            .templates(&[showtime.hall_id])
-            .await?
-            .0
-            .remove(&showtime.hall_id)
-            .unwrap_or_default(),
-    );
-    // The sweep's strict reading: rows outside the contract, named by the
-    // template seat MySQL's comparison takes them for.
+    let row = ShowtimeRow {
+        id,
+        hall_id: showtime.hall_id,
+        starts_at: showtime.starts_at.unwrap_or_default(),
+    };
+    let seen = seen::see(ctx, row, &contract).await?;
+    let (read, occupancy, plan) = (&seen.read, &seen.occupancy, &seen.plan);
+    // Why a pass would not sweep it: its own row outside the contract.
     let mut unknown: Vec<UnknownRow> = Vec::new();
     if showtime.starts_at.is_none() {
         unknown.push(UnknownRow::new(
@@ -110,52 +109,14 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
             ),
         ));
     }
-    let mut rows = OccupancyBuilder::default();
-    for o in &occupants {
-        unknown.extend(o.unknown.clone());
-        let order_id = o.order_id.unwrap_or_default();
-        let Some(holding) = o.reading.holding(order_id) else {
-            continue;
-        };
-        match (&o.seat_no, o.order_id) {
-            (Some(seat), Some(_)) => rows.push_row(id, seat, holding, order_id),
-            _ => rows.push_any_seat(id),
-        }
-    }
-    let page = [ShowtimeRow {
-        id,
-        hall_id: showtime.hall_id,
-        starts_at: showtime.starts_at.unwrap_or_default(),
-    }];
-    let templates = HashMap::from([(showtime.hall_id, template.clone())]);
-    let named = strict::name_seats(
-        ctx,
-        &page,
-        &templates,
-        OccupancyRead {
-            occupancy: rows.finish(),
-            unknown,
-        },
-    )
-    .await?;
-    let occupancy = named.occupancy;
-    let unknown_rows: Vec<String> = named.unknown.iter().map(|u| u.to_string()).collect();
+    unknown.extend(seen.unknown.iter().cloned());
+    let unknown_rows: Vec<String> = unknown.iter().map(|u| u.to_string()).collect();
     let empty = SeatFields::default();
     let (hash_word, fields) = match &read.hash {
         HashRead::Missing => ("missing", &empty),
         HashRead::WrongType => ("wrong_type", &empty),
         HashRead::Fields(f) => ("present", f),
     };
-    let plan = plan::plan_showtime(ShowtimeInput {
-        template: &template,
-        occupancy: occupancy.of(id),
-        hash: match &read.hash {
-            HashRead::Missing => HashObservation::Missing,
-            HashRead::WrongType => HashObservation::WrongType,
-            HashRead::Fields(f) => HashObservation::Present(f),
-        },
-        hold: contract.holds.seat(id).0,
-    });
     let repairs: HashMap<&str, Kind> = plan
         .repairs
         .iter()

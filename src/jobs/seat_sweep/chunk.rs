@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::context::ChunkSource;
 use crate::error::Error;
-use crate::model::{Kind, SeatRepair, ShowtimeId};
-use crate::plan::{self, HashObservation, ShowtimeInput};
+use crate::model::holds::ContractState;
+use crate::model::{Kind, Occupancy, SeatRepair, ShowtimeId, Template};
+use crate::plan::{self, HashObservation, ShowtimeInput, ShowtimePlan};
 use crate::store::mysql::ShowtimeRow;
 use crate::store::redis::{HashRead, ShowtimeRead, SuspectOp};
 
@@ -98,12 +99,7 @@ impl<'a> Sweep<'a, '_> {
                 .get(&showtime.hall_id)
                 .cloned()
                 .unwrap_or_default();
-            let plan = plan::plan_showtime(ShowtimeInput {
-                template: &template,
-                occupancy: occupancy.of(showtime.id),
-                hash: observation(read),
-                hold: holds.holds.seat(showtime.id).0,
-            });
+            let plan = plan_of(&template, &occupancy, showtime.id, read, &holds);
             let key = ctx.redis.keys.seat(showtime.id);
             if read.suspects_wrong_type {
                 // Read as no records: every seat's grace clock starts now,
@@ -331,6 +327,23 @@ fn suspect_changes(kind: Kind, g: &plan::GracePlan, read: &ShowtimeRead) -> Vec<
             state: plan::Suspect::decode(&read.suspects[seat]).and(watched),
         }))
         .collect()
+}
+
+/// The plan of one showtime read with `read`: the planner's input as a
+/// chunk gives it (also `inspect`'s, through `seen.rs`).
+pub(super) fn plan_of(
+    template: &Template,
+    occupancy: &Occupancy,
+    showtime: ShowtimeId,
+    read: &ShowtimeRead,
+    contract: &ContractState,
+) -> ShowtimePlan {
+    plan::plan_showtime(ShowtimeInput {
+        template,
+        occupancy: occupancy.of(showtime),
+        hash: observation(read),
+        hold: contract.holds.seat(showtime).0,
+    })
 }
 
 fn observation(read: &ShowtimeRead) -> HashObservation<'_> {

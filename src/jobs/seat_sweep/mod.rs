@@ -39,6 +39,7 @@ mod chunk;
 mod notices;
 mod read;
 mod repair;
+pub mod seen;
 
 use notices::{BadDataLog, OwnKeys};
 pub(crate) use notices::{log_stuck_lease, wrong_type_problem};

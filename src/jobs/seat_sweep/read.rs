@@ -78,10 +78,34 @@ pub(super) async fn fetch(
             source,
         }));
     }
-    let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
     let read_at = Instant::now();
+    let reads = read_page(ctx, opts, what, &page, &mut source).await;
+    Ok(Some(Fetched {
+        page,
+        unknown,
+        last,
+        read,
+        want,
+        reads,
+        read_at,
+        source,
+    }))
+}
+
+/// What the stores hold for `page`: Redis' clock, its seat hashes (and
+/// suspect records) and their occupancy, each from where `source` says
+/// (paced: one store after the other; unpaced: both at once). A chunk's
+/// read, and `inspect`'s of one showtime (`seen.rs`).
+pub(super) async fn read_page(
+    ctx: &Context,
+    opts: &RunOptions,
+    what: WhatToRead,
+    page: &[ShowtimeRow],
+    source: &mut ChunkSource,
+) -> Result<(i64, Vec<ShowtimeRead>, OccupancyRead), Error> {
+    let ids: Vec<ShowtimeId> = page.iter().map(|s| s.id).collect();
     let read_hashes = || read_hashes(ctx, opts.pacer.as_deref(), &ids, what.suspects);
-    let source_of_occupancy = &mut source;
+    let source_of_occupancy = source;
     let read_occupancy = |of: Vec<ShowtimeId>| async move {
         let started = Instant::now();
         let of = &of;
@@ -95,7 +119,7 @@ pub(super) async fn fetch(
         }
         read
     };
-    let reads = if what.occupancy_where_missing_only {
+    if what.occupancy_where_missing_only {
         async {
             let (now_ms, reads) = read_hashes().await?;
             let missing = page
@@ -119,17 +143,7 @@ pub(super) async fn fetch(
         // Both stores at once: the chunk waits for the slower, not the sum.
         let (hashes, occupancy) = tokio::join!(read_hashes(), read_occupancy(ids.clone()));
         hashes.and_then(|(now_ms, reads)| occupancy.map(|o| (now_ms, reads, o)))
-    };
-    Ok(Some(Fetched {
-        page,
-        unknown,
-        last,
-        read,
-        want,
-        reads,
-        read_at,
-        source,
-    }))
+    }
 }
 
 /// Reads the seat hashes (and suspect records) of `ids`: in one pipeline,

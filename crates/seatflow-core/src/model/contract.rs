@@ -173,11 +173,12 @@ pub fn read_seat_row(row: &SeatRowFacts) -> SeatRow {
             return SeatRow::Unknown(format!("active = {other}, neither 1 nor NULL"));
         }
     };
-    // A row whose order_id is NULL has no order to read (the join found
-    // none): held while active, ended while NULL, as any orderless row. One
-    // the join found whose id does not decode (beyond BIGINT) has an order
-    // nobody can name: unknown, and said so.
-    if let (Err(e), Some(_)) = (&row.order_id, &row.order)
+    // A row whose order_id is NULL has no order to read: held while
+    // active, ended while NULL, as any orderless row. One whose id does not
+    // decode (beyond BIGINT) has an order nobody can name, whether or not
+    // a read found it (a join does; a read by id cannot): unknown, and
+    // said so.
+    if let Err(e) = &row.order_id
         && e != "NULL"
     {
         return SeatRow::Unknown(format!("order_id does not decode ({e})"));
@@ -375,6 +376,13 @@ mod tests {
         beyond.order_id =
             Err("9223372036854775813 is beyond BIGINT (order_id is BIGINT UNSIGNED)".into());
         assert_eq!(seat_row_key(&beyond), "order 9223372036854775813 seat A-1");
+        match read_seat_row(&beyond) {
+            SeatRow::Unknown(why) => assert!(why.contains("BIGINT UNSIGNED"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // The same row as a chunk's read meets it: its order cannot be read
+        // by an id that does not decode, so none was found. Still said so.
+        beyond.order = None;
         match read_seat_row(&beyond) {
             SeatRow::Unknown(why) => assert!(why.contains("BIGINT UNSIGNED"), "{why}"),
             other => panic!("{other:?}"),
