@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::jobs::seat_sweep::seen;
 use crate::jobs::strict;
 use crate::model::contract::{SeatRow, UnknownRow};
-use crate::model::{Kind, OrderStatus, SeatFields, ShowtimeId, Template};
+use crate::model::{Kind, OrderStatus, Scope, SeatFields, Shard, ShowtimeId, Template};
 use crate::plan::{self, Anomaly, Suspect};
 use crate::store::mysql::{AuditEntry, ShowtimeInfo, ShowtimeRow};
 use crate::store::redis::HashRead;
@@ -89,6 +89,14 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
         starts_at: showtime.starts_at.unwrap_or_default(),
     };
     let seen = seen::see(ctx, row, &contract).await?;
+    // Whether a pass sweeps it at all (its drift is nobody's otherwise):
+    // the pass's own page read, of this showtime, whichever shard has it.
+    let scope = Scope {
+        shard: Shard::ALL,
+        only: &[id],
+    };
+    let swept = ctx.mysql.on_sale_page(None, None, 1, scope).await?;
+    let on_sale = swept.rows.iter().any(|r| r.id == id);
     let (read, occupancy, plan) = (&seen.read, &seen.occupancy, &seen.plan);
     // Why a pass would not sweep it: its own row outside the contract.
     let mut unknown: Vec<UnknownRow> = Vec::new();
@@ -132,7 +140,6 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
             _ => other_problems.push(a.describe()),
         }
     }
-    let on_sale = showtime.status == "ON_SALE" && showtime.starts_at.is_some();
     let seats = layout
         .into_iter()
         .map(|s| {

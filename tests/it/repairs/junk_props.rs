@@ -18,13 +18,21 @@
 //! - audits every change it made (seat rows, rebuilt hashes, cancels).
 //!
 //! The oracle is written here, in SQL and HGETALL, not with the planner.
+//!
+//! On the same estates, `inspect` shows the drift a dry run of the
+//! showtime reports (it reads and plans with the pass's own code).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use seatflow_reconciler::inspect;
+use seatflow_reconciler::jobs::report::RunReport;
+use seatflow_reconciler::jobs::{RunRequest, Trigger};
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::runner;
 use seatflow_test_support::TestEnv;
+use tokio_util::sync::CancellationToken;
 
 const SEATS: [&str; 4] = ["A-1", "A-2", "A-3", "A-4"];
 
@@ -545,5 +553,89 @@ proptest! {
     fn junk_in_both_stores_never_harms_a_held_seat_and_every_change_is_audited(estate in estate()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(check(estate))?;
+    }
+}
+
+/// What `inspect` calls drift on `showtime`, by job: the seats it would
+/// repair (every enabled seat for a hash `missing-hashes` rebuilds).
+fn inspected_drift(map: &inspect::SeatMap) -> BTreeMap<&'static str, BTreeSet<String>> {
+    let mut out: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    for seat in &map.seats {
+        if let Some(job) = seat.drift {
+            out.entry(job).or_default().insert(seat.seat.clone());
+        }
+    }
+    out
+}
+
+/// What a dry run of the seat jobs on `showtime` alone reports, by job:
+/// the seats of its drift examples (`{key} {seat}: {from} -> {to}`; a hall
+/// of four seats stays within the report's five examples), or for
+/// `missing-hashes` the hash itself (`{key} missing`).
+fn reported_drift(report: &RunReport, key: &str) -> BTreeMap<&'static str, BTreeSet<String>> {
+    let mut out: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    for job in report.jobs.iter().filter(|j| j.drift > 0) {
+        let seats = job.examples.iter().filter_map(|e| {
+            let rest = e.strip_prefix(key)?.strip_prefix(' ')?;
+            Some(
+                rest.split_once(": ")
+                    .map_or(rest, |(seat, _)| seat)
+                    .to_string(),
+            )
+        });
+        out.insert(job.kind.cli_name(), seats.collect());
+        assert_eq!(job.examples.len() as u64, job.drift, "{job:?}");
+    }
+    out
+}
+
+/// `inspect` reads and plans a showtime with the pass's own code, so on
+/// any estate the drift it shows is the drift a dry run of `once
+/// --showtime` on that showtime reports: the same jobs, the same seats (a
+/// missing hash: its rebuild, every enabled seat in `inspect`).
+async fn inspect_agrees_with_a_dry_run(e: Estate) -> Result<(), TestCaseError> {
+    let env = TestEnv::new().await;
+    seed(&env, &e).await;
+    for s in &e.showtimes {
+        let map = inspect::load(&env.ctx, s.id).await.unwrap().unwrap();
+        let trigger = Trigger::Once {
+            kinds: Kind::ALL.into_iter().filter(|k| k.is_seat_job()).collect(),
+            dry_run: true,
+            showtimes: vec![s.id],
+            progress: false,
+        };
+        let request = RunRequest::new(&env.ctx, trigger, CancellationToken::new(), None, None);
+        let report = runner::enter(&env.ctx, request).await.report;
+        let key = env.ctx.redis.keys.seat(s.id);
+        let mut inspected = inspected_drift(&map);
+        if inspected.remove(Kind::MissingHashes.cli_name()).is_some() {
+            inspected.insert(
+                Kind::MissingHashes.cli_name(),
+                BTreeSet::from(["missing".to_string()]),
+            );
+        }
+        prop_assert_eq!(
+            &inspected,
+            &reported_drift(&report, &key),
+            "showtime {}:\n{}\n{}",
+            s.id,
+            map.render(false),
+            report.to_text()
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn inspect_shows_the_drift_a_dry_run_of_the_showtime_reports(estate in estate()) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(inspect_agrees_with_a_dry_run(estate))?;
     }
 }
