@@ -87,7 +87,7 @@ for group in "${groups[@]}"; do
     repair-path)
       rust repair-path races::,safety::,own_keys::,strict_reading::,jobs:: \
         --file src/jobs/seat_sweep/repair.rs --file src/jobs/expired_orders.rs \
-        --file src/lease.rs --file src/store/mysql/orders.rs --file src/store/mysql/confirm.rs \
+        --file src/lease.rs --file src/store/mysql/orders.rs --file src/store/mysql/confirm/mod.rs \
         --file src/store/mysql/sql.rs \
         --re "Sweep<'a, '_>::(apply|repair_seats|rebuild)\b" \
         --re '\b(seat_row_facts|order_dates)\b' \

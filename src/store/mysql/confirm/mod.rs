@@ -1,7 +1,8 @@
 //! The confirmation right before a write, asked in MySQL's own terms (rules 4
 //! and 15): exactly the planned seats, compared with the column's collation.
 
-use super::confirm_elsewhere::rows_elsewhere;
+mod elsewhere;
+
 use super::sql::*;
 use super::*;
 use crate::error::Result;
@@ -9,6 +10,7 @@ use crate::model::contract::{self, SeatRow, SeatRowFacts, UnknownRow};
 use crate::model::holds::SeatHold;
 use crate::model::seat_names::read_as;
 use crate::model::{OrderStatus, SeatNo, SeatRows, SeatTruth, ShowtimeId};
+use elsewhere::rows_elsewhere;
 use sqlx::{MySql, QueryBuilder};
 
 /// A seat as the confirmation sees it, asked in MySQL's own terms.

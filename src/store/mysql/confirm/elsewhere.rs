@@ -24,9 +24,9 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder};
 use std::collections::HashMap;
 
-use super::confirm::{Asked, confirm_query};
-use super::occupancy::consistent_snapshot;
-use super::sql::{NonEmpty, int, is_null, push_in};
+use super::super::occupancy::consistent_snapshot;
+use super::super::sql::{NonEmpty, int, is_null, push_in};
+use super::{Asked, confirm_query};
 
 /// The ids of a showtime set's orders are dense when their range holds at
 /// most this many ids per order: reading the range then costs a few times
