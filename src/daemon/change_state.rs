@@ -11,7 +11,7 @@
 //! Rooms: `queue` decides what is due, `events` reads keyspace messages
 //! and the probe, `marker` tells a loss of Redis' data by its data markers
 //! (all three pure, seatflow-core's `changes`); this file holds what the
-//! daemon's tasks share; `change_watch.rs` (above the runner) runs those
+//! daemon's tasks share; `change_watch/` (above the runner) runs those
 //! tasks.
 
 // The three pure rooms (seatflow-core).

@@ -1,4 +1,4 @@
-//! The daemon's change-driven tasks (`changes/`): the subscriber (Redis
+//! The daemon's change-driven tasks (`change_state`): the subscriber (Redis
 //! keyspace notifications and the probe), the binlog reader (MySQL's
 //! commits, when `changes.mysql_binlog` is on), the deadlines read ahead,
 //! the worker (checks what is due), and the expediter (a pass after a gap).

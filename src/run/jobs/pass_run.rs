@@ -1,4 +1,4 @@
-//! A run whose seat jobs take their shard's pass lease first (`pass.rs`), so
+//! A run whose seat jobs take their shard's pass lease first (`pass_lease`), so
 //! that reconcilers on the same data never sweep a shard at the same time:
 //! the daemon's passes, its admin runs, and `once`. Which runs do is the
 //! request's to say (`RunRequest::pass_slot_ms`): dry runs and runs of given

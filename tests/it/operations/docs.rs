@@ -86,7 +86,7 @@ fn every_configuration_key_has_its_default_and_meaning() {
 }
 
 /// Every family the daemon can register, assembled as the daemon does
-/// (src/daemon.rs, src/runner/): the jobs' and the process's, the passes',
+/// (src/daemon/mod.rs, src/daemon/runner/): the jobs' and the process's, the passes',
 /// the change checks', the refused permissions' and the replica's, each
 /// family that has series only on an event given one.
 fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
