@@ -72,7 +72,7 @@
     // Drift age SLO: at least driftAgeObjectiveRatio of the repairs of one
     // kind fix drift younger than driftAgeObjectiveSeconds (first sighting →
     // repair), over driftAgeWindow. driftAgeObjectiveSeconds must be a bucket
-    // boundary of seatflow_reconcile_drift_age_seconds (see src/metrics.rs).
+    // boundary of seatflow_reconcile_drift_age_seconds (see src/metrics/mod.rs).
     driftAgeObjectiveSeconds: 300,
     driftAgeObjectiveRatio: 0.99,
     driftAgeWindow: '1h',

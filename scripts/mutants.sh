@@ -16,7 +16,7 @@
 #   dates, rule 16).
 # - store-scripts: the store functions that call the Lua scripts (repairs,
 #   rebuilds, suspects, leases) and decode their replies.
-# - pass: the daemon's pass lease (src/pass.rs and its Redis calls).
+# - pass: the daemon's pass lease (src/run/pass_lease/mod.rs and its Redis calls).
 # - lua: every Lua script (src/store/lua/), by scripts/mutants/guards.py.
 # - sql: the SQL text of the conditional cancel and of the confirmation before
 #   a write, by scripts/mutants/guards.py.
@@ -27,7 +27,7 @@
 # scripts/mutants/summary.md (commit it) and exits non-zero when a mutant
 # survived that scripts/mutants/survivors.txt does not list with a reason.
 # The list keys a mutant by its file, function and mutation, not by line and
-# column (`src/pass.rs: replace < with <= in PassFence::holds`), so edits
+# column (`src/run/pass_lease/mod.rs: replace < with <= in PassFence::holds`), so edits
 # elsewhere do not unlist it; verdict.py's docstring says how the key is
 # made, and `python3 scripts/mutants/verdict.py --self-test` checks it.
 #
@@ -86,8 +86,8 @@ for group in "${groups[@]}"; do
         --cargo-arg=--lib --cargo-arg=--test=it --cargo-arg=--test=failpoints "${both[@]}" ;;
     repair-path)
       rust repair-path races::,safety::,own_keys::,strict_reading::,jobs:: \
-        --file src/jobs/seat_sweep/repair.rs --file src/jobs/expired_orders.rs \
-        --file src/lease.rs --file src/store/mysql/orders.rs --file src/store/mysql/confirm.rs \
+        --file src/run/jobs/seat_sweep/repair.rs --file src/run/jobs/expired_orders.rs \
+        --file src/run/showtime_leases.rs --file src/store/mysql/orders.rs --file src/store/mysql/confirm/mod.rs \
         --file src/store/mysql/sql.rs \
         --re "Sweep<'a, '_>::(apply|repair_seats|rebuild)\b" \
         --re '\b(seat_row_facts|order_dates)\b' \
@@ -102,8 +102,8 @@ for group in "${groups[@]}"; do
         --re 'RedisStore::(update_suspects|repair_seats|rebuild_hash|acquire_leases|renew_leases|release_leases)\b' \
         --cargo-arg=--test=it --cargo-arg=--test=failpoints "${both[@]}" ;;
     pass)
-      rust pass ::tests::,passes::,cluster::,own_keys:: --file src/pass.rs --file src/store/redis/leases.rs \
-        --re 'src/pass\.rs' \
+      rust pass ::tests::,passes::,cluster::,own_keys:: --file src/run/pass_lease/mod.rs --file src/store/redis/leases.rs \
+        --re 'src/run/pass_lease/mod\.rs' \
         --re 'RedisStore::(claim_pass|renew_pass|release_pass|finish_pass)\b' \
         --cargo-arg=--lib --cargo-arg=--test=it ;;
     lua|sql) guards "$group" ;;

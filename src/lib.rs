@@ -10,31 +10,13 @@
 #[macro_use]
 pub mod race_window;
 
-pub mod access;
-pub mod change_watch;
-pub mod changes;
 pub mod config;
-pub mod context;
 pub mod daemon;
-pub mod demo;
-pub mod denials;
 pub mod error;
-pub mod fixtures;
-pub mod http;
-pub mod inspect;
-pub mod jobs;
-pub mod lease;
 pub mod metrics;
-pub mod pass;
-#[cfg(target_os = "linux")]
-pub mod process_metrics;
-pub mod progress;
-pub mod push;
-pub mod replica;
-pub mod retry;
-pub mod runner;
+pub mod ops;
+pub mod run;
 pub mod store;
-pub mod telemetry;
 
 // The pure decisions, a crate of their own whose Cargo.toml names no I/O
 // crate (ARCHITECTURE.md, "Dependency rules"), at their old paths.

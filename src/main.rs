@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use seatflow_reconciler::access::start;
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::context::Context;
-use seatflow_reconciler::jobs::{RunRequest, Trigger};
 use seatflow_reconciler::model::Kind;
-use seatflow_reconciler::{demo, push, runner, telemetry};
+use seatflow_reconciler::ops::access::start;
+use seatflow_reconciler::run::context::Context;
+use seatflow_reconciler::run::jobs::{RunRequest, Trigger};
+use seatflow_reconciler::{daemon::runner, metrics::telemetry, ops::demo, ops::push};
 use tokio_util::sync::CancellationToken;
 
 #[path = "cli/check_config.rs"]
@@ -301,7 +301,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
 
 /// The schema's deviations from the contract, as `# ` lines on stdout.
 fn print_deviations(state: &seatflow_reconciler::model::holds::ContractState) {
-    let all = seatflow_reconciler::jobs::contract::DeviationReport::all(state);
+    let all = seatflow_reconciler::run::jobs::contract::DeviationReport::all(state);
     if all.is_empty() {
         println!("# schema: as the contract has it");
         return;
@@ -347,7 +347,7 @@ async fn inspect(
     seat: Option<&str>,
     output: Output,
 ) -> seatflow_reconciler::error::Result<ExitCode> {
-    let Some(map) = seatflow_reconciler::inspect::load(ctx, showtime).await? else {
+    let Some(map) = seatflow_reconciler::ops::inspect::load(ctx, showtime).await? else {
         telemetry::fatal(&format!("showtime {showtime} does not exist"));
         return Ok(ExitCode::from(EXIT_FAILED));
     };

@@ -105,7 +105,7 @@ GROUPS = {
         ),
         # The confirmation right before a write (rules 4 and 15).
         Target(
-            "src/store/mysql/confirm.rs",
+            "src/store/mysql/confirm/mod.rs",
             SEAT_TESTS,
             ("fn push_position", "fn confirm_query", "fn seats_named", "fn confirm_seats"),
         ),

@@ -12,8 +12,8 @@ shrinks with the tests; so is a listed survivor of a function the run
 mutated that no mutant of the run matches any more (its code changed).
 
 Survivors are matched by key, not by name: a name is `file:line:col: what`
-(`src/pass.rs:47:67: replace < with <= in PassFence::holds`), its key the
-same without the line and column (`src/pass.rs: replace < with <= in
+(`src/run/pass_lease/mod.rs:47:67: replace < with <= in PassFence::holds`), its key the
+same without the line and column (`src/run/pass_lease/mod.rs: replace < with <= in
 PassFence::holds`): the file, the mutation and, in its `in ...` suffix, the
 function. An edit above a survivor moves its line, not its key. Where one
 function has the same mutation more than once in a run, the key also
@@ -238,23 +238,23 @@ def self_test():
         assert got == want, f"\n got: {got}\nwant: {want}"
 
     # cargo-mutants, with a function and without (a whole body replaced).
-    same(key("src/jobs/expired_orders.rs:271:16: replace > with >= in cancel_locked"),
-         "src/jobs/expired_orders.rs: replace > with >= in cancel_locked")
+    same(key("src/run/jobs/expired_orders.rs:271:16: replace > with >= in cancel_locked"),
+         "src/run/jobs/expired_orders.rs: replace > with >= in cancel_locked")
     same(key("src/store/redis/seats.rs:257:49: replace match guard rest.len() == b.repairs.len() with true in RedisStore::repair_seats"),
          "src/store/redis/seats.rs: replace match guard rest.len() == b.repairs.len() with true in RedisStore::repair_seats")
-    same(key("src/pass.rs:45:9: replace PassFence::holds -> bool with false"),
-         "src/pass.rs: replace PassFence::holds -> bool with false")
+    same(key("src/run/pass_lease/mod.rs:45:9: replace PassFence::holds -> bool with false"),
+         "src/run/pass_lease/mod.rs: replace PassFence::holds -> bool with false")
     # guards.py: a Lua name (the line is the place), an SQL name (the Rust item and the line).
     same(key("src/store/lua/repair_seats.lua:43:11: replace and with or at `if ok «and» type(reply) == 'table' then`"),
          "src/store/lua/repair_seats.lua: replace and with or at `if ok «and» type(reply) == 'table' then`")
     same(key("src/store/mysql/orders.rs:399:40: replace `>=` with `>` in cancelled_by_us_since at `.push(\" AND o.cancelled_at «>=» \")`"),
          "src/store/mysql/orders.rs: replace `>=` with `>` in cancelled_by_us_since at `.push(\" AND o.cancelled_at «>=» \")`")
     # Line and column are not part of the key; a key is its own key.
-    a = "src/pass.rs:47:67: replace < with <= in PassFence::holds"
-    b = "src/pass.rs:112:3: replace < with <= in PassFence::holds"
+    a = "src/run/pass_lease/mod.rs:47:67: replace < with <= in PassFence::holds"
+    b = "src/run/pass_lease/mod.rs:112:3: replace < with <= in PassFence::holds"
     same(key(a), key(b))
     same(key(key(a)), key(a))
-    same(place(key(a)), ("src/pass.rs", "PassFence::holds"))
+    same(place(key(a)), ("src/run/pass_lease/mod.rs", "PassFence::holds"))
     # The same mutation twice in one function: told apart by the line, then by an ordinal.
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "src").mkdir()

@@ -9,9 +9,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use seatflow_reconciler::access::start::{self, Finding};
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::telemetry;
+use seatflow_reconciler::metrics::telemetry;
+use seatflow_reconciler::ops::access::start::{self, Finding};
 
 use super::{EXIT_CONFIG, EXIT_FAILED, print_deviations, verdict};
 
@@ -26,7 +26,7 @@ pub(super) async fn run(settings: &Settings, config: Option<&Path>) -> ExitCode 
                 println!("# renamed: {line}");
             }
             // One connection for both checks.
-            let mysql = seatflow_reconciler::context::connect_mysql(settings).await;
+            let mysql = seatflow_reconciler::run::context::connect_mysql(settings).await;
             let schema = check_schema(settings, &mysql).await;
             let access = check_config_access(settings, &mysql).await;
             if let Ok(primary) = &mysql {
@@ -108,7 +108,7 @@ async fn check_config_access(
     settings: &Settings,
     mysql: &seatflow_reconciler::error::Result<seatflow_reconciler::store::mysql::MysqlStore>,
 ) -> ExitCode {
-    let redis = seatflow_reconciler::context::connect_redis(settings).await;
+    let redis = seatflow_reconciler::run::context::connect_redis(settings).await;
     let findings = start::check(
         settings,
         mysql.as_ref(),
@@ -152,7 +152,7 @@ async fn check_replica(
     settings: &Settings,
     primary: &seatflow_reconciler::store::mysql::MysqlStore,
 ) {
-    match seatflow_reconciler::context::connect_replica(settings, primary) {
+    match seatflow_reconciler::run::context::connect_replica(settings, primary) {
         Ok(Some(replica)) => {
             let (reason, error) = replica.choose().await;
             let why = error.map(|e| format!(": {e}")).unwrap_or_default();

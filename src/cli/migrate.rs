@@ -7,22 +7,22 @@
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use seatflow_reconciler::access::{Missing, start};
 use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::error::{Denial, Error};
+use seatflow_reconciler::metrics::telemetry;
+use seatflow_reconciler::ops::access::{Missing, start};
 use seatflow_reconciler::store::mysql::MysqlStore;
-use seatflow_reconciler::telemetry;
 
 use super::{EXIT_FAILED, print_deviations, stopped};
 
 /// `migrate` with these settings; `reference`: seatflow's tables too.
 pub(super) async fn run(settings: &Settings, reference: bool) -> ExitCode {
-    let mysql = match seatflow_reconciler::context::connect_mysql(settings).await {
+    let mysql = match seatflow_reconciler::run::context::connect_mysql(settings).await {
         Ok(mysql) => mysql,
         Err(e) => return stopped(&start::connect_failure(settings, &e, "")),
     };
     // An ALTER of a large audit table takes a while: say so on a terminal.
-    let step = seatflow_reconciler::progress::Activity::start(
+    let step = seatflow_reconciler::run::progress::Activity::start(
         std::io::stderr().is_terminal(),
         "migrate",
         "applying the reconciler's tables",

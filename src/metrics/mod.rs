@@ -24,14 +24,17 @@ use prometheus::{
 mod changes;
 mod families;
 mod pass;
+#[cfg(target_os = "linux")]
+pub mod process;
+pub mod telemetry;
 
 pub use self::changes::{ChangeMetrics, GAP_REASONS};
 pub use self::pass::PassMetrics;
 
 use self::families::Families;
 use crate::error::Stage;
-use crate::jobs::report::{JobReport, Outcome};
 use crate::model::Kind;
+use crate::run::jobs::report::{JobReport, Outcome};
 
 /// The `outcome` of a scheduled fire that found the previous run still
 /// going; the other outcomes are `Outcome`'s.
@@ -43,7 +46,7 @@ const DURATION_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 /// Drift ages: the report keeps its observations in the same buckets.
-pub use crate::jobs::report::DRIFT_AGE_BUCKETS;
+pub use crate::run::jobs::report::DRIFT_AGE_BUCKETS;
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -289,7 +292,7 @@ impl Metrics {
         // start time) of this process; Linux only (they read /proc).
         #[cfg(target_os = "linux")]
         registry
-            .register(Box::new(crate::process_metrics::ProcessMetrics::for_self()))
+            .register(Box::new(crate::metrics::process::ProcessMetrics::for_self()))
             .expect("process metric names are unique");
         Metrics {
             registry,
@@ -347,7 +350,7 @@ impl Metrics {
     /// Shows the schema's deviations as a run last read them (rule 17):
     /// one series each, 1 while it holds repairs back; a deviation that is
     /// gone loses its series.
-    pub fn show_contract(&self, deviations: &[crate::jobs::contract::DeviationReport]) {
+    pub fn show_contract(&self, deviations: &[crate::run::jobs::contract::DeviationReport]) {
         self.contract_deviations.reset();
         for d in deviations {
             self.contract_deviations

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use seatflow_reconciler::error::Stage;
-use seatflow_reconciler::jobs::report::{Outcome, RunReport};
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{SEAT_BEFORE_CONFIRM, SEAT_BEFORE_REPAIR};
+use seatflow_reconciler::run::jobs::report::{Outcome, RunReport};
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock};
 use seatflow_test_support::races::Races;

@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seatflow_reconciler::error::Stage;
-use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::race_window::{
     CANCEL_REPLY_LOST, EXPIRED_AFTER_CANCEL, EXPIRED_BEFORE_CANCEL, EXPIRED_CANCEL_ROWS_LOCKED,
     OCCUPANCY_BETWEEN_READS, SEAT_BEFORE_CONFIRM, SEAT_BEFORE_REBUILD, SEAT_BEFORE_REPAIR,
 };
+use seatflow_reconciler::run::jobs::report::RunReport;
 use seatflow_test_support::races::{BackgroundRun, Races};
 use seatflow_test_support::{TestEnv, seat, seed_expired};
 

@@ -11,7 +11,7 @@ use redis::aio::MultiplexedConnection;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 use seatflow_reconciler::config::redact_url;
-use seatflow_reconciler::fixtures;
+use seatflow_reconciler::ops::demo::fixtures;
 use seatflow_reconciler::store::mysql::MysqlStore;
 use seatflow_reconciler::store::redis::Keys;
 

@@ -7,7 +7,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use seatflow_reconciler::fixtures::row_label;
+use seatflow_reconciler::ops::demo::fixtures::row_label;
 
 use crate::args::EstateArgs;
 

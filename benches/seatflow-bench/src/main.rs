@@ -55,7 +55,7 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::fixtures;
+use seatflow_reconciler::ops::demo::fixtures;
 
 use crate::args::{Args, Cli, Mode};
 use crate::bench::Bench;

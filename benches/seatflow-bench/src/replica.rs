@@ -19,7 +19,7 @@ use sqlx::Row;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 
 use seatflow_reconciler::config::redact_url;
-use seatflow_reconciler::fixtures;
+use seatflow_reconciler::ops::demo::fixtures;
 
 use crate::counters::{ServerSnapshot, sql_counters};
 use crate::process::{local_server_pid, process_cpu_s};

@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use seatflow_reconciler::fixtures::row_label;
+use seatflow_reconciler::ops::demo::fixtures::row_label;
 
 use crate::bench::{Bench, SEED_IN_FLIGHT};
 use crate::estate::{Drift, DriftKind, Estate, SEATS_PER_ROW, ShowtimeSeed, Status};

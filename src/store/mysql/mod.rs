@@ -17,7 +17,6 @@ mod audit;
 pub mod binlog;
 mod cancel;
 mod confirm;
-mod confirm_elsewhere;
 // The grants' judgement is pure (seatflow-core).
 pub use seatflow_core::grants;
 mod inspect;

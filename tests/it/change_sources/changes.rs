@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use seatflow_reconciler::changes::events::{Channels, Message, OwnWrites};
-use seatflow_reconciler::changes::queue::Source;
-use seatflow_reconciler::jobs::{RunRequest, Trigger};
+use seatflow_reconciler::daemon::change_state::events::{Channels, Message, OwnWrites};
+use seatflow_reconciler::daemon::change_state::queue::Source;
+use seatflow_reconciler::daemon::runner;
 use seatflow_reconciler::model::{Kind, SeatState};
-use seatflow_reconciler::runner;
+use seatflow_reconciler::run::jobs::{RunRequest, Trigger};
 use seatflow_reconciler::store::redis::Fenced;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{
@@ -476,7 +476,7 @@ async fn only_the_replica_running_the_passes_subscribes() {
     env.fx.warm_all(1, &seats, &[]).await.unwrap();
     let mut b_settings = (*env.ctx.settings).clone();
     b_settings.reconcile.instance = "replica-b".into();
-    let b_ctx = seatflow_reconciler::context::Context::connect(b_settings)
+    let b_ctx = seatflow_reconciler::run::context::Context::connect(b_settings)
         .await
         .unwrap();
     let a = InProcessDaemon::start(env.ctx.clone()).await;

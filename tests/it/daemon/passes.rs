@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use seatflow_reconciler::model::Shard;
-use seatflow_reconciler::pass;
+use seatflow_reconciler::run::pass_lease;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{Daemon, daemon_command, free_port, sample};
 use seatflow_test_support::servers::wait_until;
@@ -409,12 +409,12 @@ async fn a_pass_longer_than_its_interval_stops_at_the_next_fire_and_is_counted()
 async fn claim_free_pass(
     env: &TestEnv,
     stop: &CancellationToken,
-) -> std::sync::Arc<pass::HeldPass> {
-    match pass::claim(&env.ctx, Shard::ALL, 1_000, stop)
+) -> std::sync::Arc<pass_lease::HeldPass> {
+    match pass_lease::claim(&env.ctx, Shard::ALL, 1_000, stop)
         .await
         .unwrap()
     {
-        pass::Claimed::Ours { pass, .. } => pass,
+        pass_lease::Claimed::Ours { pass, .. } => pass,
         _ => panic!("a free pass lease is ours to claim"),
     }
 }
@@ -433,11 +433,11 @@ async fn a_pass_lease_without_expiry_is_reported_as_stuck() {
             set.arg("PX").arg(ms);
         }
         let _: () = env.redis(&set).await;
-        match pass::claim(&env.ctx, Shard::ALL, 1_000, &stop)
+        match pass_lease::claim(&env.ctx, Shard::ALL, 1_000, &stop)
             .await
             .unwrap()
         {
-            pass::Claimed::Held { stuck: s, .. } => assert_eq!(s, stuck, "ttl {ttl_ms:?}"),
+            pass_lease::Claimed::Held { stuck: s, .. } => assert_eq!(s, stuck, "ttl {ttl_ms:?}"),
             _ => panic!("the lease is someone else's"),
         }
     }

@@ -15,8 +15,8 @@
 use std::time::Duration;
 
 use seatflow_reconciler::config::{RedisEvents, SecretUrl, Settings};
-use seatflow_reconciler::context::Context;
 use seatflow_reconciler::model::Shard;
+use seatflow_reconciler::run::context::Context;
 use seatflow_reconciler::store::redis::key_slot;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{InProcessDaemon, metrics, sample};
@@ -392,7 +392,7 @@ async fn as_acl_user(redis: &PrivateServer) -> (TestEnv, Context) {
         s.pass.pass_lease_ttl = Duration::from_secs(6);
     })
     .await;
-    let access = seatflow_reconciler::access::redis_access(&env.ctx.settings, false);
+    let access = seatflow_reconciler::ops::access::redis_access(&env.ctx.settings, false);
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg("sf-recover").arg("on").arg(">pw");
     for token in access.tokens() {

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use seatflow_reconciler::config::SecretUrl;
-use seatflow_reconciler::inspect;
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::ops::inspect;
 use seatflow_reconciler::store::redis::key_slot;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{InProcessDaemon, metric_reaches, metrics, pass_runs, sample};

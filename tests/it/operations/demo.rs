@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use seatflow_reconciler::demo::{self, MARKER_TABLE};
+use seatflow_reconciler::ops::demo::{self, MARKER_TABLE};
 
 fn demo_command() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_seatflow-reconciler"));
@@ -265,5 +265,5 @@ async fn claim_database_drops_only_a_database_the_demo_created() {
 }
 
 fn fixtures_url(server: &str, db: &str) -> String {
-    seatflow_reconciler::fixtures::with_database(server, db).unwrap()
+    seatflow_reconciler::ops::demo::fixtures::with_database(server, db).unwrap()
 }

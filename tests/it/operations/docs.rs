@@ -86,16 +86,16 @@ fn every_configuration_key_has_its_default_and_meaning() {
 }
 
 /// Every family the daemon can register, assembled as the daemon does
-/// (src/daemon.rs, src/runner/): the jobs' and the process's, the passes',
+/// (src/daemon/mod.rs, src/daemon/runner/): the jobs' and the process's, the passes',
 /// the change checks', the refused permissions' and the replica's, each
 /// family that has series only on an event given one.
 fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
     let settings = Settings::load_with_env(None, Vec::new()).unwrap();
     let metrics = Metrics::for_jobs(&Kind::ALL);
     metrics.export_passes(&seatflow_reconciler::metrics::PassMetrics::new(1));
-    let changes = seatflow_reconciler::changes::Changes::new(&settings);
+    let changes = seatflow_reconciler::daemon::change_state::Changes::new(&settings);
     metrics.export_changes(&changes.metrics);
-    let denials = seatflow_reconciler::denials::Denials::default();
+    let denials = seatflow_reconciler::run::refusals::Denials::default();
     denials.record(
         &seatflow_reconciler::error::Denial {
             store: seatflow_reconciler::error::Stage::Mysql,
@@ -110,22 +110,24 @@ fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
     let pool = sqlx::mysql::MySqlPoolOptions::new()
         .connect_lazy("mysql://nobody@127.0.0.1:9/none")
         .unwrap();
-    let replica = seatflow_reconciler::replica::Replica::new(
+    let replica = seatflow_reconciler::run::replica_choice::Replica::new(
         seatflow_reconciler::store::mysql::MysqlStore::from_pool(pool),
         Duration::from_secs(5),
     );
     metrics.register(replica.collectors());
-    metrics.show_contract(&[seatflow_reconciler::jobs::contract::DeviationReport {
-        table: "ticket_order",
-        column: "order_no",
-        kind: "length",
-        found: String::new(),
-        expected: String::new(),
-        holds: false,
-        warns: false,
-        detail: String::new(),
-        fix: String::new(),
-    }]);
+    metrics.show_contract(
+        &[seatflow_reconciler::run::jobs::contract::DeviationReport {
+            table: "ticket_order",
+            column: "order_no",
+            kind: "length",
+            found: String::new(),
+            expected: String::new(),
+            holds: false,
+            warns: false,
+            detail: String::new(),
+            fix: String::new(),
+        }],
+    );
     metrics.gather()
 }
 

@@ -1,7 +1,7 @@
 //! `inspect`: the seat map of a showtime with every kind of drift, as an
 //! operator sees it (snapshot) and as a script reads it (JSON).
 
-use seatflow_reconciler::inspect;
+use seatflow_reconciler::ops::inspect;
 use seatflow_test_support::TestEnv;
 
 async fn seeded() -> TestEnv {

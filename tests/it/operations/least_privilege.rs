@@ -6,9 +6,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use seatflow_reconciler::access::{self, check, redis_acl::RedisAccess};
 use seatflow_reconciler::config::{RedisEvents, SecretUrl, Settings};
-use seatflow_reconciler::context::Context;
+use seatflow_reconciler::ops::access::{self, check, redis_acl::RedisAccess};
+use seatflow_reconciler::run::context::Context;
 use seatflow_reconciler::store::mysql::grants as mysql_grants;
 use seatflow_test_support::daemon::{InProcessDaemon, binary, metric_reaches, metrics, sample};
 use seatflow_test_support::estate::{estate_on, events_on, found, post, seat_becomes};

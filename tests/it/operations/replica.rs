@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use seatflow_reconciler::config::{SecretUrl, Settings};
-use seatflow_reconciler::context::Context;
-use seatflow_reconciler::jobs::RunOptions;
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::run::context::Context;
+use seatflow_reconciler::run::jobs::RunOptions;
 use seatflow_test_support::daemon::{metric_reaches_at_least, sample};
 use seatflow_test_support::estate::{after_a_first_pass, estate_on};
 use seatflow_test_support::servers::{
@@ -85,7 +85,7 @@ async fn selects(server: &PrivateServer) -> u64 {
     value.parse().unwrap()
 }
 
-fn drift_of(report: &seatflow_reconciler::jobs::report::RunReport, kind: Kind) -> (u64, u64) {
+fn drift_of(report: &seatflow_reconciler::run::jobs::report::RunReport, kind: Kind) -> (u64, u64) {
     let job = report.jobs.iter().find(|j| j.kind == kind).unwrap();
     (job.drift, job.fixed)
 }

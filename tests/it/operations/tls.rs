@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::context::Context;
-use seatflow_reconciler::fixtures::{self, Fixtures};
+use seatflow_reconciler::ops::demo::fixtures::{self, Fixtures};
+use seatflow_reconciler::run::context::Context;
 use seatflow_test_support::servers::{PrivateServer, root_url};
 use seatflow_test_support::tls::{Pki, tls_mariadb, tls_redis};
 

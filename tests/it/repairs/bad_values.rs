@@ -335,7 +335,7 @@ async fn check(c: Case) -> Result<(), TestCaseError> {
         prop_assert!(j.fatal.is_none(), "{c:?}\n{text}");
         prop_assert_ne!(
             j.outcome,
-            seatflow_reconciler::jobs::report::Outcome::Failure,
+            seatflow_reconciler::run::jobs::report::Outcome::Failure,
             "{:?}\n{}",
             c,
             text

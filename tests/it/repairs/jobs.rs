@@ -2,8 +2,8 @@
 //! the contract's expected state, audited, and a second run repairs nothing.
 
 use seatflow_reconciler::error::Stage;
-use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::run::jobs::report::Outcome;
 use seatflow_test_support::{TestEnv, audit_row, seat as value};
 use std::time::Duration;
 
@@ -478,8 +478,8 @@ async fn showtimes_ten_minutes_apart(env: &TestEnv, first: i64, n: i64) {
 /// `once` still ends at the estate's end.
 #[tokio::test]
 async fn a_pass_goes_on_from_the_start_back_to_where_it_began() {
-    use seatflow_reconciler::context::Context;
-    use seatflow_reconciler::jobs::RunOptions;
+    use seatflow_reconciler::run::context::Context;
+    use seatflow_reconciler::run::jobs::RunOptions;
     let env = TestEnv::with(|s| {
         s.reconcile.scan_chunk = 2;
         s.pass.soonest_window = Duration::ZERO;
@@ -555,7 +555,7 @@ async fn showtime_filter_limits_the_run() {
     let r = seatflow_test_support::run(
         &env.ctx,
         &[Kind::OrphanLocks],
-        seatflow_reconciler::jobs::RunOptions {
+        seatflow_reconciler::run::jobs::RunOptions {
             dry_run: false,
             showtimes: vec![91],
             ..Default::default()
@@ -589,7 +589,7 @@ async fn shards_cover_every_showtime_exactly_once() {
             let mut settings = (*env.ctx.settings).clone();
             settings.sharding.total = total;
             settings.sharding.index = i64::from(index);
-            let shard = seatflow_reconciler::context::Context::connect(settings)
+            let shard = seatflow_reconciler::run::context::Context::connect(settings)
                 .await
                 .unwrap();
             let r = seatflow_test_support::run(

@@ -26,11 +26,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use seatflow_reconciler::inspect;
-use seatflow_reconciler::jobs::report::RunReport;
-use seatflow_reconciler::jobs::{RunRequest, Trigger};
+use seatflow_reconciler::daemon::runner;
 use seatflow_reconciler::model::Kind;
-use seatflow_reconciler::runner;
+use seatflow_reconciler::ops::inspect;
+use seatflow_reconciler::run::jobs::report::RunReport;
+use seatflow_reconciler::run::jobs::{RunRequest, Trigger};
 use seatflow_test_support::TestEnv;
 use tokio_util::sync::CancellationToken;
 

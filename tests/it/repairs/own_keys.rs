@@ -10,11 +10,11 @@
 use std::process::Command;
 use std::time::Duration;
 
+use seatflow_reconciler::daemon::runner::Runner;
 use seatflow_reconciler::error::Stage;
-use seatflow_reconciler::jobs::report::{JobReport, Outcome};
 use seatflow_reconciler::metrics::Metrics;
 use seatflow_reconciler::model::{Kind, SeatState};
-use seatflow_reconciler::runner::Runner;
+use seatflow_reconciler::run::jobs::report::{JobReport, Outcome};
 use seatflow_reconciler::store::redis::{CursorMove, Fenced, LeaseTake, SuspectOp};
 use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock, release_locks};
 use seatflow_test_support::{TestEnv, audit_row, seed_expired};

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use seatflow_reconciler::error::Stage;
-use seatflow_reconciler::jobs::report::Outcome;
 use seatflow_reconciler::model::SeatRepair;
 use seatflow_reconciler::model::{Kind, SeatState, Shard};
+use seatflow_reconciler::run::jobs::report::Outcome;
 use seatflow_reconciler::store::mysql::RunIdentity;
 use seatflow_reconciler::store::redis::{Fenced, LeaseTake, SeatBatch, SuspectOp};
 use seatflow_test_support::TestEnv;
@@ -682,7 +682,7 @@ async fn a_failing_showtime_is_quarantined_and_the_rest_repaired() {
     let user = seatflow_test_support::AclUser::create(&env, &[1], &[2]).await;
     let mut settings = (*env.ctx.settings).clone();
     settings.redis.url = seatflow_reconciler::config::SecretUrl::new(user.url());
-    let ctx = seatflow_reconciler::context::Context::connect(settings)
+    let ctx = seatflow_reconciler::run::context::Context::connect(settings)
         .await
         .unwrap();
     let report = seatflow_test_support::run(&ctx, &[Kind::OrphanLocks], Default::default()).await;

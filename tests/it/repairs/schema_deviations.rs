@@ -5,8 +5,8 @@
 //! orders are still repaired, and that the deviation is reported with its
 //! fix. (Grace is 0 s here.)
 
-use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::run::jobs::report::RunReport;
 use seatflow_test_support::{TestEnv, ended_well, seat};
 
 /// The deviation the run reported for `table.column`, as (kind, holds):

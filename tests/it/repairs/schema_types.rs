@@ -8,9 +8,9 @@
 //! (Grace is 0 s here.)
 
 use seatflow_reconciler::config::SecretUrl;
-use seatflow_reconciler::inspect;
-use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::ops::inspect;
+use seatflow_reconciler::run::jobs::report::RunReport;
 use seatflow_test_support::{TestEnv, ended_well, seat};
 
 /// The deviation the run reported for `table.column` of `kind`.
@@ -19,7 +19,7 @@ fn deviation<'r>(
     table: &str,
     column: &str,
     kind: &str,
-) -> Option<&'r seatflow_reconciler::jobs::contract::DeviationReport> {
+) -> Option<&'r seatflow_reconciler::run::jobs::contract::DeviationReport> {
     report
         .contract_deviations
         .iter()

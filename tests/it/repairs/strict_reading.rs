@@ -6,9 +6,9 @@
 //! missing from a present hash, one problem met by two jobs. Each test
 //! fails without its part of the strict reading. (Grace is 0 s here.)
 
-use seatflow_reconciler::inspect;
-use seatflow_reconciler::jobs::report::{JobReport, Outcome, RunReport};
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::ops::inspect;
+use seatflow_reconciler::run::jobs::report::{JobReport, Outcome, RunReport};
 use seatflow_test_support::{TestEnv, audit_row, ended_well, seat};
 
 fn invalid(report: &RunReport) -> u64 {

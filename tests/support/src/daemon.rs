@@ -177,7 +177,7 @@ pub struct InProcessDaemon {
 }
 
 impl InProcessDaemon {
-    pub async fn start(ctx: seatflow_reconciler::context::Context) -> InProcessDaemon {
+    pub async fn start(ctx: seatflow_reconciler::run::context::Context) -> InProcessDaemon {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

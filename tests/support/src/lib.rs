@@ -19,12 +19,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use seatflow_reconciler::config::{SecretUrl, Settings};
-use seatflow_reconciler::context::Context;
-use seatflow_reconciler::fixtures::{self, Fixtures};
-use seatflow_reconciler::jobs::report::{JobReport, Outcome, RunReport};
-use seatflow_reconciler::jobs::{RunOptions, RunRequest};
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::ops::demo::fixtures::{self, Fixtures};
 use seatflow_reconciler::plan;
+use seatflow_reconciler::run::context::Context;
+use seatflow_reconciler::run::jobs::report::{JobReport, Outcome, RunReport};
+use seatflow_reconciler::run::jobs::{RunOptions, RunRequest};
 
 /// The `kind` label of each job, spelled out as the spec spells it (not
 /// taken from the product, so the tests check the product's names).
@@ -590,7 +590,10 @@ impl std::ops::Deref for Fx {
 
 impl Fx {
     /// Pays a PENDING order (seatflow's conditional update), without touching Redis.
-    pub async fn pay(&self, order_id: i64) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+    pub async fn pay(
+        &self,
+        order_id: i64,
+    ) -> seatflow_reconciler::ops::demo::fixtures::AnyResult<bool> {
         let n = sqlx::query(
             "UPDATE ticket_order SET status = 'PAID', paid_at = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'PENDING'",
         )
@@ -604,7 +607,10 @@ impl Fx {
     /// Cancels a PENDING order as seatflow does (the customer's cancel, or
     /// its own expiry message): status, `active = NULL` and its own reason,
     /// in one transaction, without touching Redis.
-    pub async fn cancel(&self, order_id: i64) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+    pub async fn cancel(
+        &self,
+        order_id: i64,
+    ) -> seatflow_reconciler::ops::demo::fixtures::AnyResult<bool> {
         self.end_order(
             order_id,
             "status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = 'USER_CANCEL'",
@@ -615,7 +621,10 @@ impl Fx {
 
     /// Refunds a PAID order as seatflow does: status and `active = NULL`
     /// in one transaction, without touching Redis.
-    pub async fn refund(&self, order_id: i64) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+    pub async fn refund(
+        &self,
+        order_id: i64,
+    ) -> seatflow_reconciler::ops::demo::fixtures::AnyResult<bool> {
         self.end_order(
             order_id,
             "status = 'REFUNDED', cancelled_at = UTC_TIMESTAMP(3)",
@@ -631,7 +640,7 @@ impl Fx {
         order_id: i64,
         set: &'static str,
         from: &str,
-    ) -> seatflow_reconciler::fixtures::AnyResult<bool> {
+    ) -> seatflow_reconciler::ops::demo::fixtures::AnyResult<bool> {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE ticket_order SET {set} WHERE id = ? AND status = ?"
@@ -677,7 +686,7 @@ pub fn run_line_jobs(line: &serde_json::Value) -> Vec<BTreeMap<String, String>> 
 /// A run of `kinds` with `opts`, as a library caller makes one: outside any
 /// pass (no pass lease).
 pub async fn run(ctx: &Context, kinds: &[Kind], opts: RunOptions) -> RunReport {
-    seatflow_reconciler::runner::enter(ctx, RunRequest::direct(ctx, kinds, opts))
+    seatflow_reconciler::daemon::runner::enter(ctx, RunRequest::direct(ctx, kinds, opts))
         .await
         .report
 }

@@ -12,10 +12,10 @@ use std::sync::{Mutex, mpsc};
 use std::time::Duration;
 
 use seatflow_reconciler::config::Settings;
-use seatflow_reconciler::context::Context;
-use seatflow_reconciler::jobs::RunOptions;
-use seatflow_reconciler::jobs::report::RunReport;
 use seatflow_reconciler::model::Kind;
+use seatflow_reconciler::run::context::Context;
+use seatflow_reconciler::run::jobs::RunOptions;
+use seatflow_reconciler::run::jobs::report::RunReport;
 
 /// Only a guard against a test that hangs; no test waits this long when it passes.
 const HANG_GUARD: Duration = Duration::from_secs(120);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::TestEnv;
 
-pub use seatflow_reconciler::demo::servers::{
+pub use seatflow_reconciler::ops::demo::servers::{
     PrivateServer, Ready, TempDir, free_port, require_binary,
 };
 

@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use seatflow_reconciler::demo::servers::free_port;
+use seatflow_reconciler::ops::demo::servers::free_port;
 
 use crate::process::process_cpu_s;
 

@@ -30,7 +30,7 @@ use chrono::Utc;
 use tokio::signal::unix::{SignalKind, signal};
 
 use seatflow_reconciler::config::{Settings, redact_url};
-use seatflow_reconciler::demo::servers::{PrivateServer, TempDir, require_binary};
+use seatflow_reconciler::ops::demo::servers::{PrivateServer, TempDir, require_binary};
 
 use crate::args::SoakArgs;
 use crate::bench::Bench;
@@ -375,7 +375,7 @@ fn start_redis(rig: &mut Rig, program: PathBuf, events: Option<&str>) -> Result<
         .map(|flags| vec!["--notify-keyspace-events", flags])
         .unwrap_or_default();
     let redis =
-        seatflow_reconciler::demo::servers::start_redis_with(rig.dir.path(), program, &extra)?;
+        seatflow_reconciler::ops::demo::servers::start_redis_with(rig.dir.path(), program, &extra)?;
     let port = redis.port();
     rig.redis = Some(redis);
     Ok(port)

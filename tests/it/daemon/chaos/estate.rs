@@ -47,7 +47,12 @@ pub struct Estate {
 fn layouts() -> Vec<(i64, usize, usize, Vec<String>)> {
     // Hall 1, large: an aisle (column 7 of every row) and two broken seats.
     let mut aisle: Vec<String> = (0..9)
-        .map(|r| format!("{}-7", seatflow_reconciler::fixtures::row_label(r)))
+        .map(|r| {
+            format!(
+                "{}-7",
+                seatflow_reconciler::ops::demo::fixtures::row_label(r)
+            )
+        })
         .collect();
     aisle.extend(["I-1".to_string(), "I-13".to_string()]);
     // Hall 2, small (it sells out): wheelchair spaces and a broken seat.
