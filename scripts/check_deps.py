@@ -94,13 +94,13 @@ BINARY = "cli"
 # `mod.rs` is not ordered: it is the folder itself.)
 FOLDER_LAYERS = {
     "cli": [{"check_config", "migrate"}],
-    "config": [{"sources", "tls"}, {"secret"}, {"check"}],
+    "config": [{"sources", "tls"}, {"secret"}, {"validate"}],
     "daemon": [{"change_state"}, {"runner"}, {"http", "change_watch"}],
     "daemon/change_watch": [{"holder", "binlog"}, {"data_loss"}],
     "daemon/runner": [{"door", "status"}],
     "metrics": [{"process", "telemetry", "families"}, {"pass", "changes"}],
     "ops": [{"access", "inspect", "push"}, {"demo"}],
-    "ops/access": [{"check"}, {"start"}],
+    "ops/access": [{"probe"}, {"start"}],
     "ops/demo": [{"fixtures", "servers"}, {"tour"}],
     "run": [
         {"progress", "retry", "refusals", "showtime_leases", "replica_choice"},
@@ -109,7 +109,7 @@ FOLDER_LAYERS = {
         {"jobs"},
     ],
     "run/jobs": [
-        {"contract", "audit"},
+        {"deviations", "audit_log"},
         {"report"},
         {"strict", "pass_run"},
         {"request", "seat_sweep"},
@@ -119,7 +119,7 @@ FOLDER_LAYERS = {
     "store": [{"mysql"}, {"redis"}],
     "store/mysql": [
         {"sql", "migrations", "replica", "binlog"},
-        {"audit", "orders", "occupancy", "schema", "inspect"},
+        {"audit", "orders", "occupancy", "schema", "seat_map"},
         {"confirm", "sweep", "cancel", "access"},
     ],
     "store/mysql/binlog": [{"connection", "decode", "position", "reader"}, {"setup"}, {"stream"}],

@@ -301,7 +301,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
 
 /// The schema's deviations from the contract, as `# ` lines on stdout.
 fn print_deviations(state: &seatflow_reconciler::model::holds::ContractState) {
-    let all = seatflow_reconciler::run::jobs::contract::DeviationReport::all(state);
+    let all = seatflow_reconciler::run::jobs::deviations::DeviationReport::all(state);
     if all.is_empty() {
         println!("# schema: as the contract has it");
         return;

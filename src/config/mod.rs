@@ -2,10 +2,10 @@
 //! environment), the rules the types cannot say are `check.rs`, and values
 //! that must never be printed are `secret.rs`. Every error names its key.
 
-mod check;
 mod secret;
 mod sources;
 mod tls;
+mod validate;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -198,7 +198,7 @@ async fn status(State(r): State<Arc<Runner>>) -> Json<serde_json::Value> {
 /// what it holds (or why it is harmless) and its fix.
 fn contract_status(r: &Runner) -> serde_json::Value {
     let state = r.ctx.mysql.contract();
-    let deviations = crate::run::jobs::contract::DeviationReport::all(&state);
+    let deviations = crate::run::jobs::deviations::DeviationReport::all(&state);
     json!({
         "holding": deviations.iter().filter(|d| d.holds).count(),
         "deviations": deviations,

@@ -154,7 +154,7 @@ pub async fn run_on(
         metrics.register(replica.collectors());
     }
     // Rule 17: the schema judged at start (and again before every pass).
-    crate::run::jobs::contract::at_start(&ctx).await;
+    crate::run::jobs::deviations::at_start(&ctx).await;
     let runner = Runner::new(ctx.clone(), metrics.clone());
     runner.show_contract();
 

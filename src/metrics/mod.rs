@@ -350,7 +350,7 @@ impl Metrics {
     /// Shows the schema's deviations as a run last read them (rule 17):
     /// one series each, 1 while it holds repairs back; a deviation that is
     /// gone loses its series.
-    pub fn show_contract(&self, deviations: &[crate::run::jobs::contract::DeviationReport]) {
+    pub fn show_contract(&self, deviations: &[crate::run::jobs::deviations::DeviationReport]) {
         self.contract_deviations.reset();
         for d in deviations {
             self.contract_deviations

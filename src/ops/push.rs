@@ -266,7 +266,7 @@ fn why(e: reqwest::Error) -> String {
 pub async fn push_runs(
     base: &str,
     reports: &[JobReport],
-    deviations: &[crate::run::jobs::contract::DeviationReport],
+    deviations: &[crate::run::jobs::deviations::DeviationReport],
 ) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))

@@ -309,7 +309,7 @@ impl Runner {
     pub fn show_contract(&self) {
         let state = self.ctx.mysql.contract();
         self.metrics
-            .show_contract(&crate::run::jobs::contract::DeviationReport::all(&state));
+            .show_contract(&crate::run::jobs::deviations::DeviationReport::all(&state));
     }
 
     /// A change-driven check's report: its jobs' metrics (no `/status`

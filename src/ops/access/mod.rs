@@ -3,7 +3,7 @@
 //! (`check`). The MySQL grants are `store::mysql::grants`; what a store
 //! refused while running is `crate::run::refusals`.
 
-pub mod check;
+pub mod probe;
 // The ACL's judgement is pure (seatflow-core).
 pub use seatflow_core::redis_acl;
 pub mod start;

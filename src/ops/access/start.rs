@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::check::{self, Asked};
+use super::probe::{self, Asked};
 use super::{Missing, redis_access, redis_user};
 use crate::config::{Secret, Settings};
 use crate::error::{Denial, Error, Stage};
@@ -136,7 +136,7 @@ pub async fn check(
     found.push(match mysql {
         Ok(m) => asked(
             "MySQL grants",
-            check::mysql_asked(m, retention).await,
+            probe::mysql_asked(m, retention).await,
             |e| connect_failure(settings, &e, ""),
         ),
         Err(e) => connect_failure(settings, e, ""),
@@ -145,7 +145,7 @@ pub async fn check(
         Ok(r) => {
             let access = redis_access(settings, command == Command::Daemon);
             let rule = redis_rule(settings);
-            let result = check::redis_asked(r, &access, rule).await;
+            let result = probe::redis_asked(r, &access, rule).await;
             asked("Redis ACL", result, |e| connect_failure(settings, &e, ""))
         }
         Err(e) => connect_failure(settings, e, ""),
@@ -231,7 +231,7 @@ async fn replica(settings: &Settings, primary: Option<&MysqlStore>) -> Finding {
     // refused connection, would say only that it timed out).
     let asking = async {
         replica.store().connect_once().await?;
-        check::replica_asked(replica.store()).await
+        probe::replica_asked(replica.store()).await
     };
     match tokio::time::timeout(REPLICA_CHECK_TIMEOUT, asking).await {
         Ok(Ok(Asked::Refused(m))) => Finding::Missing(m),
@@ -260,7 +260,7 @@ mod tests {
             (Finding::Allowed("MySQL grants"), false),
             (
                 Finding::Missing(Missing {
-                    who: check::REPLICA,
+                    who: probe::REPLICA,
                     refused: vec!["SLAVE MONITOR".into()],
                     remedy: Vec::new(),
                 }),

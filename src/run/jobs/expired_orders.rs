@@ -15,7 +15,7 @@ use crate::store::mysql::{Cancels, ExpiredOrder, Keyset, RunIdentity};
 use crate::store::redis::{Fenced, Replied, SeatBatch};
 
 use super::RunOptions;
-use super::audit::AuditLog;
+use super::audit_log::AuditLog;
 use super::report::JobReport;
 use super::strict::UnknownRows;
 use crate::run::context::Context;

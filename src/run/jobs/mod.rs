@@ -1,7 +1,7 @@
 //! The five jobs and the runner that reports their outcomes.
 
-pub mod audit;
-pub mod contract;
+pub mod audit_log;
+pub mod deviations;
 pub mod expired_orders;
 pub mod pass_run;
 pub mod report;
@@ -110,17 +110,18 @@ pub async fn run_jobs(
     kinds: &[Kind],
     opts: &RunOptions,
     run_id: &str,
-    run_row: &audit::RunRow,
+    run_row: &audit_log::RunRow,
 ) -> Vec<JobReport> {
     let mut out = Vec::with_capacity(kinds.len());
-    let repaired = audit::RepairedShowtimes::default();
+    let repaired = audit_log::RepairedShowtimes::default();
     let (expired, seats): (Vec<Kind>, Vec<Kind>) =
         kinds.iter().partition(|k| **k == Kind::ExpiredOrders);
     if !expired.is_empty() {
         // Every line of the job carries its `kind` (and the run's `run_id`).
         let span = tracing::info_span!("job", kind = Kind::ExpiredOrders.label());
         let started = Instant::now();
-        let mut audit = audit::AuditLog::new(ctx, run_id, run_row, Kind::ExpiredOrders, &repaired);
+        let mut audit =
+            audit_log::AuditLog::new(ctx, run_id, run_row, Kind::ExpiredOrders, &repaired);
         let report = expired_orders::run(ctx, opts, &mut audit)
             .instrument(span.clone())
             .await;
@@ -138,7 +139,7 @@ pub async fn run_jobs(
         let started = Instant::now();
         let audits = seats
             .iter()
-            .map(|k| audit::AuditLog::new(ctx, run_id, run_row, *k, &repaired))
+            .map(|k| audit_log::AuditLog::new(ctx, run_id, run_row, *k, &repaired))
             .collect();
         for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits)
             .instrument(span.clone())
@@ -159,7 +160,7 @@ pub async fn run_jobs(
 /// Closes a job of a run: writes what is left of its audit and sets its outcome.
 async fn close_job(
     mut report: JobReport,
-    mut audit: audit::AuditLog<'_>,
+    mut audit: audit_log::AuditLog<'_>,
     started: Instant,
     opts: &RunOptions,
 ) -> JobReport {
@@ -259,7 +260,7 @@ async fn close_earlier_runs(ctx: &Context) -> u64 {
             }
         }
     }
-    match audit::drain_backlog(ctx).await {
+    match audit_log::drain_backlog(ctx).await {
         Ok(d) => {
             if d.written > 0 || d.dropped > 0 {
                 tracing::info!(
@@ -333,7 +334,7 @@ pub(crate) async fn run_as(
         .chain(failed.iter().map(|j| &j.kind))
         .map(|k| k.label())
         .collect();
-    let run_row = audit::RunRow::new(labels.join(","), opts.dry_run);
+    let run_row = audit_log::RunRow::new(labels.join(","), opts.dry_run);
     if !opts.dry_run
         && let Err(e) = run_row.record(ctx, &run_id).await
     {
@@ -345,10 +346,10 @@ pub(crate) async fn run_as(
         close_earlier_runs(ctx).await
     };
     // Rule 17: the schema as MySQL has it, judged before the jobs read.
-    let (mut jobs, deviations) = match contract::judged(ctx, opts.check.is_some()).await {
+    let (mut jobs, deviations) = match deviations::judged(ctx, opts.check.is_some()).await {
         Ok(state) => (
             run_jobs(ctx, kinds, opts, &run_id, &run_row).await,
-            contract::DeviationReport::all(&state),
+            deviations::DeviationReport::all(&state),
         ),
         Err(e) => {
             tracing::error!(error = %e, "could not read the schema; no job ran");

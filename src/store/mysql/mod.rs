@@ -19,21 +19,21 @@ mod cancel;
 mod confirm;
 // The grants' judgement is pure (seatflow-core).
 pub use seatflow_core::grants;
-mod inspect;
 mod migrations;
 mod occupancy;
 mod orders;
 mod replica;
 pub mod schema;
+mod seat_map;
 mod sql;
 mod sweep;
 
 pub use audit::{AuditEntry, FixRecord, RunIdentity};
 pub use cancel::{CancelledOrder, Cancels};
 pub use confirm::{SeatConfirmation, SeatNameAsk};
-pub use inspect::{LayoutSeat, Occupant, ShowtimeInfo};
 pub use orders::{ExpiredOrder, ExpiredPage};
 pub use replica::ReplicaReport;
+pub use seat_map::{LayoutSeat, Occupant, ShowtimeInfo};
 pub use sql::NonEmpty;
 pub use sweep::{Keyset, OccupancyRead, PageEnd, ShowtimeRow};
 

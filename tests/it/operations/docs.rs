@@ -115,8 +115,8 @@ fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
         Duration::from_secs(5),
     );
     metrics.register(replica.collectors());
-    metrics.show_contract(
-        &[seatflow_reconciler::run::jobs::contract::DeviationReport {
+    metrics.show_contract(&[
+        seatflow_reconciler::run::jobs::deviations::DeviationReport {
             table: "ticket_order",
             column: "order_no",
             kind: "length",
@@ -126,8 +126,8 @@ fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
             warns: false,
             detail: String::new(),
             fix: String::new(),
-        }],
-    );
+        },
+    ]);
     metrics.gather()
 }
 

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use seatflow_reconciler::config::{RedisEvents, SecretUrl, Settings};
-use seatflow_reconciler::ops::access::{self, check, redis_acl::RedisAccess};
+use seatflow_reconciler::ops::access::{self, probe, redis_acl::RedisAccess};
 use seatflow_reconciler::run::context::Context;
 use seatflow_reconciler::store::mysql::grants as mysql_grants;
 use seatflow_test_support::daemon::{InProcessDaemon, binary, metric_reaches, metrics, sample};
@@ -95,7 +95,7 @@ async fn a_daemon_under_exactly_the_documented_acl_and_grants_does_all_its_work(
         DbUser::create(&env, "sf_least", &documented_grants(&env, "sf_least", true)).await;
     let settings = as_users(&env, &db_user, "sf-least");
     let ctx = Context::connect(settings.clone()).await.unwrap();
-    let missing = check::missing(
+    let missing = probe::missing(
         &ctx.mysql,
         &ctx.redis,
         &access,

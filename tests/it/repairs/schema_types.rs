@@ -19,7 +19,7 @@ fn deviation<'r>(
     table: &str,
     column: &str,
     kind: &str,
-) -> Option<&'r seatflow_reconciler::run::jobs::contract::DeviationReport> {
+) -> Option<&'r seatflow_reconciler::run::jobs::deviations::DeviationReport> {
     report
         .contract_deviations
         .iter()

@@ -277,7 +277,7 @@ pub struct RunReport {
     /// How the schema deviates from the contract, as the run read it
     /// (rule 17): the holding ones first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub contract_deviations: Vec<super::contract::DeviationReport>,
+    pub contract_deviations: Vec<super::deviations::DeviationReport>,
 }
 
 /// Why a job of the run did not run.

@@ -29,7 +29,7 @@ use crate::store::mysql::{Keyset, PageEnd};
 use crate::store::redis::CursorMove;
 
 use super::RunOptions;
-use super::audit::AuditLog;
+use super::audit_log::AuditLog;
 use super::report::JobReport;
 use super::strict::UnknownRows;
 use crate::run::context::Context;
