@@ -99,7 +99,7 @@ FOLDER_LAYERS = {
     "daemon/change_watch": [{"holder", "binlog"}, {"data_loss"}],
     "daemon/runner": [{"door", "status"}],
     "metrics": [{"process", "telemetry", "families"}, {"pass", "changes"}],
-    "ops": [{"access", "inspect", "push"}, {"demo"}],
+    "ops": [{"stdout"}, {"access", "inspect", "push"}, {"demo"}],
     "ops/access": [{"probe"}, {"start"}],
     "ops/demo": [{"fixtures", "servers"}, {"tour"}],
     "run": [

@@ -284,8 +284,8 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             let request = RunRequest::new(&ctx, trigger, CancellationToken::new(), None, None);
             let report = runner::enter(&ctx, request).await.report;
             match output {
-                Output::Json => println!("{}", report.to_json()),
-                Output::Text => print!("{}", report.to_text()),
+                Output::Json => seatflow_reconciler::outln!("{}", report.to_json()),
+                Output::Text => seatflow_reconciler::out!("{}", report.to_text()),
             }
             if let Some(url) = pushgateway
                 && let Err(e) =
@@ -303,13 +303,13 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
 fn print_deviations(state: &seatflow_reconciler::model::holds::ContractState) {
     let all = seatflow_reconciler::run::jobs::deviations::DeviationReport::all(state);
     if all.is_empty() {
-        println!("# schema: as the contract has it");
+        seatflow_reconciler::outln!("# schema: as the contract has it");
         return;
     }
-    println!("# schema: deviates from the contract");
+    seatflow_reconciler::outln!("# schema: deviates from the contract");
     for d in all {
         for line in d.describe().lines() {
-            println!("#   {line}");
+            seatflow_reconciler::outln!("#   {line}");
         }
     }
 }
@@ -352,12 +352,14 @@ async fn inspect(
         return Ok(ExitCode::from(EXIT_FAILED));
     };
     match (output, seat) {
-        (Output::Json, _) => println!("{}", map.to_json()),
-        (Output::Text, None) => print!("{}", map.render(std::io::stdout().is_terminal())),
+        (Output::Json, _) => seatflow_reconciler::outln!("{}", map.to_json()),
+        (Output::Text, None) => {
+            seatflow_reconciler::out!("{}", map.render(std::io::stdout().is_terminal()))
+        }
         (Output::Text, Some(seat)) => {
             let fixes = ctx.mysql.recent_fixes(showtime, seat, 5).await?;
             match map.seat_detail(seat, &fixes) {
-                Some(text) => print!("{text}"),
+                Some(text) => seatflow_reconciler::out!("{text}"),
                 None => {
                     telemetry::fatal(&format!(
                         "seat {seat} is not in the template of showtime {showtime}'s hall"

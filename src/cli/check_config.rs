@@ -21,9 +21,11 @@ pub(super) async fn run(settings: &Settings, config: Option<&Path>) -> ExitCode 
     // The settings are valid (they loaded); print what is in effect.
     match seatflow_reconciler::config::effective_toml(config, std::env::vars()) {
         Ok(text) => {
-            println!("# configuration is valid; in effect (secrets redacted):\n{text}");
+            seatflow_reconciler::outln!(
+                "# configuration is valid; in effect (secrets redacted):\n{text}"
+            );
             for line in &settings.renamed {
-                println!("# renamed: {line}");
+                seatflow_reconciler::outln!("# renamed: {line}");
             }
             // One connection for both checks.
             let mysql = seatflow_reconciler::run::context::connect_mysql(settings).await;
@@ -61,7 +63,7 @@ async fn check_schema(
     let store = match mysql {
         Ok(store) => store,
         Err(e) => {
-            println!("# schema: not checked (MySQL was not reached)");
+            seatflow_reconciler::outln!("# schema: not checked (MySQL was not reached)");
             tracing::warn!(error = %e, "the schema was not checked: cannot reach MySQL at {url}");
             return ExitCode::SUCCESS;
         }
@@ -70,7 +72,9 @@ async fn check_schema(
         Ok(state) => state,
         // A table it may not read: named by the permissions' check below.
         Err(e) if seatflow_reconciler::error::Denial::of(&e).is_some() => {
-            println!("# schema: not checked (a table of it may not be read: {e})");
+            seatflow_reconciler::outln!(
+                "# schema: not checked (a table of it may not be read: {e})"
+            );
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -119,18 +123,22 @@ async fn check_config_access(
     for finding in &findings {
         match finding {
             Finding::Allowed(what) => {
-                println!("# permissions: {what}: every one the reconciler needs");
+                seatflow_reconciler::outln!(
+                    "# permissions: {what}: every one the reconciler needs"
+                );
             }
-            Finding::Missing(m) => println!("# permissions: {} user: missing (below)", m.who),
+            Finding::Missing(m) => {
+                seatflow_reconciler::outln!("# permissions: {} user: missing (below)", m.who)
+            }
             Finding::Misconfigured { key, .. } => {
-                println!("# permissions: not checked: `{key}` is wrong (below)");
+                seatflow_reconciler::outln!("# permissions: not checked: `{key}` is wrong (below)");
             }
             Finding::Unreachable { what, message } => {
-                println!("# permissions: {what}: not checked (unreachable)");
+                seatflow_reconciler::outln!("# permissions: {what}: not checked (unreachable)");
                 tracing::warn!("{message}");
             }
             Finding::NotChecked { what, why } => {
-                println!("# permissions: {what}: not checked ({why})");
+                seatflow_reconciler::outln!("# permissions: {what}: not checked ({why})");
             }
         }
     }
@@ -156,13 +164,15 @@ async fn check_replica(
         Ok(Some(replica)) => {
             let (reason, error) = replica.choose().await;
             let why = error.map(|e| format!(": {e}")).unwrap_or_default();
-            println!(
+            seatflow_reconciler::outln!(
                 "# mysql.replica_url: a pass's bulk reads would go to the {} ({}){why}",
                 reason.server(),
                 reason.label()
             );
         }
         Ok(None) => {}
-        Err(e) => println!("# mysql.replica_url: not usable ({e}); a pass reads the primary"),
+        Err(e) => seatflow_reconciler::outln!(
+            "# mysql.replica_url: not usable ({e}); a pass reads the primary"
+        ),
     }
 }

@@ -48,11 +48,11 @@ pub async fn run(
     keep: bool,
     interrupted: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    println!("== seatflow-reconciler demo ==");
+    crate::outln!("== seatflow-reconciler demo ==");
     let private = match servers {
         Servers::Private => {
             let private = tokio::task::spawn_blocking(PrivateServices::start).await??;
-            println!("{}", private.describe(keep));
+            crate::outln!("{}", private.describe(keep));
             settings.mysql.url = SecretUrl::new(private.mysql_url());
             settings.redis.url = SecretUrl::new(private.redis_url());
             settings.redis.cluster_urls.clear();
@@ -71,17 +71,17 @@ pub async fn run(
     match private {
         Some(private) if keep && result.is_ok() => {
             let kept = tokio::task::spawn_blocking(move || private.keep()).await??;
-            println!("{}", kept.describe());
+            crate::outln!("{}", kept.describe());
         }
         Some(private) => {
             tokio::task::spawn_blocking(move || drop(private)).await?;
-            println!("\nThe private servers are stopped and removed.");
+            crate::outln!("\nThe private servers are stopped and removed.");
         }
         None if result.is_ok() => {
-            println!("Audit trail: SELECT * FROM {DEMO_DATABASE}.reconcile_fix;");
+            crate::outln!("Audit trail: SELECT * FROM {DEMO_DATABASE}.reconcile_fix;");
             if keep {
                 let (mysql, redis) = configured;
-                println!(
+                crate::outln!(
                     "\nThe demo's data stays on the configured servers: database \
                      `{DEMO_DATABASE}` on {mysql}, key prefix `{DEMO_PREFIX}` on {redis}. \
                      Point the reconciler at it with SEATFLOW__MYSQL__URL (that server, \
@@ -96,7 +96,7 @@ pub async fn run(
 
 async fn prepare_and_tour(mut settings: Settings) -> anyhow::Result<()> {
     let server_url = settings.mysql.url.expose().to_string();
-    println!(
+    crate::outln!(
         "MySQL database `{DEMO_DATABASE}` and Redis prefix `{DEMO_PREFIX}` on {}",
         settings.redis.url
     );

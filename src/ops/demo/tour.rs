@@ -57,43 +57,43 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<()> {
         ],
     )
     .await?;
-    println!(
+    crate::outln!(
         "\nSeeded: PAID A-3 shown as held, B-1 locked with no order, refunded B-2 still sold,"
     );
-    println!(
+    crate::outln!(
         "held B-3 shown as sold, an order for C-1/C-2 15 min past its deadline, showtime 102's"
     );
-    println!("hash missing, and C-5 held by a customer whose order is not committed yet.\n");
+    crate::outln!("hash missing, and C-5 held by a customer whose order is not committed yet.\n");
     print_map(&ctx, &fx, 101).await?;
 
     let all = Kind::ALL;
-    println!("\n-- 1. dry run: what is wrong (nothing written) --");
+    crate::outln!("\n-- 1. dry run: what is wrong (nothing written) --");
     let dry = run_jobs(&ctx, &all, true).await;
-    print!("{}", dry.to_text());
+    crate::out!("{}", dry.to_text());
 
-    println!(
+    crate::outln!(
         "\n-- 2. repair: orphans are only suspects until seen for {GRACE:?} (grace period) --"
     );
     let first = run_jobs(&ctx, &all, false).await;
-    print!("{}", first.to_text());
+    crate::out!("{}", first.to_text());
     anyhow::ensure!(
         fx.order_status(expired).await? == "CANCELLED",
         "expired order was not cancelled"
     );
 
-    println!("\n-- the customer's order for C-5 commits; the grace period passes --");
+    crate::outln!("\n-- the customer's order for C-5 commits; the grace period passes --");
     fx.order(101, "PENDING", &["C-5"], 900).await?;
     tokio::time::sleep(GRACE + Duration::from_millis(500)).await;
 
-    println!(
+    crate::outln!(
         "\n-- 3. repair again: orphans seen past the grace period are released; C-5 is kept --"
     );
     let second = run_jobs(&ctx, &all, false).await;
-    print!("{}", second.to_text());
+    crate::out!("{}", second.to_text());
 
-    println!("\n-- 4. once more: a converged state needs nothing --");
+    crate::outln!("\n-- 4. once more: a converged state needs nothing --");
     let third = run_jobs(&ctx, &all, false).await;
-    print!("{}", third.to_text());
+    crate::out!("{}", third.to_text());
     print_map(&ctx, &fx, 101).await?;
 
     let drift = crate::ops::inspect::differences(&ctx).await?;
@@ -103,7 +103,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<()> {
         fx.seat_value(101, "C-5").await?.as_deref() == Some("1"),
         "in-flight hold was harmed"
     );
-    println!("\nConverged: every seat of every ON_SALE showtime equals what MySQL implies.");
+    crate::outln!("\nConverged: every seat of every ON_SALE showtime equals what MySQL implies.");
     Ok(())
 }
 
@@ -112,7 +112,7 @@ async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Resul
     let hash = fx.hash(showtime).await?;
     let occupancy = ctx.mysql.occupancy(&[showtime]).await?.occupancy;
     let occ = occupancy.of(showtime);
-    println!(
+    crate::outln!(
         "showtime {showtime} seat map (0 free, 1 locked, 2 sold; * = Redis disagrees with MySQL):"
     );
     for row in ["A", "B", "C"] {
@@ -129,7 +129,7 @@ async fn print_map(ctx: &Context, fx: &Fixtures, showtime: i64) -> anyhow::Resul
             let mark = if value == expected { ' ' } else { '*' };
             line.push_str(&format!(" {value}{mark}"));
         }
-        println!("{line}");
+        crate::outln!("{line}");
     }
     Ok(())
 }

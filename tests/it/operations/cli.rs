@@ -824,3 +824,33 @@ async fn refused_logins_and_unknown_databases_exit_2_naming_the_url_key() {
         assert!(!err.contains("wrong@") && !err.contains(":wrong"), "{err}");
     }
 }
+
+/// Output piped to a reader that goes away (`once --output json | head`,
+/// `check-config | head -1`) ends quietly: no panic on the closed pipe, the
+/// command's own exit code.
+#[tokio::test]
+async fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let env = TestEnv::new().await;
+    for args in [
+        &["once", "--output", "json"][..],
+        &["check-config"][..],
+        &["inspect", "--showtime", "1"][..],
+    ] {
+        let mut child = against(&env)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("binary runs");
+        // The reader is gone before the command writes a line.
+        drop(child.stdout.take());
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {err}");
+    }
+}
