@@ -18,6 +18,7 @@ use tracing::Instrument as _;
 use crate::error::Stage;
 use crate::model::{Kind, ShowtimeId};
 use crate::run::context::Context;
+use pass_run::{Claim, PassOutcome};
 use report::{JobReport, Outcome, RunReport};
 pub use request::{Finding, Outbox, Rebuild, RunRequest, RunResult, Trigger};
 
@@ -289,9 +290,11 @@ pub fn run_span(run_id: &str) -> tracing::Span {
     tracing::info_span!("run", run_id)
 }
 
-/// The one entry point of every run: `request` says what to run and how
-/// (built by [`RunRequest::new`]); the seat jobs take their shard's pass
-/// lease first when the request says so. The run is recorded in
+/// Makes the run `request` describes (built by [`RunRequest::new`]; called
+/// only by the door, `runner::enter`): when the request says so, the pass
+/// lease is claimed first (`pass_run::claim`), the jobs run, and the pass
+/// is recorded or released (`pass_run::finish`); without it the seat jobs
+/// stand by and only `expired-orders` runs. The run is recorded in
 /// `reconcile_run` unless dry; every line logged on the way, the pass
 /// claim's included, carries its `run_id`.
 pub(crate) async fn run(ctx: &Context, request: RunRequest) -> RunResult {
@@ -304,12 +307,37 @@ pub(crate) async fn run(ctx: &Context, request: RunRequest) -> RunResult {
         ..
     } = request;
     let run = async move {
-        match pass_slot_ms {
-            Some(slot_ms) => pass_run::under_pass_lease(ctx, &kinds, &opts, slot_ms, run_id).await,
-            None => RunResult {
+        let Some(slot_ms) = pass_slot_ms else {
+            return RunResult {
                 report: run_as(ctx, &kinds, &opts, run_id, Vec::new()).await,
-                pass: pass_run::PassOutcome::NotNeeded,
-            },
+                pass: PassOutcome::NotNeeded,
+            };
+        };
+        // The seat jobs run only under their shard's pass lease.
+        match pass_run::claim(ctx, &kinds, &opts, slot_ms).await {
+            Claim::Ours { held, opts } => {
+                let report = run_as(ctx, &kinds, &opts, run_id, Vec::new()).await;
+                let pass = pass_run::finish(ctx, held, &opts, &report, slot_ms).await;
+                RunResult { report, pass }
+            }
+            Claim::NotOurs {
+                failed,
+                skipped,
+                outcome,
+            } => {
+                let others = pass_run::others(&kinds);
+                // Nothing ran and nothing failed: no run to record.
+                let mut report = if others.is_empty() && failed.is_empty() {
+                    RunReport::new(run_id, opts.dry_run, Vec::new(), 0)
+                } else {
+                    run_as(ctx, &others, &opts, run_id, failed).await
+                };
+                report.skipped = skipped;
+                RunResult {
+                    report,
+                    pass: outcome,
+                }
+            }
         }
     };
     // Boxed: a run is a deep future; its callers' futures stay small.
@@ -320,7 +348,7 @@ pub(crate) async fn run(ctx: &Context, request: RunRequest) -> RunResult {
 /// jobs of the run that failed before they could start (a pass that could
 /// not be claimed); they are recorded with the run, in its row's kinds and
 /// outcome, after the jobs that ran.
-pub(crate) async fn run_as(
+async fn run_as(
     ctx: &Context,
     kinds: &[Kind],
     opts: &RunOptions,

@@ -7,9 +7,11 @@
 
 use crate::model::Kind;
 use crate::run::context::Context;
+use std::sync::Arc;
+
+use crate::run::jobs::RunOptions;
 use crate::run::jobs::report::{JobReport, RunReport, SkipReason, SkippedJob};
-use crate::run::jobs::{RunOptions, RunResult, run_as};
-use crate::run::pass_lease::{self, Claimed};
+use crate::run::pass_lease::{self, Claimed, HeldPass};
 use crate::store::redis::PassRecord;
 
 /// What a run under the pass lease came to: ran, stood by, could not
@@ -40,15 +42,33 @@ pub enum PassOutcome {
     },
 }
 
-/// Runs `kinds` as run `run_id`; the seat jobs only if this process gets
-/// the pass of its context's shard for `slot_ms` (0: outside the schedule).
-pub(super) async fn under_pass_lease(
-    ctx: &Context,
-    kinds: &[Kind],
-    opts: &RunOptions,
-    slot_ms: i64,
-    run_id: String,
-) -> RunResult {
+/// What claiming the shard's pass leaves a run to do (`jobs::run` does it).
+pub(super) enum Claim {
+    /// Ours: every job runs under `opts` (fenced by the lease, stopped
+    /// with it), then [`finish`].
+    Ours { held: Held, opts: RunOptions },
+    /// Not ours: only the jobs that need no pass lease run, with `failed`
+    /// (the seat jobs, when the claim itself failed) recorded beside them
+    /// and `skipped` (the seat jobs, when another reconciler has the pass)
+    /// in the report; `outcome` says which.
+    NotOurs {
+        failed: Vec<JobReport>,
+        skipped: Vec<SkippedJob>,
+        outcome: PassOutcome,
+    },
+}
+
+/// The pass lease a run holds while its seat jobs run.
+pub(super) struct Held {
+    pass: Arc<HeldPass>,
+    last: Option<PassRecord>,
+    took_over_from: Option<String>,
+}
+
+/// Claims the pass of the context's shard for `slot_ms` (0: outside the
+/// schedule) for a run of `kinds`: through the lease the daemon keeps for
+/// its own shard, or a claim of its own.
+pub(super) async fn claim(ctx: &Context, kinds: &[Kind], opts: &RunOptions, slot_ms: i64) -> Claim {
     let shard = ctx.shard;
     let me = &ctx.settings.reconcile.instance;
     // The daemon's own shard: the lease it keeps between passes.
@@ -64,19 +84,18 @@ pub(super) async fn under_pass_lease(
             // (their sweep could not have read Redis either), and the run's
             // row says so.
             tracing::error!(shard = shard.index, error = %e, "could not claim the pass");
-            let failed = kinds
-                .iter()
-                .filter(|k| k.is_seat_job())
+            let failed = seat_jobs(kinds)
                 .map(|kind| {
-                    let mut failed = JobReport::new(*kind);
+                    let mut failed = JobReport::new(kind);
                     failed.fail(&e);
                     failed.finish();
                     failed
                 })
                 .collect();
-            return RunResult {
-                report: run_as(ctx, &others(kinds), opts, run_id, failed).await,
-                pass: PassOutcome::ClaimFailed,
+            return Claim::NotOurs {
+                failed,
+                skipped: Vec::new(),
+                outcome: PassOutcome::ClaimFailed,
             };
         }
     };
@@ -93,7 +112,7 @@ pub(super) async fn under_pass_lease(
                 already_done: false,
                 stuck,
             };
-            return stand_by(ctx, kinds, opts, run_id, by).await;
+            return stand_by(ctx, kinds, by);
         }
         Claimed::Done(record) => {
             let by = StoodBy {
@@ -102,7 +121,7 @@ pub(super) async fn under_pass_lease(
                 already_done: true,
                 stuck: false,
             };
-            return stand_by(ctx, kinds, opts, run_id, by).await;
+            return stand_by(ctx, kinds, by);
         }
     };
     let took_over_from = last
@@ -116,7 +135,7 @@ pub(super) async fn under_pass_lease(
             "took over the pass (the last one was run by another reconciler)"
         );
     }
-    let fenced = RunOptions {
+    let opts = RunOptions {
         fence: Some(pass.fence()),
         // A kept lease outlives the pass (its fence stops the pass when
         // lost); the pass's own stop may start another one.
@@ -126,9 +145,33 @@ pub(super) async fn under_pass_lease(
         },
         ..opts.clone()
     };
-    let report = run_as(ctx, kinds, &fenced, run_id, Vec::new()).await;
-    let completed = !fenced.stop.is_cancelled()
-        && !fenced.fenced_out()
+    let held = Held {
+        pass,
+        last,
+        took_over_from,
+    };
+    Claim::Ours { held, opts }
+}
+
+/// After the run of a pass that was ours (`opts`: the options it ran
+/// under, `report`: what it did): recorded as done for its slot when its
+/// seat jobs completed, released otherwise (a kept lease stays).
+pub(super) async fn finish(
+    ctx: &Context,
+    held: Held,
+    opts: &RunOptions,
+    report: &RunReport,
+    slot_ms: i64,
+) -> PassOutcome {
+    let shard = ctx.shard;
+    let Held {
+        pass,
+        last,
+        took_over_from,
+    } = held;
+    let kept = opts.kept_pass.as_ref().filter(|k| k.shard() == shard);
+    let completed = !opts.stop.is_cancelled()
+        && !opts.fenced_out()
         && report
             .jobs
             .iter()
@@ -160,13 +203,10 @@ pub(super) async fn under_pass_lease(
         }
         false
     };
-    RunResult {
-        report,
-        pass: PassOutcome::Ran {
-            took_over_from,
-            last,
-            recorded,
-        },
+    PassOutcome::Ran {
+        took_over_from,
+        last,
+        recorded,
     }
 }
 
@@ -180,13 +220,7 @@ struct StoodBy {
 
 /// Another reconciler has this shard's pass: only the other jobs run, and
 /// the report lists the seat jobs as skipped, naming the holder.
-async fn stand_by(
-    ctx: &Context,
-    kinds: &[Kind],
-    opts: &RunOptions,
-    run_id: String,
-    by: StoodBy,
-) -> RunResult {
+fn stand_by(ctx: &Context, kinds: &[Kind], by: StoodBy) -> Claim {
     let StoodBy {
         holder,
         since_ms,
@@ -214,31 +248,24 @@ async fn stand_by(
             "the pass runs in another reconciler; standing by"
         );
     }
-    let others = others(kinds);
-    let mut report = if others.is_empty() {
-        RunReport::new(run_id, opts.dry_run, Vec::new(), 0)
-    } else {
-        run_as(ctx, &others, opts, run_id, Vec::new()).await
-    };
     let reason = if already_done {
         SkipReason::PassDone
     } else {
         SkipReason::PassHeld
     };
-    report.skipped = kinds
-        .iter()
-        .filter(|k| k.is_seat_job())
+    let skipped = seat_jobs(kinds)
         .map(|kind| SkippedJob {
-            kind: *kind,
+            kind,
             reason,
             shard: shard.index,
             holder: holder.clone(),
             since: since_ms.and_then(chrono::DateTime::from_timestamp_millis),
         })
         .collect();
-    RunResult {
-        report,
-        pass: PassOutcome::StoodBy {
+    Claim::NotOurs {
+        failed: Vec::new(),
+        skipped,
+        outcome: PassOutcome::StoodBy {
             holder,
             since_ms,
             already_done,
@@ -247,7 +274,12 @@ async fn stand_by(
     }
 }
 
+/// The seat jobs of `kinds`: those the pass lease is for.
+fn seat_jobs(kinds: &[Kind]) -> impl Iterator<Item = Kind> + '_ {
+    kinds.iter().copied().filter(|k| k.is_seat_job())
+}
+
 /// The jobs of `kinds` that need no pass lease (`expired-orders`).
-fn others(kinds: &[Kind]) -> Vec<Kind> {
+pub(super) fn others(kinds: &[Kind]) -> Vec<Kind> {
     kinds.iter().copied().filter(|k| !k.is_seat_job()).collect()
 }
