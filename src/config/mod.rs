@@ -239,7 +239,7 @@ pub struct PassSettings {
     pub takeover_after: Duration,
 }
 
-/// `[changes]`: change-driven checks between passes (src/changes/).
+/// `[changes]`: change-driven checks between passes (src/daemon/change_state.rs).
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChangesSettings {
     /// Redis keyspace notifications on the seat hashes: `auto` subscribes

@@ -1,4 +1,4 @@
-//! The change-driven checks' families (src/changes/): [`ChangeMetrics`],
+//! The change-driven checks' families (src/daemon/change_state.rs): [`ChangeMetrics`],
 //! exported only by a daemon whose changes are on.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts};
@@ -7,7 +7,7 @@ use super::families::Families;
 use super::{DRIFT_AGE_BUCKETS, Metrics};
 use crate::model::Kind;
 
-/// The change-driven checks' families (src/changes/), exported by a daemon
+/// The change-driven checks' families (src/daemon/change_state.rs), exported by a daemon
 /// whose changes are on.
 #[derive(Clone)]
 pub struct ChangeMetrics {

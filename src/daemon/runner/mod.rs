@@ -86,7 +86,7 @@ pub struct Runner {
     expired_guard: Arc<tokio::sync::Mutex<()>>,
     status: Mutex<BTreeMap<Kind, JobStatus>>,
     shards: Mutex<BTreeMap<u32, ShardStatus>>,
-    /// Change-driven checks between passes (src/changes/); None without a pass.
+    /// Change-driven checks between passes (src/daemon/change_state.rs); None without a pass.
     changes: Option<Arc<Changes>>,
     /// The passes' cadence while a change source is down (`change_watch`'s
     /// `while_uncovered`): None, the schedule's.

@@ -116,7 +116,7 @@ impl MysqlStore {
 
     /// Deadlines of PENDING orders of the scope in `[from, to)`, soonest
     /// first, at most `limit`: (showtime, expires_at), for the checks queued
-    /// at each deadline (src/changes/). An index range of
+    /// at each deadline (src/daemon/change_state.rs). An index range of
     /// `(status, expires_at)`; deadlines that do not decode are the job's
     /// to report.
     pub async fn deadlines_between(
