@@ -73,7 +73,7 @@ LAYERS = [
 ]
 # seatflow-core's layers, lowest first.
 CORE_LAYERS = [
-    {"model", "pace", "pass_fit", "schedule", "repeats", "grants", "replica"},
+    {"model", "pace", "pass_fit", "schedule", "repeats", "grants", "replica_lag"},
     {"plan", "capacity", "keys"},
     {"changes", "redis_acl"},
 ]
@@ -119,7 +119,7 @@ FOLDER_LAYERS = {
     "store": [{"mysql"}, {"redis"}],
     "store/mysql": [
         {"sql", "migrations", "replica", "binlog"},
-        {"audit", "orders", "occupancy", "schema", "seat_map"},
+        {"audit", "orders", "occupancy_read", "schema", "seat_map"},
         {"confirm", "sweep", "cancel", "access"},
     ],
     "store/mysql/binlog": [{"connection", "decode", "position", "reader"}, {"setup"}, {"stream"}],

@@ -23,7 +23,7 @@ use serde_json::json;
 use crate::error::{Denial, Error};
 use crate::store::mysql::MysqlStore;
 // The judgement of a replica's report is pure (seatflow-core).
-pub use seatflow_core::replica::{Reason, judge};
+pub use seatflow_core::replica_lag::{Reason, judge};
 
 /// The longest a chunk waits for the replica's answer before it reads the
 /// primary.

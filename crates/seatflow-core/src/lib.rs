@@ -24,5 +24,5 @@ pub mod pass_fit;
 pub mod plan;
 pub mod redis_acl;
 pub mod repeats;
-pub mod replica;
+pub mod replica_lag;
 pub mod schedule;

@@ -20,7 +20,7 @@ mod confirm;
 // The grants' judgement is pure (seatflow-core).
 pub use seatflow_core::grants;
 mod migrations;
-mod occupancy;
+mod occupancy_read;
 mod orders;
 mod replica;
 pub mod schema;

@@ -7,7 +7,7 @@ use sqlx::Row as _;
 use sqlx::mysql::MySqlRow;
 
 // The plain value the judgement reads (seatflow-core's `replica`).
-pub use seatflow_core::replica::ReplicaReport;
+pub use seatflow_core::replica_lag::ReplicaReport;
 
 impl MysqlStore {
     /// The same store's pool for a replica of its database: the primary's

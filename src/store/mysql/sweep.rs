@@ -1,5 +1,5 @@
 //! What a sweep reads: keyset pages of ON_SALE showtimes, hall templates,
-//! and the showtimes outside the contract (the occupancy: `occupancy.rs`).
+//! and the showtimes outside the contract (the occupancy: `occupancy_read.rs`).
 
 use super::sql::*;
 use super::*;

@@ -24,7 +24,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder};
 use std::collections::HashMap;
 
-use super::super::occupancy::consistent_snapshot;
+use super::super::occupancy_read::consistent_snapshot;
 use super::super::sql::{NonEmpty, int, is_null, push_in};
 use super::{Asked, confirm_query};
 
