@@ -120,12 +120,12 @@ FOLDER_LAYERS = {
     "store/mysql": [
         {"sql", "migrations", "replica", "binlog"},
         {"audit", "orders", "occupancy_read", "schema", "seat_map"},
-        {"confirm", "sweep", "cancel", "access"},
+        {"confirm", "sweep", "cancel", "grants_held"},
     ],
     "store/mysql/binlog": [{"connection", "decode", "position", "reader"}, {"setup"}, {"stream"}],
     "store/redis": [
         {"conn"},
-        {"access", "audit_backlog", "binlog_position", "cursors", "data_marker", "leases", "notify",
+        {"acl_check", "audit_backlog", "binlog_position", "cursors", "data_marker", "leases", "notify",
          "seats"},
     ],
 }

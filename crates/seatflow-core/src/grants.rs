@@ -1,6 +1,6 @@
 //! The MySQL grants the reconciler's user needs (rule 18), table by table,
 //! as the statements an operator runs (**pure**). The product's
-//! `store/mysql/access.rs` checks each by preparing (never running) a
+//! `store/mysql/grants_held.rs` checks each by preparing (never running) a
 //! statement that needs it.
 
 /// One privilege on one table, and why it is needed.

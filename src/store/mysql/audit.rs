@@ -41,7 +41,7 @@ pub struct RunIdentity<'a> {
     pub instance: &'a str,
 }
 
-/// The statements of the audit, as `access.rs` prepares them too (rule 18).
+/// The statements of the audit, as `grants_held.rs` prepares them too (rule 18).
 pub(super) const RECENT_FIXES: &str = "SELECT run_id, job, kind, order_id, before_value, after_value, fixed_at, instance \
      FROM reconcile_fix WHERE showtime_id = ? AND seat_no = ? ORDER BY fixed_at DESC, id DESC LIMIT ?";
 pub(super) const INSERT_RUN: &str = "INSERT INTO reconcile_run (run_id, instance, kinds, dry_run, started_at) \

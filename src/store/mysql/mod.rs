@@ -12,11 +12,11 @@ use sqlx::{ConnectOptions as _, Connection as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
-mod access;
 mod audit;
 pub mod binlog;
 mod cancel;
 mod confirm;
+mod grants_held;
 // The grants' judgement is pure (seatflow-core).
 pub use seatflow_core::grants;
 mod migrations;

@@ -9,7 +9,7 @@ use crate::model::{Scope, ShowtimeId};
 use chrono::NaiveDateTime;
 use sqlx::{MySql, QueryBuilder, Row};
 
-/// The cancel's writes, as `access.rs` prepares them too (rule 18): the
+/// The cancel's writes, as `grants_held.rs` prepares them too (rule 18): the
 /// order's update (the reason is bound after it) and its seats' release.
 pub(super) const CANCEL_ORDERS: &str = "UPDATE ticket_order SET status = 'CANCELLED', cancelled_at = UTC_TIMESTAMP(3), cancel_reason = ";
 pub(super) const END_ORDER_SEATS: &str = "UPDATE order_seat SET active = NULL WHERE active = 1";

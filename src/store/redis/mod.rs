@@ -10,7 +10,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
 
-mod access;
+mod acl_check;
 mod audit_backlog;
 mod binlog_position;
 mod conn;
@@ -22,7 +22,7 @@ mod leases;
 mod notify;
 mod seats;
 
-pub use access::AclVerdict;
+pub use acl_check::AclVerdict;
 pub use binlog_position::{PositionSave, SavedPosition, parse_saved, saved_value};
 pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
