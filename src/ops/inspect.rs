@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::run::context::Context;
 use std::sync::Arc;
 
-use crate::model::contract::{SeatRow, UnknownRow};
+use crate::model::contract::SeatRow;
 use crate::model::{Kind, OrderStatus, Scope, SeatFields, Shard, ShowtimeId, Template};
 use crate::plan::{self, Anomaly, Suspect};
 use crate::run::jobs::seat_sweep::seen;
@@ -98,25 +98,9 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
     let swept = ctx.mysql.on_sale_page(None, None, 1, scope).await?;
     let on_sale = swept.rows.iter().any(|r| r.id == id);
     let (read, occupancy, plan) = (&seen.read, &seen.occupancy, &seen.plan);
-    // Why a pass would not sweep it: its own row outside the contract.
-    let mut unknown: Vec<UnknownRow> = Vec::new();
-    if showtime.starts_at.is_none() {
-        unknown.push(UnknownRow::new(
-            "showtime",
-            id.to_string(),
-            format!("starts_at {} does not decode", showtime.starts_at_raw),
-        ));
-    }
-    if !crate::model::contract::SHOWTIME_STATUSES.contains(&showtime.status.as_str()) {
-        unknown.push(UnknownRow::new(
-            "showtime",
-            id.to_string(),
-            format!(
-                "status {:?} is not spelled as the contract spells it",
-                showtime.status
-            ),
-        ));
-    }
+    // Why a pass would not sweep it: its own row outside the contract, as
+    // the pass reports it.
+    let mut unknown = ctx.mysql.unknown_showtimes(scope, 2).await?;
     unknown.extend(seen.unknown.iter().cloned());
     let unknown_rows: Vec<String> = unknown.iter().map(|u| u.to_string()).collect();
     let empty = SeatFields::default();

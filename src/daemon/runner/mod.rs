@@ -249,7 +249,7 @@ impl Runner {
 
     /// The run `trigger` asks for, as the daemon runs it: stopped with the
     /// daemon, telling its findings to the change queue.
-    pub fn request(&self, trigger: Trigger) -> RunRequest {
+    fn request(&self, trigger: Trigger) -> RunRequest {
         RunRequest::new(
             &self.ctx,
             trigger,
