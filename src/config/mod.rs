@@ -608,7 +608,7 @@ mod tests {
         assert_eq!(
             s.renamed,
             [
-                "sweep.max_hashes_per_second is now pass.max_hashes_per_second; the old name is read until 0.3: the section holds the pass's settings (a sweep is its walk over the showtimes)"
+                "sweep.max_hashes_per_second is now pass.max_hashes_per_second; the old name is read until 0.3: the section holds the pass's settings (a sweep is what a pass reads of the showtimes)"
             ]
         );
         // Under both names: an error naming both, in a file or the environment.

@@ -48,7 +48,7 @@ const RETIRED_KEYS: &[(&str, &str)] = &[
 pub const RENAMED_SECTIONS: &[(&str, &str, &str)] = &[(
     "sweep",
     "pass",
-    "0.3: the section holds the pass's settings (a sweep is its walk over the showtimes)",
+    "0.3: the section holds the pass's settings (a sweep is what a pass reads of the showtimes)",
 )];
 
 /// Keys whose environment value is a comma-separated list.

@@ -237,7 +237,7 @@ impl Changes {
     pub fn pass_ended(&self, report: &RunReport) {
         self.apply_findings();
         let beaten = std::mem::take(&mut *lock(&self.pass)).beaten;
-        let fixed: Vec<(Kind, u64)> = report
+        let repaired: Vec<(Kind, u64)> = report
             .jobs
             .iter()
             .map(|j| {
@@ -245,15 +245,15 @@ impl Changes {
                 (j.kind, j.fixed.saturating_sub(first_to))
             })
             .collect();
-        self.count_missed(&fixed);
+        self.count_missed(&repaired);
     }
 
-    /// `fixed` (per job) by a pass: missed by the checks if every source
+    /// Repaired (per job) by a pass: missed by the checks if every source
     /// was on with no gap since the last pass.
-    fn count_missed(&self, fixed: &[(Kind, u64)]) {
+    fn count_missed(&self, repaired: &[(Kind, u64)]) {
         let on = self.covered();
         if self.watching.swap(on, Ordering::SeqCst) {
-            for (kind, n) in fixed {
+            for (kind, n) in repaired {
                 self.metrics
                     .missed
                     .with_label_values(&[kind.label()])
@@ -505,28 +505,28 @@ mod tests {
     #[test]
     fn a_pass_counts_as_missed_only_what_it_repaired_after_a_whole_watch() {
         let c = changes();
-        let fixed = [(Kind::PaidSeats, 3)];
+        let repaired = [(Kind::PaidSeats, 3)];
         // Events not known on: nothing was watched.
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 0);
         // On from here: the pass that starts the watch counts nothing, the
         // next one counts its repairs.
         events_on(&c);
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 0);
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 3);
         // A gap since the last pass: what the pass finds may be the gap's.
         c.gap("connection_lost");
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 3);
         // Events that left `on` between two passes end the watch too.
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 6);
         c.subscription_lost();
         c.show_events();
         events_on(&c);
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 6);
     }
 
@@ -535,24 +535,24 @@ mod tests {
         let mut settings = Settings::load_with_env(None, Vec::new()).unwrap();
         settings.changes.mysql_binlog = true;
         let c = Changes::new(&settings);
-        let fixed = [(Kind::PaidSeats, 2)];
+        let repaired = [(Kind::PaidSeats, 2)];
         events_on(&c);
         assert!(
             !c.covered(),
             "events alone do not cover the binlog's changes"
         );
-        c.count_missed(&fixed);
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 0);
         c.binlog_streams(true);
         assert!(c.covered());
-        c.count_missed(&fixed);
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 2);
         // The stream stopped between two passes: no watch.
         c.binlog_streams(false);
         c.binlog_streams(true);
-        c.count_missed(&fixed);
+        c.count_missed(&repaired);
         assert_eq!(missed(&c), 2);
     }
 }

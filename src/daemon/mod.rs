@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::net::TcpListener;
-use tokio_cron_scheduler::{Job, JobScheduler, JobSchedulerError};
+// The crate's `Job` is a schedule entry here: a job is one of the five repairs.
+use tokio_cron_scheduler::{Job as CronEntry, JobScheduler, JobSchedulerError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -27,8 +28,8 @@ use crate::run::context::Context;
 use crate::schedule::Schedule;
 
 /// The daemon's schedules on `tokio-cron-scheduler`, wrapped where it falls
-/// short. The overlap guard is not here: it belongs to each schedule's job
-/// in the `Runner` (a fire while the previous run goes is skipped and
+/// short. The overlap guard is not here: it belongs to each schedule's
+/// entry in the `Runner` (a fire while the previous run goes is skipped and
 /// counted), and the start jitter is applied there, after the slot is fixed.
 struct Schedules {
     scheduler: JobScheduler,
@@ -60,14 +61,14 @@ impl Schedules {
         let on_fire = Arc::new(on_fire);
         let (stop, fires) = (self.stop.clone(), self.fires.clone());
         let raw = schedule.as_str().to_string();
-        let job = Job::new_async(raw, move |_, _| {
+        let entry = CronEntry::new_async(raw, move |_, _| {
             let (schedule, on_fire, stop) = (schedule.clone(), on_fire.clone(), stop.clone());
-            // Tracked from the moment the scheduler calls the job.
+            // Tracked from the moment the scheduler calls the entry.
             Box::pin(fires.track_future(async move {
                 if stop.is_cancelled() {
                     return;
                 }
-                // The crate never hands a job its scheduled time: work it
+                // The crate never hands an entry its scheduled time: work it
                 // out, the same in every replica.
                 match schedule.slot_at(Utc::now()) {
                     Some(slot) => on_fire(slot),
@@ -78,7 +79,7 @@ impl Schedules {
                 }
             }))
         })?;
-        self.scheduler.add(job).await?;
+        self.scheduler.add(entry).await?;
         Ok(())
     }
 

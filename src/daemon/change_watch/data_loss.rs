@@ -3,14 +3,14 @@
 //! primary in a Redis Cluster), so that a flush, a restart without
 //! persistence, a failover to an empty replica or an eviction is told
 //! without reading a seat hash. On a loss, the pass under way stops (what
-//! it walked by is gone) and a new one starts at once, soonest showtimes
+//! it read is gone) and a new one starts at once, soonest showtimes
 //! first, at the starting pace (`Pacer::start_again`), followed by more
 //! while missing hashes are left over a pass's budget; the scripts are
 //! loaded again; the kept pass lease is set again before a standby takes
 //! it; and the binlog reader's saved position,
 //! should it find none, is a lost one (`Changes::data_losses`). The
 //! reconciler's other keys (cursors, suspects, the pass record) are read
-//! as none, as they are: the walk starts over, graces start again.
+//! as none, as they are: the sweep starts over, graces start again.
 
 use std::sync::Arc;
 use std::time::Instant;

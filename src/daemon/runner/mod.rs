@@ -199,7 +199,7 @@ impl Runner {
     }
 
     /// Redis lost its data (the caller counts the gap that starts a pass):
-    /// the pass under way stops (what it walked by is gone), the pace
+    /// the pass under way stops (what it read is gone), the pace
     /// starts again (a new server, and no live hold waits on a hash that
     /// is gone), and passes follow one another until the missing hashes
     /// are all rebuilt.
@@ -213,7 +213,7 @@ impl Runner {
 
     /// After a pass of this process's own shard that ran: while rebuilding
     /// after a data loss, another pass at once if this one completed its
-    /// walk with missing hashes left over its budget (a failed one waits
+    /// sweep with missing hashes left over its budget (a failed one waits
     /// for the next gap or fire).
     fn rebuild_goes_on(&self, report: &jobs::report::RunReport, changes: &Changes) {
         if !self.rebuilding.load(Ordering::SeqCst) {

@@ -144,7 +144,7 @@ impl MysqlStore {
                 .unwrap_or_else(|e| Finding::Failed(e.to_string()));
             findings.insert(proof, finding);
         }
-        let state = Arc::new(ContractState::decide(&facts, deviations, &findings));
+        let state = Arc::new(ContractState::judge(&facts, deviations, &findings));
         self.contract.set(Arc::clone(&state));
         Ok(state)
     }

@@ -40,12 +40,12 @@ impl Keyset {
     }
 }
 
-/// Where a walk over the keyset ends.
+/// Where a sweep's segment of the keyset order ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PageEnd {
     /// Before the showtimes starting at this time (the soonest window's end).
     Before(NaiveDateTime),
-    /// At this position, itself included (a pass's walk come round to
+    /// At this position, itself included (a pass's ring come round to
     /// where it began).
     Through(Keyset),
 }

@@ -1,4 +1,4 @@
-//! The sweep's cursors (where each job's walk resumes, per shard).
+//! The sweep's cursors (where each job's sweep resumes, per shard).
 
 use super::*;
 use crate::error::{Error, Result};

@@ -305,7 +305,7 @@ impl ContractState {
 
     /// Each deviation judged by what its data check found (a check with no
     /// finding counts as failed).
-    pub fn decide(
+    pub fn judge(
         facts: &SchemaFacts,
         deviations: Vec<Deviation>,
         findings: &HashMap<Proof, Finding>,

@@ -14,8 +14,8 @@
 //! chunk's page, hashes and occupancy are read while the current chunk is
 //! planned and repaired.
 //!
-//! Rooms: this file walks the estate (budgets, cursors, the soonest window,
-//! the scan loop); `read.rs` reads a chunk; `chunk.rs` plans it; `repair.rs`
+//! Rooms: this file covers the estate (budgets, cursors, the soonest window,
+//! the ring, the loop over a segment's chunks); `read.rs` reads a chunk; `chunk.rs` plans it; `repair.rs`
 //! writes its repairs; `notices.rs` reports what is left alone.
 
 use std::collections::HashMap;
@@ -67,7 +67,7 @@ struct ChunkWork {
 }
 
 /// One job's share of a sweep.
-struct Job<'a> {
+struct JobShare<'a> {
     kind: Kind,
     report: JobReport,
     /// Repairs this run may still apply.
@@ -77,7 +77,7 @@ struct Job<'a> {
     audit: AuditLog<'a>,
 }
 
-impl Job<'_> {
+impl JobShare<'_> {
     /// Reserves up to `n` repairs from the run's budget; the rest is backlog.
     fn take(&mut self, n: usize) -> usize {
         let granted = n.min(self.budget);
@@ -104,7 +104,7 @@ pub async fn run<'a>(
 
 /// As `run`; bad data is counted and logged by `reporter` alone, so that one
 /// bad value is one `invalid_data` error and one log line, whichever jobs
-/// saw it. `ring`: a pass's walk may go round the estate (see `walk`).
+/// saw it. `ring`: a pass's sweep may go round the estate (see `cover`).
 async fn run_with_reporter<'a>(
     ctx: &'a Context,
     kinds: &[Kind],
@@ -163,7 +163,7 @@ async fn run_with_reporter<'a>(
     let jobs = kinds
         .iter()
         .zip(audits)
-        .map(|(&kind, audit)| Job {
+        .map(|(&kind, audit)| JobShare {
             kind,
             report: JobReport::new(kind),
             budget: opts.budget(&ctx.settings, kind),
@@ -206,7 +206,7 @@ async fn run_with_reporter<'a>(
         None => Ok(None),
     };
     if let Err(e) = match cursor {
-        Ok(cursor) => sweep.walk(cursor).await,
+        Ok(cursor) => sweep.cover(cursor).await,
         Err(e) => Err(e),
     } {
         let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
@@ -251,9 +251,9 @@ fn cursor_key(ctx: &Context, kind: Kind) -> String {
 struct Sweep<'a, 'o> {
     ctx: &'a Context,
     opts: &'o RunOptions,
-    /// The walk may go round the estate (jobs sweeping together).
+    /// The sweep may go round the estate (jobs sweeping together).
     ring: bool,
-    jobs: Vec<Job<'a>>,
+    jobs: Vec<JobShare<'a>>,
     leases: RunLeases,
     templates: HashMap<i64, Arc<Template>>,
     progress: Progress,
@@ -267,20 +267,22 @@ impl<'a> Sweep<'a, '_> {
         clippy::expect_used,
         reason = "repairs are planned only for the sweep's jobs"
     )]
-    fn job(&mut self, kind: Kind) -> &mut Job<'a> {
+    fn job(&mut self, kind: Kind) -> &mut JobShare<'a> {
         self.jobs
             .iter_mut()
             .find(|j| j.kind == kind)
             .expect("repairs only of the sweep's jobs")
     }
 
-    fn fixed(&self) -> u64 {
+    /// Repairs made so far (the progress line's count).
+    fn repaired(&self) -> u64 {
         self.jobs.iter().map(|j| j.report.fixed).sum()
     }
 
-    /// The sweep's walk over its scope: the showtimes starting within
-    /// `pass.soonest_window` first, then onwards from the cursors.
-    async fn walk(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
+    /// Covers the sweep's scope, one segment after another: the showtimes
+    /// starting within `pass.soonest_window` first, then onwards from the
+    /// cursors, and on a ring back from the start to where it began.
+    async fn cover(&mut self, cursor_seen: Option<String>) -> Result<(), Error> {
         let ctx = self.ctx;
         // Rule 17: a schema whose reading of every showtime is in doubt
         // (a type the reads do not take, a missing table) holds every
@@ -342,7 +344,7 @@ impl<'a> Sweep<'a, '_> {
             .then(|| chrono::Utc::now().naive_utc() + window);
         let window_end = horizon.map(|at| Keyset { at, id: i64::MIN });
         let (mut after, mut reached_end) = match window_end {
-            None => match self.scan(cursor, None, &mut scan).await? {
+            None => match self.segment(cursor, None, &mut scan).await? {
                 Some(end) => end,
                 None => return Ok(()),
             },
@@ -351,12 +353,12 @@ impl<'a> Sweep<'a, '_> {
                 // cursor, so that its later showtimes get their turn too.
                 let near_from = cursor.filter(|c| *c < window_end);
                 let near_end = Some(PageEnd::Before(window_end.at));
-                match self.scan(near_from, near_end, &mut scan).await? {
+                match self.segment(near_from, near_end, &mut scan).await? {
                     None => return Ok(()),
                     Some((after, false)) => (after, false),
                     Some((near_after, true)) => {
                         let from = cursor.filter(|c| *c > window_end).unwrap_or(window_end);
-                        match self.scan(Some(from), None, &mut scan).await? {
+                        match self.segment(Some(from), None, &mut scan).await? {
                             Some((after, reached)) => (after.or(near_after), reached),
                             None => return Ok(()),
                         }
@@ -364,7 +366,7 @@ impl<'a> Sweep<'a, '_> {
                 }
             }
         };
-        // What this walk leaves unread, when it stopped short: after where
+        // What this sweep leaves unread, when it stopped short: after where
         // it stopped, up to the estate's end or, on a ring, up to where it
         // began.
         let mut unread_end = None;
@@ -382,10 +384,10 @@ impl<'a> Sweep<'a, '_> {
             && let Some(began) = cursor
         {
             // Before where it began: the estate's start, or past the soonest
-            // window (read already) when the walk began beyond it.
+            // window (read already) when the sweep began beyond it.
             let from = window_end.filter(|w| *w <= began);
             let back = Some(PageEnd::Through(began));
-            match self.scan(from, back, &mut scan).await? {
+            match self.segment(from, back, &mut scan).await? {
                 None => return Ok(()),
                 Some((_, true)) => ring_closed_at = Some(began),
                 Some((stopped, false)) => {
@@ -460,11 +462,11 @@ impl<'a> Sweep<'a, '_> {
         cursor_key(self.ctx, kind)
     }
 
-    /// Scans from `from` (exclusive) to the end of the estate, or to `end`,
-    /// within what is left of the scan limit. Returns where it stopped and
+    /// Sweeps one segment: chunk by chunk from `from` (exclusive) to the end
+    /// of the estate, or to `end`, within what is left of the scan limit. Returns where it stopped and
     /// whether it reached the end, or None when the run was stopped
     /// (shutdown, lost pass lease).
-    async fn scan(
+    async fn segment(
         &mut self,
         from: Option<Keyset>,
         end: Option<PageEnd>,
@@ -552,7 +554,7 @@ impl<'a> Sweep<'a, '_> {
                 }
             }
             self.progress
-                .tick(scan.scanned as u64, scan.total, self.fixed());
+                .tick(scan.scanned as u64, scan.total, self.repaired());
             for (j, had) in self.jobs.iter_mut().zip(had_budget) {
                 if had && j.budget == 0 && j.resume.is_none() {
                     j.resume = Some(page_start);

@@ -97,16 +97,16 @@ pub(super) fn kinds(deviations: &[Deviation]) -> Vec<(&str, &str, DeviationKind)
         .collect()
 }
 
-pub(super) fn decide(facts: &SchemaFacts, findings: &[(Proof, Finding)]) -> ContractState {
+pub(super) fn state_of(facts: &SchemaFacts, findings: &[(Proof, Finding)]) -> ContractState {
     let findings: HashMap<Proof, Finding> = findings.iter().cloned().collect();
-    ContractState::decide(facts, judge(facts), &findings)
+    ContractState::judge(facts, judge(facts), &findings)
 }
 
 #[test]
 fn the_reference_schema_deviates_in_nothing() {
     let facts = contract();
     assert_eq!(judge(&facts), Vec::new());
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert!(state.holds.is_empty());
     assert_eq!(state.shape.audit_seat_chars, Some(16));
     assert_eq!(
@@ -140,7 +140,7 @@ fn a_nullable_showtime_id_is_proved_on_the_data() {
         rows: vec![],
         more: false,
     };
-    let state = decide(&facts, &[(Proof::NullShowtimeRows, none)]);
+    let state = state_of(&facts, &[(Proof::NullShowtimeRows, none)]);
     assert!(state.holds.is_empty());
     assert!(!state.judged[0].holds, "{:?}", state.judged);
     assert!(state.shape.null_showtime_rows);
@@ -149,7 +149,7 @@ fn a_nullable_showtime_id_is_proved_on_the_data() {
         rows: vec![("order 7 seat A-1".into(), Some(5))],
         more: false,
     };
-    let state = decide(&facts, &[(Proof::NullShowtimeRows, attributed)]);
+    let state = state_of(&facts, &[(Proof::NullShowtimeRows, attributed)]);
     assert!(state.judged[0].holds);
     assert_eq!(state.holds.seat(5).0, SeatHold::Lowering);
     assert_eq!(state.holds.seat(6).0, SeatHold::None);
@@ -165,11 +165,11 @@ fn a_nullable_showtime_id_is_proved_on_the_data() {
         },
         Finding::Failed("timeout".into()),
     ] {
-        let state = decide(&facts, &[(Proof::NullShowtimeRows, anywhere.clone())]);
+        let state = state_of(&facts, &[(Proof::NullShowtimeRows, anywhere.clone())]);
         assert_eq!(state.holds.seat(6).0, SeatHold::Lowering, "{anywhere:?}");
     }
     // No finding at all (the check was not run) holds as a failed one.
-    assert_eq!(decide(&facts, &[]).holds.seat(6).0, SeatHold::Lowering);
+    assert_eq!(state_of(&facts, &[]).holds.seat(6).0, SeatHold::Lowering);
 
     // Without an index that leads with the column, no check is cheap.
     facts.indexes.retain(|i| i.name != "uq_occupancy");
@@ -208,7 +208,7 @@ fn other_nullable_columns_are_read_row_by_row() {
             "{table}.{name}: {:?}",
             found[0].handling
         );
-        assert!(decide(&facts, &[]).holds.is_empty(), "{table}.{name}");
+        assert!(state_of(&facts, &[]).holds.is_empty(), "{table}.{name}");
     }
 }
 
@@ -234,7 +234,7 @@ fn template_seats_are_grouped_under_order_seats_comparison() {
         "{}",
         found[0].fix
     );
-    let state = decide(
+    let state = state_of(
         &facts,
         &[(
             groups.clone(),
@@ -249,7 +249,7 @@ fn template_seats_are_grouped_under_order_seats_comparison() {
         state.shape.seat_groups,
         Some(("utf8mb4".into(), "utf8mb4_general_ci".into()))
     );
-    let state = decide(
+    let state = state_of(
         &facts,
         &[(
             groups.clone(),
@@ -306,7 +306,7 @@ fn unsigned_ids_are_read_up_to_bigint_and_other_types_hold_their_table() {
     let c = column(&mut facts, "showtime", "hall_id");
     c.data_type = "varchar".into();
     c.column_type = "varchar(20)".into();
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert_eq!(state.holds.seat(1).0, SeatHold::All);
     assert_eq!(state.holds.cancels, None);
 
@@ -314,7 +314,7 @@ fn unsigned_ids_are_read_up_to_bigint_and_other_types_hold_their_table() {
     let c = column(&mut facts, "ticket_order", "expires_at");
     c.data_type = "varchar".into();
     c.column_type = "varchar(30)".into();
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert_eq!(state.holds.seat(1).0, SeatHold::All);
     assert!(state.holds.cancels.is_some());
 
@@ -323,7 +323,7 @@ fn unsigned_ids_are_read_up_to_bigint_and_other_types_hold_their_table() {
     let c = column(&mut facts, "ticket_order", "user_id");
     c.data_type = "varchar".into();
     c.column_type = "varchar(30)".into();
-    assert_eq!(decide(&facts, &[]).holds, Holds::default());
+    assert_eq!(state_of(&facts, &[]).holds, Holds::default());
 
     // Other integer widths and datetime types read the same.
     let mut facts = contract();
@@ -336,15 +336,15 @@ fn unsigned_ids_are_read_up_to_bigint_and_other_types_hold_their_table() {
 fn what_the_cancel_writes_must_fit() {
     let mut facts = contract();
     column(&mut facts, "ticket_order", "cancel_reason").max_chars = Some(10);
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert!(state.holds.cancels.is_some());
     assert_eq!(state.holds.seat(1).0, SeatHold::None);
     column(&mut facts, "ticket_order", "cancel_reason").max_chars = Some(255);
-    assert!(decide(&facts, &[]).holds.is_empty(), "wider is harmless");
+    assert!(state_of(&facts, &[]).holds.is_empty(), "wider is harmless");
 
     let mut facts = contract();
     column(&mut facts, "order_seat", "active").nullable = false;
-    assert!(decide(&facts, &[]).holds.cancels.is_some());
+    assert!(state_of(&facts, &[]).holds.cancels.is_some());
 
     let mut facts = contract();
     column(&mut facts, "showtime", "status").charset = Some("utf16".into());

@@ -2,7 +2,7 @@
 //! the types each read takes (`types.rs`), the jobs a column holds
 //! (`uses.rs`), the indexes and the triggers (`indexes.rs`).
 
-use super::tests::{column, contract, decide, kinds};
+use super::tests::{column, contract, kinds, state_of};
 use super::*;
 use crate::model::holds::{Finding, SeatHold};
 
@@ -37,7 +37,7 @@ fn missing_indexes_and_triggers_warn_and_hold_nothing() {
         "CREATE INDEX idx_order_status_expires_2 ON ticket_order (status, expires_at)"
     );
     assert_eq!(found[1].fix, "DROP TRIGGER `no_cancel`");
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert!(state.holds.is_empty());
     assert!(state.judged.iter().all(|j| j.warns && !j.holds));
 }
@@ -84,7 +84,7 @@ fn types_are_judged_by_what_the_reads_take() {
         kinds(&found),
         [("ticket_order", "created_at", DeviationKind::Type)]
     );
-    let holds = decide(&facts, &[]).holds;
+    let holds = state_of(&facts, &[]).holds;
     assert!(holds.seat_writes.is_some(), "the sweep reads it");
     assert_eq!(
         (holds.cancels, holds.order_reads),
@@ -118,7 +118,7 @@ fn types_are_judged_by_what_the_reads_take() {
         "enum",
         "enum('PENDING','PAID','REFUNDED')",
     );
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert_eq!(
         kinds(&judge(&facts)),
         [("ticket_order", "status", DeviationKind::Type)],
@@ -148,7 +148,7 @@ fn an_audit_column_narrower_than_the_seat_names_is_a_deviation() {
             (AUDIT_TABLE, "seat_no", DeviationKind::Length),
         ]
     );
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert_eq!(state.holding().count(), 1);
     assert!(state.shape.fits_audit(&"x".repeat(16)));
     assert!(!state.shape.fits_audit(&"x".repeat(17)));
@@ -168,7 +168,7 @@ fn missing_tables_columns_and_keys_say_how_to_fix_them() {
         ("showtime", "", DeviationKind::MissingTable)
     );
     // It holds the jobs that read it: the seat jobs, not expired-orders.
-    let holds = decide(&facts, &[]).holds;
+    let holds = state_of(&facts, &[]).holds;
     assert!(holds.seat_writes.is_some());
     assert_eq!((holds.cancels, holds.order_reads), (None, None));
 
@@ -192,7 +192,7 @@ fn missing_tables_columns_and_keys_say_how_to_fix_them() {
     facts
         .columns
         .retain(|c| !(c.table == "ticket_order" && c.column == "cancel_reason"));
-    let holds = decide(&facts, &[]).holds;
+    let holds = state_of(&facts, &[]).holds;
     assert!(holds.cancels.is_some(), "the cancel writes it");
     assert_eq!(
         holds.seat(1).0,
@@ -204,7 +204,7 @@ fn missing_tables_columns_and_keys_say_how_to_fix_them() {
     facts
         .columns
         .retain(|c| !(c.table == "hall_seat" && c.column == "row_label"));
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert!(state.holds.is_empty(), "it orders the seat map only");
     assert_eq!(state.shape.seat_order("hs."), "hs.col_no, hs.seat_no");
 
@@ -228,7 +228,7 @@ fn missing_tables_columns_and_keys_say_how_to_fix_them() {
         found[1].fix,
         "CREATE INDEX idx_order_seat_showtime ON order_seat (showtime_id)"
     );
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert!(state.holds.is_empty(), "a missing index holds nothing");
     assert!(state.judged[1].warns && !state.judged[1].holds);
 
@@ -241,11 +241,11 @@ fn missing_tables_columns_and_keys_say_how_to_fix_them() {
     {
         i.columns[1].1 = Some(4);
     }
-    assert_eq!(decide(&facts, &[]).holds.seat(1).0, SeatHold::Lowering);
+    assert_eq!(state_of(&facts, &[]).holds.seat(1).0, SeatHold::Lowering);
 
     let mut facts = contract();
     facts.indexes.retain(|i| i.table != "showtime");
-    let state = decide(
+    let state = state_of(
         &facts,
         &[(
             Proof::DuplicateShowtimes,
@@ -262,7 +262,7 @@ fn missing_tables_columns_and_keys_say_how_to_fix_them() {
     facts
         .indexes
         .retain(|i| i.table != "ticket_order" || i.name != "PRIMARY");
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert!(
         state.holds.cancels.is_some(),
         "no index on id: a locking read by id would lock every order"
@@ -273,7 +273,7 @@ fn missing_tables_columns_and_keys_say_how_to_fix_them() {
         unique: false,
         columns: vec![("id".into(), None)],
     });
-    let state = decide(&facts, &[]);
+    let state = state_of(&facts, &[]);
     assert!(state.holds.is_empty(), "the cancel checks each id");
     assert!(!state.shape.order_ids_unique);
 }
