@@ -111,32 +111,8 @@ impl Bench {
         .await?;
         Ok(())
     }
-    /// Every key under the prefix: SCAN (never KEYS) and UNLINK (freed in the
-    /// background, so a 3 GB estate does not block Redis).
     async fn delete_keys(&self) -> Result<()> {
-        let mut conn = self.redis.clone();
-        let pattern = format!("{}*", self.keys.prefix());
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(10_000)
-                .query_async(&mut conn)
-                .await?;
-            if !keys.is_empty() {
-                redis::cmd("UNLINK")
-                    .arg(&keys)
-                    .query_async::<()>(&mut conn)
-                    .await?;
-            }
-            if next == 0 {
-                return Ok(());
-            }
-            cursor = next;
-        }
+        fixtures::delete_prefix(&self.redis, self.keys.prefix()).await
     }
 }
 

@@ -157,31 +157,40 @@ impl Fixtures {
                 .await?,
         )
     }
-    /// Deletes every key under the prefix (SCAN, never KEYS).
+    /// Deletes every key under the prefix.
     pub async fn delete_prefix(&self) -> AnyResult<()> {
-        let mut c = self.redis.clone();
-        let pattern = format!("{}*", self.keys.prefix());
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut c)
+        delete_prefix(&self.redis, self.keys.prefix()).await
+    }
+}
+
+/// Deletes every key under `prefix`: SCAN (never KEYS) and UNLINK (freed in
+/// the background, so a 3 GB estate does not block Redis).
+pub async fn delete_prefix<C>(redis: &C, prefix: &str) -> AnyResult<()>
+where
+    C: redis::aio::ConnectionLike + Clone,
+{
+    let mut c = redis.clone();
+    let pattern = format!("{prefix}*");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        if !keys.is_empty() {
+            redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async::<()>(&mut c)
                 .await?;
-            if !keys.is_empty() {
-                redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async::<()>(&mut c)
-                    .await?;
-            }
-            if next == 0 {
-                return Ok(());
-            }
-            cursor = next;
         }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
     }
 }
 
