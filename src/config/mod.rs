@@ -580,19 +580,62 @@ mod tests {
 
     #[test]
     fn retired_keys_name_their_replacement() {
-        let e = load_toml("[jobs.paid_seats]\nschedule = \"10 * * * * *\"\n", &[]).unwrap_err();
-        assert_eq!(e.key, "jobs.paid_seats.schedule");
-        assert!(e.reason.contains("pass.schedule"), "{e}");
-        let e = Settings::load_with_env(
-            None,
-            env(&[("SEATFLOW__JOBS__ORPHAN_LOCKS__SCHEDULE", "0 * * * * *")]),
-        )
-        .unwrap_err();
-        assert_eq!(e.key, "jobs.orphan_locks.schedule");
-        assert!(e.reason.contains("pass.schedule"), "{e}");
         let e = load_toml("[pass]\nlease_ttl = \"15s\"\n", &[]).unwrap_err();
         assert_eq!(e.key, "pass.lease_ttl");
         assert!(e.reason.contains("pass.pass_lease_ttl"), "{e}");
+    }
+
+    #[test]
+    fn a_seat_jobs_former_schedule_is_read_as_the_pass_schedule_with_a_warning() {
+        let s = load_toml("[jobs.paid_seats]\nschedule = \"10 * * * * *\"\n", &[]).unwrap();
+        assert_eq!(s.pass.schedule, "10 * * * * *");
+        assert_eq!(
+            s.renamed,
+            [
+                "jobs.paid_seats.schedule is now pass.schedule; the old name is read until 0.3: the seat jobs share one pass"
+            ]
+        );
+        // Several, agreeing: one schedule, a warning for each.
+        let agree = "[jobs.paid_seats]\nschedule = \"*/5 * * * * *\"\n[jobs.sold_orphans]\nschedule = \"*/5 * * * * *\"\n";
+        let s = load_toml(agree, &[]).unwrap();
+        assert_eq!(s.pass.schedule, "*/5 * * * * *");
+        assert_eq!(s.renamed.len(), 2, "{:?}", s.renamed);
+        // Disagreeing: no schedule an operator set is dropped in silence.
+        let apart = "[jobs.paid_seats]\nschedule = \"*/5 * * * * *\"\n[jobs.orphan_locks]\nschedule = \"0 * * * * *\"\n";
+        let e = load_toml(apart, &[]).unwrap_err();
+        assert_eq!(e.key, "jobs.orphan_locks.schedule");
+        assert!(
+            e.reason.contains("jobs.paid_seats.schedule")
+                && e.reason.contains("set pass.schedule alone"),
+            "{e}"
+        );
+        // Beside the new name: an error naming both.
+        let both = "[pass]\nschedule = \"0 * * * * *\"\n[jobs.missing_hashes]\nschedule = \"0 * * * * *\"\n";
+        let e = load_toml(both, &[]).unwrap_err();
+        assert_eq!(e.key, "jobs.missing_hashes.schedule");
+        assert!(e.reason.contains("pass.schedule"), "{e}");
+        // The environment likewise.
+        let vars = [("SEATFLOW__JOBS__ORPHAN_LOCKS__SCHEDULE", "0 * * * * *")];
+        let s = Settings::load_with_env(None, env(&vars)).unwrap();
+        assert_eq!(s.pass.schedule, "0 * * * * *");
+        assert_eq!(s.renamed.len(), 1, "{:?}", s.renamed);
+        let apart = [
+            ("SEATFLOW__JOBS__ORPHAN_LOCKS__SCHEDULE", "0 * * * * *"),
+            ("SEATFLOW__JOBS__PAID_SEATS__SCHEDULE", "30 * * * * *"),
+        ];
+        assert!(Settings::load_with_env(None, env(&apart)).is_err());
+        let both = [
+            ("SEATFLOW__JOBS__ORPHAN_LOCKS__SCHEDULE", "0 * * * * *"),
+            ("SEATFLOW__PASS__SCHEDULE", "0 * * * * *"),
+        ];
+        let e = Settings::load_with_env(None, env(&both)).unwrap_err();
+        assert_eq!(e.key, "jobs.orphan_locks.schedule");
+        // A bad value under the old name is named by its new one.
+        let e = load_toml("[jobs.sold_orphans]\nschedule = \"* * * * *\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "pass.schedule");
+        // expired-orders keeps a schedule of its own: no warning.
+        let s = load_toml("[jobs.expired_orders]\nschedule = \"7 * * * * *\"\n", &[]).unwrap();
+        assert!(s.renamed.is_empty());
     }
 
     #[test]

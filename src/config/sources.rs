@@ -17,27 +17,36 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 const ENV_PREFIX: &str = "SEATFLOW__";
 
 /// Keys that no longer apply, and what replaced them: setting one is an
-/// error that says so (a silently ignored schedule would be worse).
-const RETIRED_KEYS: &[(&str, &str)] = &[
-    (
-        "jobs.paid_seats.schedule",
-        "no longer applies: the seat jobs share one pass; set pass.schedule",
-    ),
+/// error that says so.
+const RETIRED_KEYS: &[(&str, &str)] = &[(
+    "pass.lease_ttl",
+    "renamed pass.pass_lease_ttl (the pass lease; reconcile.lock_ttl is the showtime lease's)",
+)];
+
+/// Why the seat jobs' own schedules are read as the pass's, and until when.
+const SEAT_SCHEDULES: &str = "0.3: the seat jobs share one pass";
+
+/// Keys renamed one by one, old name first, read under the new name with a
+/// warning at start until the release named, as renamed sections are.
+/// Several old names may lead to one new key (the seat jobs' schedules, now
+/// the one pass's): where more than one is set they must agree, so that no
+/// schedule an operator set is silently dropped.
+pub const RENAMED_KEYS: &[(&str, &str, &str)] = &[
+    ("jobs.paid_seats.schedule", "pass.schedule", SEAT_SCHEDULES),
     (
         "jobs.missing_hashes.schedule",
-        "no longer applies: the seat jobs share one pass; set pass.schedule",
+        "pass.schedule",
+        SEAT_SCHEDULES,
     ),
     (
         "jobs.orphan_locks.schedule",
-        "no longer applies: the seat jobs share one pass; set pass.schedule",
+        "pass.schedule",
+        SEAT_SCHEDULES,
     ),
     (
         "jobs.sold_orphans.schedule",
-        "no longer applies: the seat jobs share one pass; set pass.schedule",
-    ),
-    (
-        "pass.lease_ttl",
-        "renamed pass.pass_lease_ttl (the pass lease; reconcile.lock_ttl is the showtime lease's)",
+        "pass.schedule",
+        SEAT_SCHEDULES,
     ),
 ];
 
@@ -80,6 +89,7 @@ pub fn merge(
         .filter(|(name, _)| name.starts_with(ENV_PREFIX))
         .collect();
     let env_keys: Vec<String> = env.iter().filter_map(|(n, _)| env_key(n)).collect();
+    let mut moves = Moves::default();
     for (name, value) in env {
         let Some(key) = env_key(&name) else { continue };
         let key = match new_name(&key) {
@@ -90,6 +100,7 @@ pub fn merge(
                 ));
             }
             Some(new) => {
+                moves.agree(&key, &new, format!("{value:?}"))?;
                 renamed.push(renamed_line(&key, &new));
                 new
             }
@@ -115,9 +126,13 @@ pub fn merge(
     Ok((merged, renamed))
 }
 
-/// `sweep.schedule` → `pass.schedule`: the new name of a key under a
-/// renamed section.
+/// The new name of a renamed key (`jobs.paid_seats.schedule` →
+/// `pass.schedule`) or of a key under a renamed section (`sweep.schedule` →
+/// `pass.schedule`).
 fn new_name(key: &str) -> Option<String> {
+    if let Some((_, new, _)) = RENAMED_KEYS.iter().find(|(old, _, _)| *old == key) {
+        return Some(new.to_string());
+    }
     RENAMED_SECTIONS.iter().find_map(|(old, new, _)| {
         let rest = key.strip_prefix(old)?.strip_prefix('.')?;
         Some(format!("{new}.{rest}"))
@@ -125,15 +140,20 @@ fn new_name(key: &str) -> Option<String> {
 }
 
 fn renamed_line(old: &str, new: &str) -> String {
-    let until = RENAMED_SECTIONS
+    let until = RENAMED_KEYS
         .iter()
-        .find(|(o, _, _)| old.starts_with(o))
+        .find(|(o, _, _)| *o == old)
+        .or_else(|| {
+            RENAMED_SECTIONS
+                .iter()
+                .find(|(o, _, _)| old.strip_prefix(o).is_some_and(|r| r.starts_with('.')))
+        })
         .map_or("", |(_, _, why)| *why);
     format!("{old} is now {new}; the old name is read until {until}")
 }
 
-/// The file's text with its renamed sections under their new names, when
-/// it has any (None: read the file as it is; a file that does not parse is
+/// The file's text with its renamed sections and keys under their new
+/// names, when it has any (None: read the file as it is; a file that does not parse is
 /// reported by that read, naming the file).
 fn file_renamed(path: &Path, renamed: &mut Vec<String>) -> Result<Option<String>, ConfigError> {
     let Ok(text) = std::fs::read_to_string(path) else {
@@ -166,12 +186,90 @@ fn file_renamed(path: &Path, renamed: &mut Vec<String>) -> Result<Option<String>
             target.insert(key, value);
         }
     }
+    let mut moves = Moves::default();
+    for (old, new, _) in RENAMED_KEYS {
+        let Some(value) = take_key(&mut table, old) else {
+            continue;
+        };
+        moved = true;
+        if key_of(&table, new).is_some() && !moves.has(new) {
+            return Err(ConfigError::new(
+                *old,
+                format!("set as {new} too: keep {new}"),
+            ));
+        }
+        moves.agree(old, new, value.to_string())?;
+        renamed.push(renamed_line(old, new));
+        put_key(&mut table, new, value)?;
+    }
     if !moved {
         return Ok(None);
     }
     toml::to_string(&table)
         .map(Some)
         .map_err(|e| ConfigError::new("--config", e.to_string()))
+}
+
+/// The old names read so far for each new key, with their values: several
+/// old names of one key must agree.
+#[derive(Default)]
+struct Moves(BTreeMap<String, (String, String)>);
+
+impl Moves {
+    fn has(&self, new: &str) -> bool {
+        self.0.contains_key(new)
+    }
+
+    /// `old` set to `value` (as written) is read as `new`: an error when
+    /// another old name of `new` was set to something else.
+    fn agree(&mut self, old: &str, new: &str, value: String) -> Result<(), ConfigError> {
+        match self.0.get(new) {
+            Some((first, was)) if *was != value => Err(ConfigError::new(
+                old,
+                format!("is {value} but {first} is {was}: both are {new} now; set {new} alone"),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.0.insert(new.to_string(), (old.to_string(), value));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The value at a dotted key of a TOML table, if set.
+fn key_of<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let (parents, leaf) = key.rsplit_once('.')?;
+    let mut t = table;
+    for part in parents.split('.') {
+        t = t.get(part)?.as_table()?;
+    }
+    t.get(leaf)
+}
+
+/// Removes a dotted key from a TOML table, returning its value.
+fn take_key(table: &mut toml::Table, key: &str) -> Option<toml::Value> {
+    let (parents, leaf) = key.rsplit_once('.')?;
+    let mut t = table;
+    for part in parents.split('.') {
+        t = t.get_mut(part)?.as_table_mut()?;
+    }
+    t.remove(leaf)
+}
+
+/// Sets a dotted key of a TOML table, making the tables on its way.
+fn put_key(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), ConfigError> {
+    let (parents, leaf) = key.rsplit_once('.').unwrap_or(("", key));
+    let mut t = table;
+    for part in parents.split('.').filter(|p| !p.is_empty()) {
+        t = t
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| ConfigError::new(part, "must be a table"))?;
+    }
+    t.insert(leaf.to_string(), value);
+    Ok(())
 }
 
 /// `SEATFLOW__JOBS__PAID_SEATS__BATCH_SIZE` → `jobs.paid_seats.batch_size`.
