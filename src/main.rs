@@ -181,7 +181,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
-            if let Err(code) = start_check(&ctx, start::Command::Daemon).await {
+            if let Err(code) = start_probe(&ctx, start::Command::Daemon).await {
                 return code;
             }
             let mut signals = match Signals::install() {
@@ -270,7 +270,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
                 Ok(ctx) => ctx,
                 Err(code) => return code,
             };
-            if let Err(code) = start_check(&ctx, start::Command::Once).await {
+            if let Err(code) = start_probe(&ctx, start::Command::Once).await {
                 return code;
             }
             let trigger = Trigger::Once {
@@ -390,8 +390,8 @@ fn interrupted() -> impl std::future::Future<Output = ()> {
 /// Rule 18 at start, as `check-config` checks it (`access::start`): what
 /// the stores and sources `command` uses refuse of what it needs, each
 /// with what to run.
-async fn start_check(ctx: &Context, command: start::Command) -> Result<(), ExitCode> {
-    let findings = start::check(&ctx.settings, Ok(&ctx.mysql), Ok(&ctx.redis), command).await;
+async fn start_probe(ctx: &Context, command: start::Command) -> Result<(), ExitCode> {
+    let findings = start::probe(&ctx.settings, Ok(&ctx.mysql), Ok(&ctx.redis), command).await;
     verdict(&findings)
 }
 

@@ -68,7 +68,7 @@ async fn check_schema(
             return ExitCode::SUCCESS;
         }
     };
-    let state = match store.check_contract().await {
+    let state = match store.judge_contract().await {
         Ok(state) => state,
         // A table it may not read: named by the permissions' check below.
         Err(e) if seatflow_reconciler::error::Denial::of(&e).is_some() => {
@@ -113,7 +113,7 @@ async fn check_config_access(
     mysql: &seatflow_reconciler::error::Result<seatflow_reconciler::store::mysql::MysqlStore>,
 ) -> ExitCode {
     let redis = seatflow_reconciler::run::context::connect_redis(settings).await;
-    let findings = start::check(
+    let findings = start::probe(
         settings,
         mysql.as_ref(),
         redis.as_ref(),

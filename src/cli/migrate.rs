@@ -39,7 +39,7 @@ pub(super) async fn run(settings: &Settings, reference: bool) -> ExitCode {
             }
             tracing::info!("migrations applied");
             // Rule 17: what the reconciler will find, said now.
-            match mysql.check_contract().await {
+            match mysql.judge_contract().await {
                 Ok(state) => print_deviations(&state),
                 Err(e) => tracing::warn!(error = %e, "could not read the schema"),
             }

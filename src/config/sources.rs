@@ -122,7 +122,7 @@ pub fn merge(
     let merged = builder
         .build()
         .map_err(|e| ConfigError::new(error_key(&e), e.to_string()))?;
-    check_keys_and_types(&merged)?;
+    validate_keys_and_types(&merged)?;
     Ok((merged, renamed))
 }
 
@@ -322,7 +322,7 @@ fn leaves<'a>(
     clippy::expect_used,
     reason = "the built-in defaults are ours and parsed in tests"
 )]
-fn check_keys_and_types(merged: &Config) -> Result<(), ConfigError> {
+fn validate_keys_and_types(merged: &Config) -> Result<(), ConfigError> {
     let defaults = Config::builder()
         .add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml))
         .build()

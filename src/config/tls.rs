@@ -116,7 +116,7 @@ impl Settings {
     /// connection.
     pub(super) fn validated_tls_files(self) -> Result<Settings, ConfigError> {
         let m = &self.mysql;
-        check_files("mysql", m.tls_ca(), m.tls_cert(), m.tls_key())?;
+        validate_files("mysql", m.tls_ca(), m.tls_cert(), m.tls_key())?;
         let has_files = m.tls_ca().is_some() || m.tls_cert().is_some();
         if has_files && m.tls_mode == MysqlTlsMode::Disabled {
             return Err(ConfigError::new(
@@ -127,7 +127,7 @@ impl Settings {
         }
 
         let r = &self.redis;
-        check_files("redis", r.tls_ca(), r.tls_cert(), r.tls_key())?;
+        validate_files("redis", r.tls_ca(), r.tls_cert(), r.tls_key())?;
         if r.tls_ca().is_some() || r.tls_cert().is_some() {
             let plain = |url: &super::SecretUrl| !url.expose().starts_with("rediss://");
             let which = if r.cluster_urls.is_empty() {
@@ -150,7 +150,7 @@ impl Settings {
 }
 
 /// `<store>.tls_ca_file`, `.tls_cert_file`, `.tls_key_file`.
-fn check_files(
+fn validate_files(
     store: &str,
     ca: Option<&Path>,
     cert: Option<&Path>,
@@ -277,13 +277,13 @@ mod tests {
 
     #[test]
     fn missing_and_unpaired_files_are_named() {
-        let e =
-            check_files("redis", Some(Path::new("/nonexistent/ca.pem")), None, None).unwrap_err();
+        let e = validate_files("redis", Some(Path::new("/nonexistent/ca.pem")), None, None)
+            .unwrap_err();
         assert_eq!(e.key, "redis.tls_ca_file");
         assert!(e.reason.contains("/nonexistent/ca.pem"), "{e}");
-        let e = check_files("mysql", None, Some(Path::new("/x")), None).unwrap_err();
+        let e = validate_files("mysql", None, Some(Path::new("/x")), None).unwrap_err();
         assert_eq!(e.key, "mysql.tls_key_file");
-        let e = check_files("mysql", None, None, Some(Path::new("/x"))).unwrap_err();
+        let e = validate_files("mysql", None, None, Some(Path::new("/x"))).unwrap_err();
         assert_eq!(e.key, "mysql.tls_cert_file");
     }
 
@@ -291,7 +291,7 @@ mod tests {
     fn a_file_without_pem_is_refused() {
         let path = std::env::temp_dir().join(format!("seatflow-notpem-{}", uuid::Uuid::new_v4()));
         std::fs::write(&path, "not a certificate\n").unwrap();
-        let e = check_files("mysql", Some(&path), None, None).unwrap_err();
+        let e = validate_files("mysql", Some(&path), None, None).unwrap_err();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(e.key, "mysql.tls_ca_file");
         assert!(e.reason.contains("no PEM certificate"), "{e}");

@@ -19,14 +19,14 @@ impl Settings {
         for (key, d) in self.durations() {
             at_most_a_year(key, d)?;
         }
-        check_url("mysql.url", &self.mysql.url, &["mysql", "mariadb"])?;
+        validate_url("mysql.url", &self.mysql.url, &["mysql", "mariadb"])?;
         self.merge_passwords()?;
         // Its parameters (`ssl-mode`, `charset`, …) as the driver reads them:
         // a value it refuses is a configuration error, found here rather
         // than at the first connection.
         mysql_driver_reads("mysql.url", &self.mysql.url)?;
         if !self.mysql.replica_url.is_empty() {
-            check_url(
+            validate_url(
                 "mysql.replica_url",
                 &self.mysql.replica_url,
                 &["mysql", "mariadb"],
@@ -48,9 +48,9 @@ impl Settings {
             ));
         }
 
-        check_url("redis.url", &self.redis.url, &["redis", "rediss"])?;
+        validate_url("redis.url", &self.redis.url, &["redis", "rediss"])?;
         for url in &self.redis.cluster_urls {
-            check_url("redis.cluster_urls", url, &["redis", "rediss"])?;
+            validate_url("redis.cluster_urls", url, &["redis", "rediss"])?;
         }
         for (key, url) in std::iter::once(("redis.url", &self.redis.url)).chain(
             self.redis
@@ -127,7 +127,7 @@ impl Settings {
             .map_err(|e| ConfigError::new("log.level", format!("invalid filter: {e}")))?;
 
         for kind in Kind::ALL {
-            check_job(kind, self.job(kind))?;
+            validate_job(kind, self.job(kind))?;
         }
         let expired = self.schedule(Kind::ExpiredOrders);
         schedule::validate(expired)
@@ -232,7 +232,7 @@ impl PassSettings {
     }
 }
 
-fn check_job(kind: Kind, job: &JobSettings) -> Result<(), ConfigError> {
+fn validate_job(kind: Kind, job: &JobSettings) -> Result<(), ConfigError> {
     let key = |field: &str| format!("jobs.{}.{field}", kind.label());
     in_range(&key("batch_size"), job.batch_size, 1, 10_000_000)?;
     in_range(&key("scan_limit"), job.scan_limit, 1, 100_000_000)?;
@@ -289,7 +289,7 @@ impl Settings {
 }
 
 /// Whether `url` carries a password of its own (an invalid URL: no, and
-/// `check_url` names it).
+/// `validate_url` names it).
 fn has_password(url: &SecretUrl) -> bool {
     url::Url::parse(url.expose()).is_ok_and(|u| u.password().is_some())
 }
@@ -312,7 +312,7 @@ fn driver_words(message: &str) -> String {
         .to_string()
 }
 
-fn check_url(key: &str, url: &SecretUrl, schemes: &[&str]) -> Result<(), ConfigError> {
+fn validate_url(key: &str, url: &SecretUrl, schemes: &[&str]) -> Result<(), ConfigError> {
     let raw = url.expose();
     let parsed = url::Url::parse(raw)
         .map_err(|e| ConfigError::new(key, format!("invalid URL {}: {e}", redact_url(raw))))?;

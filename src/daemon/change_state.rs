@@ -216,7 +216,7 @@ impl Changes {
     }
 
     /// A check's job report, by what asked for the check.
-    fn count_check_fixes(&self, job: &JobReport, source: Source) {
+    fn count_check_repairs(&self, job: &JobReport, source: Source) {
         let labels = [job.kind.label(), source.label()];
         self.metrics
             .fixes
@@ -425,7 +425,7 @@ impl Changes {
     /// drift ages by source, and the queue's bookkeeping.
     pub fn check_ended(&self, report: &RunReport, source: Source, due: Vec<Due>) {
         for job in &report.jobs {
-            self.count_check_fixes(job, source);
+            self.count_check_repairs(job, source);
         }
         self.metrics
             .checks

@@ -191,7 +191,7 @@ pub async fn run_on(
     // Who holds the shard's pass is known before `/readyz` first answers
     // (bounded: an unreachable Redis is the keeper's to retry).
     if let Some(kept) = runner.kept_pass() {
-        let first = tokio::time::timeout(FIRST_CLAIM_WAIT, kept.check(&ctx)).await;
+        let first = tokio::time::timeout(FIRST_CLAIM_WAIT, kept.keep(&ctx)).await;
         if let Ok(Err(e)) = first {
             ctx.denials.note(&e);
         }

@@ -82,7 +82,7 @@ pub async fn load(ctx: &Context, id: ShowtimeId) -> Result<Option<SeatMap>> {
 
     // The showtime read and planned by the pass's own code: what it calls
     // drift is what a pass would repair (rule 17's holds included).
-    let contract = ctx.mysql.check_contract().await?;
+    let contract = ctx.mysql.judge_contract().await?;
     let row = ShowtimeRow {
         id,
         hall_id: showtime.hall_id,

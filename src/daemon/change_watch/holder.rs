@@ -51,7 +51,7 @@ pub(super) async fn keep_pass(runner: &Arc<Runner>, changes: &Changes) {
         // lease: the time without holder would go unseen).
         let found = kept.holding();
         let mut claimed_now = false;
-        wait = match kept.check(ctx).await {
+        wait = match kept.keep(ctx).await {
             Ok((Claimed::Ours { .. }, fresh)) => {
                 claimed_now = fresh;
                 CHECK_EVERY

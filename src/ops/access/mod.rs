@@ -86,7 +86,7 @@ mod tests {
     /// deploy/README.md's lines are what the start's check asks for, word
     /// for word: an operator who pastes them gets a working reconciler.
     #[test]
-    fn the_deploy_guide_gives_exactly_the_acl_lines_the_check_asks_for() {
+    fn the_deploy_guide_gives_exactly_the_acl_lines_the_probe_asks_for() {
         for (cluster, events) in [(false, true), (true, true), (false, false)] {
             let access = RedisAccess {
                 key_prefix: "seatflow:".into(),
@@ -105,7 +105,7 @@ mod tests {
     }
 
     #[test]
-    fn the_deploy_guide_gives_exactly_the_grants_the_check_asks_for() {
+    fn the_deploy_guide_gives_exactly_the_grants_the_probe_asks_for() {
         for statements in [
             grant_statements("seatflow", "'reconciler'@'%'", true, true),
             migrate_statements("seatflow", "'reconciler'@'%'", true, true),

@@ -125,7 +125,7 @@ pub fn connect_failure(settings: &Settings, e: &Error, what: &str) -> Finding {
 /// Every store and source `command` uses with these settings, asked what
 /// it refuses of what the command needs; `mysql` and `redis` as the
 /// command reached them.
-pub async fn check(
+pub async fn probe(
     settings: &Settings,
     mysql: Reached<'_, MysqlStore>,
     redis: Reached<'_, RedisStore>,

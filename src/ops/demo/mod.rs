@@ -59,7 +59,7 @@ pub async fn run(
             Some(private)
         }
         Servers::Configured => {
-            check_redis(&settings).await?;
+            probe_redis(&settings).await?;
             None
         }
     };
@@ -110,7 +110,7 @@ async fn prepare_and_tour(mut settings: Settings) -> anyhow::Result<()> {
 }
 
 /// Redis must answer before anything touches MySQL.
-async fn check_redis(settings: &Settings) -> anyhow::Result<()> {
+async fn probe_redis(settings: &Settings) -> anyhow::Result<()> {
     let ping = async {
         crate::run::context::connect_redis(settings)
             .await?

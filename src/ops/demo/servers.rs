@@ -112,7 +112,7 @@ pub enum Ready {
 }
 
 impl Ready {
-    fn check(&self, port: u16) -> bool {
+    fn answers(&self, port: u16) -> bool {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
             return false;
@@ -295,7 +295,7 @@ impl PrivateServer {
         self.child = Some(child);
         let started = Instant::now();
         loop {
-            if self.ready.check(self.port) {
+            if self.ready.answers(self.port) {
                 return Ok(());
             }
             if let Some(status) = self

@@ -26,7 +26,7 @@ pub async fn judged(ctx: &Context, check: bool) -> Result<Arc<ContractState>, Er
         return Ok(state);
     }
     let state = ctx
-        .retry("read the schema", || ctx.mysql.check_contract())
+        .retry("read the schema", || ctx.mysql.judge_contract())
         .await?;
     log_deviations(ctx, &state, check);
     Ok(state)
@@ -36,7 +36,7 @@ pub async fn judged(ctx: &Context, check: bool) -> Result<Arc<ContractState>, Er
 /// before the first pass, its deviations logged. A schema that cannot be
 /// read is said; the first pass reads it again.
 pub async fn at_start(ctx: &Context) {
-    match ctx.mysql.check_contract().await {
+    match ctx.mysql.judge_contract().await {
         Ok(state) => log_deviations(ctx, &state, false),
         Err(e) => {
             tracing::warn!(error = %e, "could not read the schema; the first pass reads it again")

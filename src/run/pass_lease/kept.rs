@@ -148,9 +148,9 @@ impl KeptPass {
         })
     }
 
-    /// The keeper's check: [`KeptPass::claim`] outside the schedule,
+    /// The keeper's claim or renewal: [`KeptPass::claim`] outside the schedule,
     /// leaving the last pass record to the next pass.
-    pub async fn check(&self, ctx: &Context) -> Result<(Claimed, bool)> {
+    pub async fn keep(&self, ctx: &Context) -> Result<(Claimed, bool)> {
         self.claim_or_keep(ctx, 0).await
     }
 

@@ -114,7 +114,7 @@ fn identifier(name: &str) -> Option<&str> {
 
 impl MysqlStore {
     /// The last verdict on the schema (the contract's own shape, holding
-    /// nothing, before the first [`MysqlStore::check_contract`]).
+    /// nothing, before the first [`MysqlStore::judge_contract`]).
     pub fn contract(&self) -> Arc<ContractState> {
         self.contract
             .get()
@@ -133,7 +133,7 @@ impl MysqlStore {
     /// Reads the schema, judges it and runs the data checks its deviations
     /// need; keeps the verdict. A data check that fails counts as finding
     /// the worst (its deviation holds).
-    pub async fn check_contract(&self) -> Result<Arc<ContractState>> {
+    pub async fn judge_contract(&self) -> Result<Arc<ContractState>> {
         let facts = self.schema_facts().await?;
         let deviations = schema::judge(&facts);
         let mut findings = HashMap::new();

@@ -58,7 +58,7 @@ async fn every_statement_with_a_list_takes_the_empty_and_the_one_element_list() 
     env.fx.showtime(1, 1, 60, "ON_SALE").await.unwrap();
     let paid = env.fx.order(1, "PAID", &["A-1"], 900).await.unwrap();
     let expired = env.fx.order(1, "PENDING", &["A-2"], -900).await.unwrap();
-    env.ctx.mysql.check_contract().await.unwrap();
+    env.ctx.mysql.judge_contract().await.unwrap();
     let db = &env.ctx.mysql;
     assert!(NonEmpty::<i64>::of(&[]).is_none());
 

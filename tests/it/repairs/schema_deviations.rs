@@ -112,7 +112,7 @@ async fn the_confirmation_reads_rows_with_no_showtime_written_after_the_schema_c
     env.sql("ALTER TABLE order_seat MODIFY showtime_id BIGINT NULL")
         .await;
     showtime(&env, 1, 1, &[]).await;
-    let state = env.ctx.mysql.check_contract().await.unwrap();
+    let state = env.ctx.mysql.judge_contract().await.unwrap();
     assert!(state.holds.is_empty(), "no NULL yet: harmless");
     let order = env.fx.order(1, "PAID", &["A-2"], 900).await.unwrap();
     env.sql(&format!(
@@ -543,7 +543,7 @@ async fn a_missing_index_warns_with_its_cost_and_holds_nothing() {
         assert!(d.detail.contains("scan"), "what it costs: {d:?}");
         env.sql(&d.fix).await;
     }
-    let state = env.ctx.mysql.check_contract().await.unwrap();
+    let state = env.ctx.mysql.judge_contract().await.unwrap();
     assert!(
         !state
             .judged

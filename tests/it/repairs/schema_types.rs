@@ -299,7 +299,7 @@ async fn judge_columns(
     let env = TestEnv::on(url, |_| {}).await;
     let mut admin = operator(&env).await;
     seed(&mut admin).await;
-    env.ctx.mysql.check_contract().await.unwrap();
+    env.ctx.mysql.judge_contract().await.unwrap();
     let expected = observe(&env).await;
     let mut out = Vec::new();
     for spec in columns {
@@ -331,7 +331,7 @@ async fn judge_columns(
                 }
             }
             let seeded = seed(&mut admin).await;
-            let state = env.ctx.mysql.check_contract().await.unwrap();
+            let state = env.ctx.mysql.judge_contract().await.unwrap();
             let unreadable = |state: &seatflow_reconciler::model::holds::ContractState| {
                 state
                     .judged
@@ -362,7 +362,7 @@ async fn judge_columns(
                             panic!("{case}: the printed fix does not run: {}: {e}", d.fix);
                         }
                     }
-                    let state = env.ctx.mysql.check_contract().await.unwrap();
+                    let state = env.ctx.mysql.judge_contract().await.unwrap();
                     assert_eq!(unreadable(&state), None, "{case}: after {}", d.fix);
                     assert!(seed(&mut admin).await, "{case}: after {}", d.fix);
                     assert_eq!(observe(&env).await, expected, "{case}: after {}", d.fix);
@@ -409,7 +409,7 @@ async fn fix_the_rest(
             }
         }
     }
-    let left = of_column(&env.ctx.mysql.check_contract().await.unwrap());
+    let left = of_column(&env.ctx.mysql.judge_contract().await.unwrap());
     for d in &found {
         assert!(
             !left.iter().any(|l| l.kind == d.kind),
