@@ -153,8 +153,8 @@ fn renamed_line(old: &str, new: &str) -> String {
 }
 
 /// The file's text with its renamed sections and keys under their new
-/// names, when it has any (None: read the file as it is; a file that does not parse is
-/// reported by that read, naming the file).
+/// names, when it has any (None: read the file as it is; a file that does
+/// not parse is reported by that read, naming the file).
 fn file_renamed(path: &Path, renamed: &mut Vec<String>) -> Result<Option<String>, ConfigError> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Ok(None);
