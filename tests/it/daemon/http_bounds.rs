@@ -189,3 +189,23 @@ async fn probes_answer_while_idle_and_slow_clients_hold_connections() {
     drop(idle);
     daemon.stop().await;
 }
+
+/// A client that sends a whole request head and then only part of the body
+/// it announced (a POST of `/jobs/<job>/run`, a GET with a body) is cut off
+/// too: waiting for the rest is a wait on the client like any other.
+#[tokio::test]
+async fn a_client_that_never_sends_its_announced_body_is_cut_off() {
+    let env = settings_env(Duration::from_secs(1), 64).await;
+    let daemon = InProcessDaemon::start(env.ctx.clone()).await;
+    let addr = daemon.addr;
+    for head in [
+        "POST /jobs/orphan-locks/run HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"a\":",
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+    ] {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        closed_by_server(&mut stream, Duration::from_secs(60)).await;
+    }
+    daemon.stop().await;
+}
