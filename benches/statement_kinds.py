@@ -30,7 +30,7 @@ KINDS = [
     ("confirmation: rows in the showtime", r"os\.showtime_id AS asked_showtime"),
     ("confirmation: rows with no showtime", r"o\.showtime_id AS asked_showtime"),
     ("seat names (collation)", r"AS pos FROM order_seat os WHERE os\.order_id ="),
-    ("page of showtimes", r"^SELECT id, hall_id, starts_at FROM showtime"),
+    ("page of showtimes", r"^SELECT (s\.)?id, (s\.)?hall_id, (s\.)?starts_at FROM (showtime|\(SELECT id FROM showtime)"),
     ("showtimes outside the contract", r"^SELECT id, CAST\(status AS BINARY\)"),
     ("templates", r"^SELECT hall_id, seat_no, CAST\(enabled"),
     ("audit rows (INSERT reconcile_fix)", r"^INSERT INTO reconcile_fix"),
