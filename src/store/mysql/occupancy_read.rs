@@ -146,7 +146,7 @@ pub(super) async fn consistent_snapshot(
 }
 
 /// The orders of `showtimes`: by their id range when their ids lie close
-/// together (`dense_range`; orders are written in id order, a showtime's
+/// together (`sql::dense_range`; orders are written in id order, a showtime's
 /// mostly near each other), keeping the chunk's; else by the
 /// `(showtime_id, status)` index. `ids_keyed`: `ticket_order.id` has a key
 /// to read a range by.
@@ -186,24 +186,6 @@ async fn orders_of(
             read_orders(snapshot, q, |_| true).await
         }
     }
-}
-
-/// At most this many ids of a chunk's range per order of the chunk, for the
-/// range to be read whole: reading a few other showtimes' orders in the
-/// order they are stored costs less than a B-tree descent per order.
-const DENSE_SPAN: i64 = 4;
-
-/// The id range to read a chunk's orders by, given the least and greatest
-/// of their ids and how many they are: when the range holds at most
-/// `DENSE_SPAN` ids per order.
-fn dense_range(
-    least: Option<i64>,
-    greatest: Option<i64>,
-    count: Option<i64>,
-) -> Option<(i64, i64)> {
-    let (least, greatest, count) = (least?, greatest?, count?);
-    let span = greatest.checked_sub(least)?.checked_add(1)?;
-    (count > 0 && span <= count.saturating_mul(DENSE_SPAN)).then_some((least, greatest))
 }
 
 /// Orders by id (those of rows that sit in another showtime than their
@@ -285,7 +267,7 @@ fn fold(out: &mut OccupancyBuilder, unknown: &mut Vec<UnknownRow>, facts: &SeatR
 
 #[cfg(test)]
 mod tests {
-    use super::dense_range;
+    use super::super::sql::dense_range;
 
     #[test]
     fn a_chunks_orders_are_read_by_their_id_range_only_where_they_lie_close_together() {

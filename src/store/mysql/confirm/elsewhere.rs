@@ -25,13 +25,8 @@ use sqlx::{MySql, QueryBuilder};
 use std::collections::HashMap;
 
 use super::super::occupancy_read::consistent_snapshot;
-use super::super::sql::{NonEmpty, int, is_null, push_in};
+use super::super::sql::{NonEmpty, dense_range, int, is_null, push_in};
 use super::{Asked, confirm_query};
-
-/// The ids of a showtime set's orders are dense when their range holds at
-/// most this many ids per order: reading the range then costs a few times
-/// the orders' own rows, and no descent per order.
-const DENSE: i64 = 4;
 
 /// The rows of the `lowering` showtimes' orders that sit in another
 /// showtime and name an asked seat: what `confirm_query(lowering, seats,
@@ -163,12 +158,14 @@ fn push_not_own_showtime(q: &mut QueryBuilder<MySql>, runs: &[(i64, i64, i64)]) 
     q.push(") AS SIGNED)");
 }
 
-/// The least and greatest id of the orders, when they are dense (see `DENSE`).
+/// The least and greatest id of the orders, when they are dense
+/// (`sql::dense_range`).
 fn id_range(orders: &HashMap<i64, i64>) -> Option<(i64, i64)> {
-    let least = *orders.keys().min()?;
-    let greatest = *orders.keys().max()?;
-    let span = greatest.checked_sub(least)?.checked_add(1)?;
-    (span <= DENSE.saturating_mul(orders.len() as i64)).then_some((least, greatest))
+    dense_range(
+        orders.keys().min().copied(),
+        orders.keys().max().copied(),
+        i64::try_from(orders.len()).ok(),
+    )
 }
 
 #[cfg(test)]
