@@ -20,7 +20,7 @@ from collections import OrderedDict
 KINDS = [
     ("occupancy read (pass)", r"^SELECT os\.showtime_id, os\.order_id, os\.seat_no, .* FROM order_seat os LEFT JOIN ticket_order o ON o\.id = os\.order_id WHERE NOT \(os\.active IS NULL"),
     ("occupancy: rows of a chunk", r"^SELECT os\.showtime_id, os\.order_id, os\.seat_no, CAST\(os\.active AS SIGNED\) AS active FROM order_seat os WHERE"),
-    ("occupancy: bounds of a chunk's orders", r"^SELECT MIN\(o\.id\), MAX\(o\.id\) FROM ticket_order"),
+    ("occupancy: bounds of a chunk's orders", r"^SELECT MIN\(o\.id\), MAX\(o\.id\)(, COUNT\(\*\))? FROM ticket_order"),
     ("occupancy: orders by id", r"^SELECT o\.id, CAST\(o\.status AS BINARY\).* FROM ticket_order o WHERE TRUE AND o\.id IN"),
     ("occupancy: orders of a chunk", r"^SELECT o\.id, CAST\(o\.status AS BINARY\).* FROM ticket_order o WHERE"),
     ("occupancy: snapshot (begin, commit)", r"^(START TRANSACTION WITH CONSISTENT SNAPSHOT|COMMIT$|SET TRANSACTION ISOLATION)"),
