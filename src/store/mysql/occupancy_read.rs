@@ -7,12 +7,12 @@
 //! 1. the bounds and the count of the chunk's orders' ids
 //!    (`(showtime_id, status)`, covering);
 //! 2. the chunk's orders with what the strict reading needs of them: where
-//!    their ids lie close together (`dense_range`), the id range alone, read
-//!    in the order the table is stored, the chunk's kept in memory; else by
-//!    `(showtime_id, status)` (orders sold over weeks among other showtimes'
-//!    are read one by one, still once per order and not once per seat). The
-//!    choice is ours, not the optimizer's: on 30 M seats MariaDB took the
-//!    index for tight bounds too, a B-tree descent per order;
+//!    their ids lie close together (`sql::dense_range`), the id range
+//!    alone, read in the order the table is stored, the chunk's kept in
+//!    memory; else by `(showtime_id, status)` (orders sold over weeks among
+//!    other showtimes' are read one by one, still once per order and not
+//!    once per seat). The choice is ours, not the optimizer's: on 30 M seats
+//!    MariaDB took the index for tight bounds too, a B-tree descent per order;
 //! 3. the rows of the chunk's showtimes (`uq_occupancy`, covering), each
 //!    read with its order as the contract says, in memory.
 //!
