@@ -553,3 +553,39 @@ async fn a_missing_index_warns_with_its_cost_and_holds_nothing() {
         state.judged
     );
 }
+
+/// `showtime` with no unique id (a legacy table keyed by an ordinary
+/// index): one id on two rows, one of them CANCELLED in another hall. The
+/// id's showtime is on a page once, as the one ON_SALE row says; the
+/// CANCELLED row is not read as ON_SALE; a page holds no more rows than
+/// it asked for (a sweep's limit counts showtimes, not joined rows); no
+/// seat of the id is written, and the other showtime is repaired.
+#[tokio::test]
+async fn a_showtime_id_on_two_rows_is_one_showtime_on_a_page() {
+    let env = TestEnv::with(|s| s.job_mut(Kind::OrphanLocks).scan_limit = 2).await;
+    env.sql("ALTER TABLE showtime DROP PRIMARY KEY, ADD KEY idx_was_primary (id)")
+        .await;
+    showtime(&env, 1, 1, &[("A-1", "1")]).await;
+    showtime(&env, 2, 1, &[("A-1", "1")]).await;
+    env.fx.hall(2, 1, 4).await.unwrap();
+    env.fx.showtime(1, 2, 30, "CANCELLED").await.unwrap();
+    let state = env.ctx.mysql.judge_contract().await.unwrap();
+    assert!(!state.holds.is_empty(), "the id on two rows holds it");
+
+    let page = env
+        .ctx
+        .mysql
+        .on_sale_page(None, None, 10, env.ctx.scope(&[]))
+        .await
+        .unwrap();
+    let read: Vec<(i64, i64)> = page.rows.iter().map(|s| (s.id, s.hall_id)).collect();
+    assert_eq!(read, [(1, 1), (2, 1)], "{page:?}");
+    assert_eq!(page.read, 2, "{page:?}");
+
+    let report = env.once(&[Kind::OrphanLocks]).await;
+    ended_well(&report);
+    let text = report.to_text();
+    assert_eq!(report.jobs[0].scanned, 2, "{text}");
+    assert_eq!(seat(&env, 1, "A-1").await.as_deref(), Some("1"), "{text}");
+    assert_eq!(seat(&env, 2, "A-1").await.as_deref(), Some("0"), "{text}");
+}

@@ -197,6 +197,8 @@ pub struct ReadShape {
     pub seat_groups: Option<(String, String)>,
     /// `ticket_order.id` is unique by a key: the cancel need not check.
     pub order_ids_unique: bool,
+    /// `showtime.id` is unique by a key: a page may find its rows by id.
+    pub showtime_ids_unique: bool,
     /// `reconcile_fix.seat_no`'s width in characters (None: not read).
     pub audit_seat_chars: Option<u64>,
     /// Contract columns missing from tables that exist: the reads that use
@@ -215,10 +217,19 @@ impl Default for ReadShape {
             order_id_unsigned: false,
             seat_groups: None,
             order_ids_unique: true,
+            showtime_ids_unique: true,
             audit_seat_chars: None,
             absent: Vec::new(),
         }
     }
+}
+
+/// `table.id` is unique by a key of that column alone.
+fn ids_unique(facts: &SchemaFacts, table: &str) -> bool {
+    facts
+        .indexes
+        .iter()
+        .any(|i| i.table == table && i.unique && i.columns == [("id".into(), None)])
 }
 
 impl ReadShape {
@@ -238,9 +249,8 @@ impl ReadShape {
                 Some(Proof::SeatGroups { charset, collation }) => Some((charset, collation)),
                 _ => None,
             },
-            order_ids_unique: facts.indexes.iter().any(|i| {
-                i.table == "ticket_order" && i.unique && i.columns == [("id".into(), None)]
-            }),
+            order_ids_unique: ids_unique(facts, "ticket_order"),
+            showtime_ids_unique: ids_unique(facts, "showtime"),
             audit_seat_chars: facts
                 .column(super::schema::AUDIT_TABLE, "seat_no")
                 .and_then(|c| c.max_chars),
