@@ -504,7 +504,7 @@ impl<'a> Sweep<'a, '_> {
                 return Ok(Some((after, false)));
             }
             self.tell_pacer_the_need(scan);
-            let want = chunk.min(scan.limit - scan.scanned);
+            let want = chunk.min(scan.limit.saturating_sub(scan.scanned));
             let mut fetched = match prefetched.take() {
                 Some(f) => f,
                 None => match fetch(ctx, self.opts, what, after, end, want).await? {
@@ -528,7 +528,7 @@ impl<'a> Sweep<'a, '_> {
             let next_want = if end_of_estate {
                 0
             } else {
-                chunk.min(scan.limit - scan.scanned)
+                chunk.min(scan.limit.saturating_sub(scan.scanned))
             };
             let next = fetch(ctx, self.opts, what, after, end, next_want);
             // Unpaced, the next chunk is read while this one is planned and
