@@ -110,9 +110,14 @@ where
         Some(t) if t.year() < 1000 => Err(NO_DATE.to_string()),
         t => Ok(t),
     };
-    // DATETIME: the common case, decoded as sqlx checks it.
+    // DATETIME: the common case, decoded as sqlx checks it. sqlx reads a
+    // zero date as NULL: a value that is there is a date or no date, never
+    // an absent one (a PENDING order's zero `paid_at` is not a NULL one).
     if let Ok(t) = r.try_get::<Option<NaiveDateTime>, _>(at) {
-        return checked(t);
+        return match t {
+            None if !is_null(r, at) => Err(NO_DATE.to_string()),
+            t => checked(t),
+        };
     }
     if is_null(r, at) {
         return Ok(None);
@@ -123,9 +128,10 @@ where
     if !types::decodes(Read::DateTime, &ty) {
         return Err(refused(&name, &ty, "a date-time"));
     }
+    // Not NULL (above): None is a zero date sqlx took for NULL.
     match r.try_get_unchecked::<Option<NaiveDateTime>, _>(at) {
-        Ok(t) => checked(t),
-        Err(_) => Err(NO_DATE.to_string()),
+        Ok(Some(t)) => checked(Some(t)),
+        Ok(None) | Err(_) => Err(NO_DATE.to_string()),
     }
 }
 
@@ -162,9 +168,10 @@ fn refused(name: &str, ty: &str, what: &str) -> String {
 }
 
 /// True when the column is SQL NULL (or missing: nothing to read either).
+/// Not sqlx's `is_null`, which also says so of a zero date: the raw bytes
+/// are there for any value, zero dates included, and absent only for NULL.
 pub(super) fn is_null<I: sqlx::ColumnIndex<MySqlRow>>(r: &MySqlRow, at: I) -> bool {
-    use sqlx::ValueRef as _;
-    r.try_get_raw(at).map_or(true, |v| v.is_null())
+    r.try_get_unchecked::<&[u8], _>(at).is_err()
 }
 
 /// An integer column as BIGINT: any integer type, signed or not, of any

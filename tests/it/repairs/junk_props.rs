@@ -4,10 +4,10 @@
 //! seat (`Ａ-1`, `A\u{a0}-1`, `A\u{200b}-1`), `active` other than 1 or
 //! NULL (and NULL on a valid order, 1 on an ended one), seat rows in another
 //! showtime than their order's, zero dates (under a permissive `sql_mode`)
-//! in `starts_at`, `expires_at`, `created_at` and `paid_at`, a template
-//! seat whose `enabled` is 0 or 2; values that are not 0/1/2, keys of the
-//! wrong type, negative ids, missing rows and hashes. Whatever the data, a
-//! run of all five jobs (grace 0s):
+//! in `starts_at`, `expires_at`, `created_at`, `paid_at` and `cancelled_at`,
+//! a template seat whose `enabled` is 0 or 2; values that are not 0/1/2,
+//! keys of the wrong type, negative ids, missing rows and hashes. Whatever
+//! the data, a run of all five jobs (grace 0s):
 //! - ends;
 //! - never lowers a seat that MySQL, asked in its own terms (its collation,
 //!   any row that is not cleanly ended), shows occupied;
@@ -71,7 +71,8 @@ fn row_junk() -> impl Strategy<Value = RowJunk> {
             .prop_map(RowJunk::Spelling),
         1 => prop::sample::select(vec![Some(0), Some(2), Some(1), None]).prop_map(RowJunk::Active),
         1 => Just(RowJunk::OtherShowtime),
-        1 => prop::sample::select(vec!["expires_at", "created_at", "paid_at"]).prop_map(RowJunk::ZeroDate),
+        1 => prop::sample::select(vec!["expires_at", "created_at", "paid_at", "cancelled_at"])
+            .prop_map(RowJunk::ZeroDate),
     ]
 }
 
@@ -364,7 +365,8 @@ async fn occupied(env: &TestEnv, e: &Estate) -> Vec<((i64, String), Option<i64>)
                 "SELECT COUNT(*), CAST(COALESCE(SUM(os.showtime_id = o.showtime_id \
                  AND BINARY os.seat_no = ? AND os.active = 1 AND BINARY o.status = 'PENDING' \
                  AND o.expires_at >= '1000-01-01' AND o.created_at >= '1000-01-01' \
-                 AND (o.paid_at IS NULL OR o.paid_at >= '1000-01-01')), 0) AS SIGNED) \
+                 AND (o.paid_at IS NULL OR o.paid_at >= '1000-01-01') \
+                 AND (o.cancelled_at IS NULL OR o.cancelled_at >= '1000-01-01')), 0) AS SIGNED) \
                  FROM order_seat os LEFT JOIN ticket_order o ON o.id = os.order_id \
                  WHERE (os.showtime_id = ? OR o.showtime_id = ?) AND os.seat_no IN (?, ?, ?, ?) \
                  AND NOT (os.active IS NULL AND (o.id IS NULL OR BINARY o.status IN ('CANCELLED', 'REFUNDED')))",
@@ -637,5 +639,38 @@ proptest! {
     fn inspect_shows_the_drift_a_dry_run_of_the_showtime_reports(estate in estate()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(inspect_agrees_with_a_dry_run(estate))?;
+    }
+}
+
+/// The case the property test shrank to on 2026-12-07, and its class: a
+/// PENDING order, not expired, whose `paid_at` (or `cancelled_at`) is a zero
+/// date, on a seat Redis shows sold. sqlx reads a zero date as NULL; MySQL
+/// holds a value there that is no date, so the order is outside the
+/// contract (it may have been paid) and nothing lowers its seat.
+#[tokio::test]
+async fn a_pending_order_with_a_zero_date_where_null_belongs_keeps_its_sold_seat() {
+    for column in ["paid_at", "cancelled_at"] {
+        let estate = Estate {
+            showtimes: vec![Showtime {
+                id: -9,
+                status: "ON_SALE",
+                zero_start: false,
+                holders: vec![
+                    Holder::Nobody,
+                    Holder::Nobody,
+                    Holder::Order {
+                        status: "PENDING",
+                        expired: false,
+                        junk: RowJunk::ZeroDate(column),
+                    },
+                    Holder::Nobody,
+                ],
+                redis: RedisKey::Hash(vec![Some("0"), Some("0"), Some("2"), Some("0")], false),
+            }],
+            last_seat_enabled: 1,
+        };
+        check(estate)
+            .await
+            .unwrap_or_else(|e| panic!("{column}: {e}"));
     }
 }
