@@ -386,7 +386,7 @@ async fn check(c: Case) -> Result<(), TestCaseError> {
 proptest! {
     // Each case makes a database and runs all five jobs: few, but varied.
     #![proptest_config(ProptestConfig {
-        cases: 48,
+        cases: seatflow_test_support::property_cases(48),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -546,7 +546,7 @@ async fn check(e: Estate) -> Result<(), TestCaseError> {
 proptest! {
     // Each case makes a database and runs all five jobs: few, but varied.
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: seatflow_test_support::property_cases(64),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -630,7 +630,7 @@ async fn inspect_agrees_with_a_dry_run(e: Estate) -> Result<(), TestCaseError> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 24,
+        cases: seatflow_test_support::property_cases(24),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

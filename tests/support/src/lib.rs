@@ -49,6 +49,17 @@ pub fn ended_well(report: &RunReport) {
     }
 }
 
+/// The cases of a property test over the real servers: `PROPTEST_CASES`
+/// when set (a longer hunt, e.g. nightly), else `default` (few: each case
+/// makes a database). proptest reads that variable only where a test sets
+/// no number of its own.
+pub fn property_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 pub fn mysql_base_url() -> String {
     std::env::var("SEATFLOW_TEST_MYSQL_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
