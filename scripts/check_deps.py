@@ -74,7 +74,7 @@ LAYERS = [
 # seatflow-core's layers, lowest first.
 CORE_LAYERS = [
     {"model", "pace", "pass_fit", "schedule", "repeats", "grants", "replica_lag"},
-    {"plan", "capacity", "keys"},
+    {"plan", "capacity", "keys", "resp"},
     {"changes", "redis_acl"},
 ]
 # The crates no pure decision may depend on: each does I/O (or is an I/O
@@ -124,6 +124,7 @@ FOLDER_LAYERS = {
     ],
     "store/mysql/binlog": [{"connection", "decode", "position", "reader"}, {"setup"}, {"stream"}],
     "store/redis": [
+        {"bulk_read"},
         {"conn"},
         {"acl_check", "audit_backlog", "binlog_position", "cursors", "data_marker", "leases", "notify",
          "seats"},

@@ -73,6 +73,9 @@ pub struct RedisSettings {
     pub key_prefix: String,
     #[serde(with = "humantime_serde")]
     pub response_timeout: Duration,
+    /// The sweep's reads of seat hashes on a reader of its own
+    /// (`store/redis/bulk_read.rs`) where the server allows one.
+    pub fast_seat_reads: bool,
     /// PEM files; an empty string is unset.
     pub tls_ca_file: String,
     pub tls_cert_file: String,

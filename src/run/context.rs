@@ -231,14 +231,19 @@ pub async fn connect_redis(settings: &Settings) -> Result<RedisStore> {
     } else {
         RedisEndpoint::Cluster(&cluster)
     };
-    RedisStore::connect(
+    let store = RedisStore::connect(
         endpoint,
         &redis_tls(settings)?,
         &r.key_prefix,
         r.response_timeout,
         &settings.reconcile.instance,
     )
-    .await
+    .await?;
+    Ok(if r.fast_seat_reads {
+        store
+    } else {
+        store.without_fast_reads()
+    })
 }
 
 /// `[mysql]`'s TLS settings as the store takes them.

@@ -2,7 +2,8 @@
 //! contract's model and its strict reading, the planner, the pace, the
 //! pass's fit and capacity, the schedule's arithmetic, the change queue,
 //! the keyspace events' and the data markers' verdicts, the key layout, the
-//! grants' and the ACL's judgement, the replica's judgement.
+//! grants' and the ACL's judgement, the replica's judgement, and the
+//! RESP2 decoding of the sweep's reads of seat hashes.
 //!
 //! Pure by construction: this crate's Cargo.toml names no I/O crate (no
 //! tokio, redis, sqlx, mysql_async, axum, hyper, reqwest; checked by
@@ -25,4 +26,5 @@ pub mod plan;
 pub mod redis_acl;
 pub mod repeats;
 pub mod replica_lag;
+pub mod resp;
 pub mod schedule;

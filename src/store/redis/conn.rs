@@ -1,6 +1,7 @@
 //! Connections (single node, TLS, Redis Cluster), script loading, and
 //! pipelines routed by hash slot (NOSCRIPT-safe).
 
+use super::bulk_read::{BulkReader, FastReads};
 use super::keys::hash_tag;
 use super::*;
 use crate::error::{Error, Result};
@@ -113,6 +114,7 @@ impl RedisStore {
         instance: &str,
     ) -> Result<RedisStore> {
         let subscriber;
+        let mut bulk = None;
         let conn = match endpoint {
             RedisEndpoint::Single(url) => {
                 let client = match tls.certificates() {
@@ -120,6 +122,12 @@ impl RedisStore {
                     None => redis::Client::open(url)?,
                 };
                 subscriber = Subscriber::Single(Arc::new(client.clone()));
+                bulk = BulkReader::for_server(
+                    client.get_connection_info(),
+                    &client_name(instance),
+                    response_timeout,
+                )
+                .map(Arc::new);
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(response_timeout))
@@ -152,9 +160,24 @@ impl RedisStore {
             client_name: client_name(instance),
             round_trips: Arc::default(),
             subscriber,
+            bulk,
         };
         store.load_scripts().await?;
         Ok(store)
+    }
+
+    /// This store without the fast reader of seat hashes: every read
+    /// through the crate (`redis.fast_seat_reads = false`, and a test's
+    /// yardstick for that reader).
+    pub fn without_fast_reads(mut self) -> RedisStore {
+        self.bulk = None;
+        self
+    }
+
+    /// What the fast reader of seat hashes did so far; `None` where there
+    /// is none (TLS, a Unix socket, a cluster).
+    pub fn fast_reads(&self) -> Option<FastReads> {
+        self.bulk.as_ref().map(|b| b.counts())
     }
 
     /// Round trips to Redis made through this store so far.

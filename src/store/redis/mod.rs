@@ -13,6 +13,7 @@ use std::sync::{Arc, LazyLock};
 mod acl_check;
 mod audit_backlog;
 mod binlog_position;
+mod bulk_read;
 mod conn;
 mod cursors;
 mod data_marker;
@@ -24,6 +25,7 @@ mod seats;
 
 pub use acl_check::AclVerdict;
 pub use binlog_position::{PositionSave, SavedPosition, parse_saved, saved_value};
+pub use bulk_read::FastReads;
 pub use conn::{RedisEndpoint, RedisTls, client_name};
 pub use cursors::{CursorMove, WrongType};
 pub use data_marker::MarkerRead;
@@ -141,6 +143,8 @@ pub struct RedisStore {
     round_trips: Arc<AtomicU64>,
     /// How to open subscriber connections of their own (`notify.rs`).
     subscriber: Subscriber,
+    /// The sweep's reader of seat hashes (a single server over plain TCP).
+    bulk: Option<Arc<bulk_read::BulkReader>>,
 }
 
 /// What a subscriber connection is opened with: the single server's client,

@@ -107,57 +107,53 @@ fn seat_fields(v: Value) -> Result<SeatFields> {
     Ok(SeatFields::from_items(&items))
 }
 
-/// HGETALL reply of a small hash of ours (suspect records) → map;
-/// non-UTF-8 bytes become U+FFFD and fail validation later.
-fn string_map(v: Value) -> Result<HashMap<String, String>> {
-    Ok(seat_fields(v)?.to_map())
-}
-
 impl RedisStore {
     /// One round trip: server time plus HGETALL of each showtime's seat hash
-    /// (and suspect hash when `with_suspects`).
+    /// (and suspect hash when `with_suspects`); through the fast reader
+    /// where there is one and it reads them (`bulk_read.rs`), else through
+    /// the crate.
     pub async fn read_showtimes(
         &self,
         ids: &[ShowtimeId],
         with_suspects: bool,
     ) -> Result<(i64, Vec<ShowtimeRead>)> {
-        let mut cmds = Vec::with_capacity(1 + ids.len() * 2);
-        cmds.push(redis::cmd("TIME"));
-        for &id in ids {
-            cmds.push(redis::cmd("HGETALL").arg(self.keys.seat(id)).clone());
-            if with_suspects {
-                cmds.push(redis::cmd("HGETALL").arg(self.keys.suspect(id)).clone());
+        let keys: Vec<String> = ids
+            .iter()
+            .flat_map(|&id| {
+                let suspect = with_suspects.then(|| self.keys.suspect(id));
+                std::iter::once(self.keys.seat(id)).chain(suspect)
+            })
+            .collect();
+        let fast = match &self.bulk {
+            Some(reader) => reader.hashes(&keys).await,
+            None => None,
+        };
+        let (now_ms, hashes) = match fast {
+            Some(read) => {
+                self.trip();
+                read
             }
-        }
-        let mut results = self.pipeline(&cmds).await?.into_iter();
+            None => self.hashes(&keys).await?,
+        };
+        let mut hashes = hashes.into_iter();
         let mut next = || {
-            results
+            hashes
                 .next()
                 .ok_or_else(|| Error::Protocol("a pipeline reply is missing".into()))
         };
-        let (secs, micros): (i64, i64) = from_value(next()??)?;
-        let now_ms = secs * 1000 + micros / 1000;
         let mut out = Vec::with_capacity(ids.len());
         for _ in ids {
             let hash = match next()? {
-                Ok(v) => {
-                    let fields = seat_fields(v)?;
-                    if fields.is_empty() {
-                        HashRead::Missing
-                    } else {
-                        HashRead::Fields(fields)
-                    }
-                }
-                Err(e) if e.code() == Some("WRONGTYPE") => HashRead::WrongType,
-                Err(e) => return Err(e.into()),
+                Some(fields) if fields.is_empty() => HashRead::Missing,
+                Some(fields) => HashRead::Fields(fields),
+                None => HashRead::WrongType,
             };
             let (suspects, suspects_wrong_type) = if with_suspects {
                 match next()? {
-                    Ok(v) => (string_map(v)?, false),
+                    Some(fields) => (fields.to_map(), false),
                     // Our own key of the wrong type (rule 13): no records,
                     // so every grace clock starts now (the safe direction).
-                    Err(e) if e.code() == Some("WRONGTYPE") => (HashMap::new(), true),
-                    Err(e) => return Err(e.into()),
+                    None => (HashMap::new(), true),
                 }
             } else {
                 (HashMap::new(), false)
@@ -169,6 +165,27 @@ impl RedisStore {
             });
         }
         Ok((now_ms, out))
+    }
+
+    /// The server's time (ms) and each key's hash (`None`: of the wrong
+    /// type), in one pipeline through the crate.
+    async fn hashes(&self, keys: &[String]) -> Result<(i64, Vec<Option<SeatFields>>)> {
+        let mut cmds = Vec::with_capacity(1 + keys.len());
+        cmds.push(redis::cmd("TIME"));
+        cmds.extend(keys.iter().map(|k| redis::cmd("HGETALL").arg(k).clone()));
+        let mut results = self.pipeline(&cmds).await?.into_iter();
+        let time = results
+            .next()
+            .ok_or_else(|| Error::Protocol("a pipeline reply is missing".into()))?;
+        let (secs, micros): (i64, i64) = from_value(time?)?;
+        let hashes = results
+            .map(|r| match r {
+                Ok(v) => seat_fields(v).map(Some),
+                Err(e) if e.code() == Some("WRONGTYPE") => Ok(None),
+                Err(e) => Err(e.into()),
+            })
+            .collect::<Result<_>>()?;
+        Ok((secs * 1000 + micros / 1000, hashes))
     }
 
     /// Writes and clears suspect records of several showtimes in one round

@@ -20,4 +20,5 @@ mod refused_writes;
 mod safety;
 mod schema_deviations;
 mod schema_types;
+mod seat_hash_reads;
 mod strict_reading;

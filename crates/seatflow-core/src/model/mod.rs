@@ -197,7 +197,17 @@ impl SeatFields {
         fields
     }
 
-    fn push(&mut self, item: &[u8]) {
+    /// Room for `items` items of `bytes` bytes in all (a decoder that has
+    /// measured the reply, `resp.rs`).
+    pub(crate) fn with_capacity(items: usize, bytes: usize) -> SeatFields {
+        SeatFields {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(items),
+        }
+    }
+
+    /// Appends one item (a field, or its value after it).
+    pub(crate) fn push(&mut self, item: &[u8]) {
         self.bytes.extend_from_slice(item);
         self.ends.push(self.bytes.len());
     }
