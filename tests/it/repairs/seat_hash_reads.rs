@@ -73,6 +73,19 @@ fn comparable(reads: &[ShowtimeRead]) -> Vec<String> {
         .collect()
 }
 
+/// A store of its own on `url` (another user, another database).
+async fn store_at(url: &str, prefix: &str) -> RedisStore {
+    RedisStore::connect(
+        RedisEndpoint::Single(url),
+        &RedisTls::default(),
+        prefix,
+        Duration::from_secs(5),
+        "fast-reads-test",
+    )
+    .await
+    .unwrap()
+}
+
 fn fast(store: &RedisStore) -> FastReads {
     store
         .fast_reads()
@@ -170,15 +183,7 @@ async fn a_connection_the_server_closed_is_replaced_and_the_read_stays_fast() {
 async fn a_refused_read_fails_with_the_crates_error_and_the_fast_reader_stands_aside() {
     let env = TestEnv::new().await;
     let user = AclUser::create(&env, &[1], &[]).await;
-    let store = RedisStore::connect(
-        RedisEndpoint::Single(&user.url()),
-        &RedisTls::default(),
-        &env.prefix,
-        Duration::from_secs(5),
-        "fast-reads-test",
-    )
-    .await
-    .unwrap();
+    let store = store_at(&user.url(), &env.prefix).await;
     store.read_showtimes(&[1], false).await.unwrap();
     assert_eq!(
         fast(&store).served,
@@ -210,15 +215,7 @@ async fn a_refused_read_fails_with_the_crates_error_and_the_fast_reader_stands_a
 async fn the_fast_reader_reads_the_database_the_url_names() {
     let env = TestEnv::new().await;
     let url = format!("{}/3", redis_url().trim_end_matches('/'));
-    let store = RedisStore::connect(
-        RedisEndpoint::Single(&url),
-        &RedisTls::default(),
-        &env.prefix,
-        Duration::from_secs(5),
-        "fast-reads-test",
-    )
-    .await
-    .unwrap();
+    let store = store_at(&url, &env.prefix).await;
     let key = store.keys.seat(1);
     let mut db3 = redis::Client::open(url.as_str())
         .unwrap()
@@ -250,4 +247,24 @@ async fn the_fast_reader_reads_the_database_the_url_names() {
         "{fast_read:?}"
     );
     assert_eq!(fast(&store).served, 1);
+}
+
+/// `redis.fast_seat_reads = false`: no fast reader, every read through the
+/// crate, and the sweep repairs as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn fast_seat_reads_off_reads_everything_through_the_crate() {
+    let env = TestEnv::with(|s| s.redis.fast_seat_reads = false).await;
+    assert_eq!(env.ctx.redis.fast_reads(), None);
+    let k = &env.ctx.redis.keys;
+    write(
+        &env,
+        &k.seat(1),
+        &Shape::Hash(vec![(b"A-1".to_vec(), b"2".to_vec())]),
+    )
+    .await;
+    let (_, reads) = env.ctx.redis.read_showtimes(&[1], false).await.unwrap();
+    assert_eq!(
+        reads[0].hash,
+        HashRead::Fields(SeatFields::from_items(&["A-1", "2"]))
+    );
 }
