@@ -9,8 +9,8 @@ use seatflow_reconciler::config::Settings;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::ops::access::start;
 use seatflow_reconciler::run::context::Context;
-use seatflow_reconciler::run::jobs::{RunRequest, Trigger};
-use seatflow_reconciler::{daemon::runner, metrics::telemetry, ops::demo, ops::push};
+use seatflow_reconciler::run::jobs::{self, RunRequest, Trigger};
+use seatflow_reconciler::{metrics::telemetry, ops::demo, ops::push};
 use tokio_util::sync::CancellationToken;
 
 #[path = "cli/check_config.rs"]
@@ -282,7 +282,7 @@ async fn dispatch(command: Command, settings: Settings, config: Option<PathBuf>)
             // The seat jobs take their shard's pass lease: while a daemon
             // (or another `once`) sweeps it, they stand by.
             let request = RunRequest::new(&ctx, trigger, CancellationToken::new(), None, None);
-            let report = runner::enter(&ctx, request).await.report;
+            let report = jobs::run(&ctx, request).await.report;
             match output {
                 Output::Json => seatflow_reconciler::outln!("{}", report.to_json()),
                 Output::Text => seatflow_reconciler::out!("{}", report.to_text()),

@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::daemon::runner::{NotStarted, Runner};
 use crate::model::Kind;
+use crate::run::jobs::Trigger;
 
 /// File descriptors kept for everything but HTTP connections (the stores'
 /// pools, the binlog, subscriptions, logs).
@@ -239,7 +240,7 @@ async fn run_job(
         )
             .into_response();
     };
-    match r.start(kind, false) {
+    match r.start(Trigger::Admin { kind }, false) {
         Ok(()) => (
             StatusCode::ACCEPTED,
             Json(json!({"job": kind.label(), "started": true})),

@@ -99,7 +99,7 @@ impl Schedules {
     }
 }
 
-/// `fire` of `runner` at each slot of `schedule`. The job holds the runner
+/// `fire`'s run started on `runner` at each slot of `schedule`. The job holds the runner
 /// weakly: the crate's tasks (and the jobs they keep) outlive its
 /// `shutdown()`, and must not keep the runner and its stores alive.
 async fn schedule_fire(
@@ -114,8 +114,9 @@ async fn schedule_fire(
     let runner = Arc::downgrade(runner);
     schedules
         .add(schedule, move |slot| {
+            // A fire while the previous run goes is skipped and counted there.
             if let Some(runner) = runner.upgrade() {
-                runner.fire(fire, slot);
+                let _ = runner.start(fire.trigger(slot), true);
             }
         })
         .await?;

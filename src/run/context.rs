@@ -52,7 +52,7 @@ pub struct Context {
     pub replica: Option<Arc<Replica>>,
     /// Held by the run of this process that runs `expired-orders`, so that
     /// one runs at a time whatever started it (a schedule's fire, an admin
-    /// run, a deadline's or a retry's check): the door (`runner::enter`)
+    /// run, a deadline's or a retry's check): the door (`jobs::run`)
     /// takes it.
     pub expired_orders_turn: Arc<tokio::sync::Mutex<()>>,
 }

@@ -398,25 +398,11 @@ async fn work(runner: &Runner, changes: &Arc<Changes>) {
         for source in Source::ALL {
             let part: Vec<Due> = due.iter().filter(|d| d.source == source).copied().collect();
             if !part.is_empty() {
-                check(runner, changes, source, part).await;
+                runner.check(source, part).await;
             }
         }
         changes.show_queue();
     }
-}
-
-/// One check of `due`'s showtimes: the enabled seat jobs scoped to them,
-/// and `expired-orders` too for a deadline (or a retry, which may be one).
-async fn check(runner: &Runner, changes: &Arc<Changes>, source: Source, due: Vec<Due>) {
-    let showtimes = due.iter().map(|d| d.showtime).collect();
-    let report = runner.check(source, showtimes).await;
-    tracing::debug!(
-        source = source.label(),
-        showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(),
-        jobs = ?report.jobs.iter().map(|j| j.counts()).collect::<Vec<_>>(),
-        "check done"
-    );
-    changes.check_ended(&report, source, due);
 }
 
 /// Waits for the next tick at which this replica runs its shard's passes

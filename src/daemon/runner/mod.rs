@@ -4,7 +4,7 @@
 //! graceful stop. The scheduler (`daemon`), the admin endpoint (`http`) and
 //! the change watch (`change_watch`) all start runs through it, as a
 //! `Trigger` it turns into a `RunRequest` (`Runner::request`), once per run
-//! (a pass: once per shard), entered through the one door (`door.rs`) and
+//! (a pass: once per shard), made through the one door (`jobs::run`) and
 //! recorded. `status.rs`: what it shows of them (`/status`, metrics).
 
 use std::collections::BTreeMap;
@@ -25,11 +25,9 @@ use crate::run::jobs::pass_run::PassOutcome;
 use crate::run::jobs::{self, Rebuild, RunRequest, Trigger};
 use crate::run::pass_lease::{Holding, KeptPass};
 use crate::schedule::Schedule;
-use seatflow_core::changes::queue::Source;
+use seatflow_core::changes::queue::{Due, Source};
 
-mod door;
 mod status;
-pub use door::enter;
 pub use status::{Fallback, JobStatus, LastRun, ShardStatus};
 
 /// How long a dependency probe waits for each store.
@@ -46,7 +44,7 @@ pub enum Fire {
 
 impl Fire {
     /// What asks for the run: the pass for `slot`, or `expired-orders`.
-    fn trigger(self, slot: DateTime<Utc>) -> Trigger {
+    pub fn trigger(self, slot: DateTime<Utc>) -> Trigger {
         match self {
             Fire::Pass => Trigger::Pass {
                 slot: Some(slot),
@@ -54,14 +52,6 @@ impl Fire {
                 cadence: None,
             },
             Fire::ExpiredOrders => Trigger::ExpiredOrders,
-        }
-    }
-
-    /// For log lines: `pass`, or `expired_orders`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Fire::Pass => "pass",
-            Fire::ExpiredOrders => Kind::ExpiredOrders.label(),
         }
     }
 }
@@ -81,7 +71,7 @@ pub struct Runner {
     /// by its run: the scheduler fires whether or not the previous run is
     /// still going, and such a fire is skipped and counted
     /// (`skipped_overlap`). A check that runs `expired-orders` waits for
-    /// its turn at the door instead (`door.rs`).
+    /// its turn at the door instead (`jobs::run`).
     pass_guard: Arc<tokio::sync::Mutex<()>>,
     expired_guard: Arc<tokio::sync::Mutex<()>>,
     status: Mutex<BTreeMap<Kind, JobStatus>>,
@@ -302,61 +292,34 @@ impl Runner {
             rebuild,
             cadence: self.fallback().map(|f| f.every),
         };
-        self.start_run(trigger, false)
+        self.start(trigger, false)
     }
 
-    /// A scheduled fire (the pass, or `expired-orders`) for the schedule
-    /// slot `slot`: skipped and counted if the previous run still goes.
-    #[allow(
-        clippy::expect_used,
-        reason = "the status map holds every kind from the start"
-    )]
-    pub fn fire(self: &Arc<Self>, fire: Fire, slot: DateTime<Utc>) {
-        let trigger = fire.trigger(slot);
-        let kinds = RunRequest::kinds_of(&self.ctx.settings, &trigger);
-        if kinds.is_empty() {
-            return;
-        }
-        if let Err(NotStarted::AlreadyRunning) = self.start_run(trigger, true) {
-            for k in &kinds {
-                self.metrics.record_skipped_overlap(*k);
-                lock(&self.status)
-                    .get_mut(k)
-                    .expect("kind")
-                    .skipped_overlaps += 1;
-            }
-            let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
-            tracing::warn!(
-                fire = fire.label(),
-                kinds = labels.join(","),
-                "previous run still going; this fire is skipped"
-            );
-        }
-    }
-
-    /// Starts a run of `kind` now (the admin endpoint): a seat job runs as
-    /// a pass of its own, outside the schedule.
-    pub fn start(self: &Arc<Self>, kind: Kind, jitter: bool) -> Result<(), NotStarted> {
-        self.start_run(Trigger::Admin { kind }, jitter)
-    }
-
-    /// Starts the run `trigger` asks for in the background, unless one of
-    /// its schedule's job (the pass, or `expired-orders`) still goes.
-    fn start_run(self: &Arc<Self>, trigger: Trigger, jitter: bool) -> Result<(), NotStarted> {
+    /// Starts the run `trigger` asks for (a schedule's fire, a pass after a
+    /// gap, the admin endpoint's job) in the background, after up to
+    /// `daemon.start_jitter` when `jitter`, unless its schedule's previous
+    /// run (the pass, or `expired-orders`) still goes: a schedule's fire is
+    /// then skipped and counted.
+    pub fn start(self: &Arc<Self>, trigger: Trigger, jitter: bool) -> Result<(), NotStarted> {
         if self.stop.is_cancelled() {
             return Err(NotStarted::ShuttingDown);
         }
         let kinds = RunRequest::kinds_of(&self.ctx.settings, &trigger);
+        if kinds.is_empty() {
+            return Ok(());
+        }
         let is_pass = kinds.iter().any(|k| k.is_seat_job());
         let guard = if is_pass {
             &self.pass_guard
         } else {
             &self.expired_guard
         };
-        let guard = guard
-            .clone()
-            .try_lock_owned()
-            .map_err(|_| NotStarted::AlreadyRunning)?;
+        let Ok(guard) = guard.clone().try_lock_owned() else {
+            if trigger.is_scheduled() {
+                self.skipped_overlap(&trigger, &kinds);
+            }
+            return Err(NotStarted::AlreadyRunning);
+        };
         let this = Arc::clone(self);
         self.set_running(&kinds, true);
         if is_pass {
@@ -380,6 +343,27 @@ impl Runner {
             drop(guard);
         });
         Ok(())
+    }
+
+    /// A schedule's fire while its previous run goes: counted and logged.
+    #[allow(
+        clippy::expect_used,
+        reason = "the status map holds every kind from the start"
+    )]
+    fn skipped_overlap(&self, trigger: &Trigger, kinds: &[Kind]) {
+        for k in kinds {
+            self.metrics.record_skipped_overlap(*k);
+            lock(&self.status)
+                .get_mut(k)
+                .expect("kind")
+                .skipped_overlaps += 1;
+        }
+        let labels: Vec<&str> = kinds.iter().map(|k| k.label()).collect();
+        tracing::warn!(
+            fire = trigger.label(),
+            kinds = labels.join(","),
+            "previous run still going; this fire is skipped"
+        );
     }
 
     #[allow(
@@ -467,35 +451,37 @@ impl Runner {
         self.show_pace();
     }
 
-    /// The daemon's way through the door: `request` (built once, for
-    /// `ctx`'s shard) made, and what came of it recorded in `/status` and
-    /// the metrics (a check's as a check's).
+    /// The daemon's way through the door (`jobs::run`) for a pass or a
+    /// job: `request` (built once, for `ctx`'s shard) made, and what came
+    /// of it recorded in `/status` and the metrics.
     async fn enter(&self, ctx: &Context, request: RunRequest) -> jobs::RunResult {
         let started_at = Utc::now();
-        let check = matches!(request.trigger, Trigger::Check { .. });
-        let result = enter(ctx, request).await;
-        if check {
-            self.record_check(&result.report);
-        } else {
-            self.record(&result.report, started_at);
-        }
+        let result = jobs::run(ctx, request).await;
+        self.record(&result.report, started_at);
         result
     }
 
     /// A change-driven check of this process's own shard, made now: the
-    /// enabled seat jobs scoped to `showtimes`, and `expired-orders` too
-    /// when its source may be an order's deadline, waiting for its turn if
-    /// another run of it goes.
-    pub async fn check(
-        &self,
-        source: Source,
-        showtimes: Vec<crate::model::ShowtimeId>,
-    ) -> jobs::report::RunReport {
+    /// enabled seat jobs scoped to `due`'s showtimes, and `expired-orders`
+    /// too when `source` may be an order's deadline (waiting for its turn
+    /// if another run of it goes); the queue is told how it went.
+    pub async fn check(&self, source: Source, due: Vec<Due>) {
+        let showtimes = due.iter().map(|d| d.showtime).collect();
         let trigger = Trigger::Check { source, showtimes };
         // Boxed: the whole run is a deep future, kept off the caller's own.
-        Box::pin(self.enter(&self.ctx, self.request(trigger)))
+        let report = Box::pin(jobs::run(&self.ctx, self.request(trigger)))
             .await
-            .report
+            .report;
+        self.record_check(&report);
+        tracing::debug!(
+            source = source.label(),
+            showtimes = ?due.iter().map(|d| d.showtime).collect::<Vec<_>>(),
+            jobs = ?report.jobs.iter().map(|j| j.counts()).collect::<Vec<_>>(),
+            "check done"
+        );
+        if let Some(changes) = &self.changes {
+            changes.check_ended(&report, source, due);
+        }
     }
 
     /// Whether this process claims `shard`'s pass at the fire: the shard's
@@ -573,7 +559,6 @@ mod tests {
         let expired = Fire::ExpiredOrders;
         let job = expired.trigger(slot);
         assert!(matches!(job, Trigger::ExpiredOrders));
-        assert_eq!(Fire::Pass.label(), "pass");
-        assert_eq!(expired.label(), "expired_orders");
+        assert!(pass.is_scheduled() && job.is_scheduled());
     }
 }

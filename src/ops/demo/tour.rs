@@ -140,7 +140,7 @@ async fn run_jobs(ctx: &Context, kinds: &[Kind], dry_run: bool) -> RunReport {
         dry_run,
         ..RunOptions::default()
     };
-    crate::daemon::runner::enter(ctx, RunRequest::direct(ctx, kinds, opts))
+    crate::run::jobs::run(ctx, RunRequest::direct(ctx, kinds, opts))
         .await
         .report
 }

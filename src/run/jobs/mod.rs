@@ -103,61 +103,6 @@ impl RunOptions {
     }
 }
 
-/// Runs jobs once and returns their closed reports: `expired-orders`
-/// first, then the seat jobs, which share one sweep (each hash read once;
-/// `duration_ms` is then that sweep's for each of them).
-pub async fn run_jobs(
-    ctx: &Context,
-    kinds: &[Kind],
-    opts: &RunOptions,
-    run_id: &str,
-    run_row: &audit_log::RunRow,
-) -> Vec<JobReport> {
-    let mut out = Vec::with_capacity(kinds.len());
-    let repaired = audit_log::RepairedShowtimes::default();
-    let (expired, seats): (Vec<Kind>, Vec<Kind>) =
-        kinds.iter().partition(|k| **k == Kind::ExpiredOrders);
-    if !expired.is_empty() {
-        // Every line of the job carries its `kind` (and the run's `run_id`).
-        let span = tracing::info_span!("job", kind = Kind::ExpiredOrders.label());
-        let started = Instant::now();
-        let mut audit =
-            audit_log::AuditLog::new(ctx, run_id, run_row, Kind::ExpiredOrders, &repaired);
-        let report = expired_orders::run(ctx, opts, &mut audit)
-            .instrument(span.clone())
-            .await;
-        out.push(
-            close_job(report, audit, started, opts)
-                .instrument(span)
-                .await,
-        );
-    }
-    if !seats.is_empty() {
-        // The seat jobs share one sweep: its lines carry `kinds`, and a line
-        // about one job's seat its own `kind`.
-        let labels: Vec<&str> = seats.iter().map(|k| k.label()).collect();
-        let span = tracing::info_span!("sweep", kinds = labels.join(","));
-        let started = Instant::now();
-        let audits = seats
-            .iter()
-            .map(|k| audit_log::AuditLog::new(ctx, run_id, run_row, *k, &repaired))
-            .collect();
-        for (report, audit) in seat_sweep::run(ctx, &seats, opts, audits)
-            .instrument(span.clone())
-            .await
-        {
-            out.push(
-                close_job(report, audit, started, opts)
-                    .instrument(span.clone())
-                    .await,
-            );
-        }
-    }
-    // One line per repaired showtime, naming every job that touched it.
-    repaired.log();
-    out
-}
-
 /// Closes a job of a run: writes what is left of its audit and sets its outcome.
 async fn close_job(
     mut report: JobReport,
@@ -290,14 +235,26 @@ pub fn run_span(run_id: &str) -> tracing::Span {
     tracing::info_span!("run", run_id)
 }
 
-/// Makes the run `request` describes (built by [`RunRequest::new`]; called
-/// only by the door, `runner::enter`): when the request says so, the pass
-/// lease is claimed first (`pass_run::claim`), the jobs run, and the pass
-/// is recorded or released (`pass_run::finish`); without it the seat jobs
+/// The one door of every run, whatever asked for it (a schedule's fire, a
+/// gap, an admin run, a change-driven check, `once`, the demo's tour, a
+/// library caller): makes the run `request` describes (built once, by
+/// [`RunRequest::new`]) once the process's guard allows, one
+/// `expired-orders` at a time, so a deadline's check waits for a scheduled
+/// run (and a fire's run for a check) rather than reading and cancelling
+/// the same orders beside it. When the request says so, the pass lease is
+/// claimed first (`pass_run::claim`), the jobs run, and the pass is
+/// recorded or released (`pass_run::finish`); without it the seat jobs
 /// stand by and only `expired-orders` runs. The run is recorded in
 /// `reconcile_run` unless dry; every line logged on the way, the pass
-/// claim's included, carries its `run_id`.
-pub(crate) async fn run(ctx: &Context, request: RunRequest) -> RunResult {
+/// claim's included, carries its `run_id`. Nothing else runs a job
+/// (`scripts/check_deps.py` checks it); the daemon's runner records what
+/// came of each run (`Runner::enter`).
+pub async fn run(ctx: &Context, request: RunRequest) -> RunResult {
+    let _turn = if request.kinds.contains(&Kind::ExpiredOrders) {
+        Some(ctx.expired_orders_turn.lock().await)
+    } else {
+        None
+    };
     let run_id = new_run_id();
     let span = run_span(&run_id);
     let RunRequest {
@@ -344,10 +301,12 @@ pub(crate) async fn run(ctx: &Context, request: RunRequest) -> RunResult {
     Box::pin(run.instrument(span)).await
 }
 
-/// Runs `kinds` as run `run_id` (the caller's span carries it). `failed`:
-/// jobs of the run that failed before they could start (a pass that could
-/// not be claimed); they are recorded with the run, in its row's kinds and
-/// outcome, after the jobs that ran.
+/// Runs `kinds` as run `run_id` (the caller's span carries it):
+/// `expired-orders` first, then the seat jobs, which share one sweep (each
+/// hash read once; `duration_ms` is then that sweep's for each of them).
+/// `failed`: jobs of the run that failed before they could start (a pass
+/// that could not be claimed); they are recorded with the run, in its row's
+/// kinds and outcome, after the jobs that ran.
 async fn run_as(
     ctx: &Context,
     kinds: &[Kind],
@@ -355,79 +314,166 @@ async fn run_as(
     run_id: String,
     failed: Vec<JobReport>,
 ) -> RunReport {
-    let started = Instant::now();
-    let trips_before = ctx.redis.round_trips();
-    let labels: Vec<&str> = kinds
-        .iter()
-        .chain(failed.iter().map(|j| &j.kind))
-        .map(|k| k.label())
-        .collect();
-    let run_row = audit_log::RunRow::new(labels.join(","), opts.dry_run);
-    if !opts.dry_run
-        && let Err(e) = run_row.record(ctx, &run_id).await
-    {
-        tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run; tried again before its first repair");
-    }
-    let moved_aside = if opts.dry_run || opts.check.is_some() {
-        0
-    } else {
-        close_earlier_runs(ctx).await
-    };
+    let run = OpenRun::open(ctx, kinds, &failed, opts, run_id).await;
+    let mut jobs = Vec::with_capacity(kinds.len() + failed.len());
     // Rule 17: the schema as MySQL has it, judged before the jobs read.
-    let (mut jobs, deviations) = match deviations::judged(ctx, opts.check.is_some()).await {
-        Ok(state) => (
-            run_jobs(ctx, kinds, opts, &run_id, &run_row).await,
-            deviations::DeviationReport::all(&state),
-        ),
+    let deviations = match deviations::judged(ctx, opts.check.is_some()).await {
+        Ok(state) => deviations::DeviationReport::all(&state),
         Err(e) => {
             tracing::error!(error = %e, "could not read the schema; no job ran");
-            let failed = kinds.iter().map(|kind| {
+            jobs.extend(kinds.iter().map(|kind| {
                 let mut report = JobReport::new(*kind);
                 report.fail(&e);
                 report.finish();
                 report
-            });
-            (failed.collect(), Vec::new())
+            }));
+            return run.close(ctx, opts, jobs, failed, Vec::new()).await;
         }
     };
-    jobs.extend(failed);
-    // Our own key of the wrong type (rule 13): invalid data of the run,
-    // counted once, on its first job.
-    if let Some(first) = jobs.first_mut() {
-        (0..moved_aside).for_each(|_| first.invalid());
+    let repaired = audit_log::RepairedShowtimes::default();
+    let (expired, seats): (Vec<Kind>, Vec<Kind>) =
+        kinds.iter().partition(|k| **k == Kind::ExpiredOrders);
+    if !expired.is_empty() {
+        // Every line of the job carries its `kind` (and the run's `run_id`).
+        let span = tracing::info_span!("job", kind = Kind::ExpiredOrders.label());
+        let started = Instant::now();
+        let mut audit = run.audit(ctx, Kind::ExpiredOrders, &repaired);
+        let report = expired_orders::run(ctx, opts, &mut audit)
+            .instrument(span.clone())
+            .await;
+        let closed = close_job(report, audit, started, opts);
+        jobs.push(closed.instrument(span).await);
     }
-    // A run that never got its row (and so made no repair) says so.
-    let recorded = run_row.is_recorded().await;
-    if !opts.dry_run && !recorded {
-        for report in &mut jobs {
-            report.error_at(Stage::Audit);
-            report.finish();
+    if let Some(&first) = seats.first() {
+        // The seat jobs share one sweep: its lines carry `kinds`, and a line
+        // about one job's seat its own `kind`.
+        let labels: Vec<&str> = seats.iter().map(|k| k.label()).collect();
+        let span = tracing::info_span!("sweep", kinds = labels.join(","));
+        let started = Instant::now();
+        let audits = seats
+            .iter()
+            .map(|k| run.audit(ctx, *k, &repaired))
+            .collect();
+        let reporter = opts.bad_data_reporter.unwrap_or(first);
+        let sweep = seat_sweep::run(ctx, &seats, opts, audits, reporter, true);
+        for (report, audit) in sweep.instrument(span.clone()).await {
+            let closed = close_job(report, audit, started, opts);
+            jobs.push(closed.instrument(span.clone()).await);
         }
     }
-    let mut report = RunReport::new(
-        run_id.clone(),
-        opts.dry_run,
-        jobs,
-        started.elapsed().as_millis() as u64,
-    );
-    report.redis_round_trips = ctx.redis.round_trips() - trips_before;
-    report.check = opts.check.map(|s| s.label());
-    report.contract_deviations = deviations;
-    log_run(ctx, &report);
-    if !opts.dry_run && recorded {
-        let summary = serde_json::to_string(&report).unwrap_or_default();
-        if let Err(e) = ctx
-            .mysql
-            .finish_run(
-                &run_id,
-                report.outcome().label(),
-                report.total_fixed(),
-                &summary,
-            )
-            .await
+    // One line per repaired showtime, naming every job that touched it.
+    repaired.log();
+    run.close(ctx, opts, jobs, failed, deviations).await
+}
+
+/// A run between its opening (its `reconcile_run` row, earlier runs
+/// closed) and its close (the summary logged and written).
+struct OpenRun {
+    run_id: String,
+    row: audit_log::RunRow,
+    /// Our audit backlog keys of the wrong type moved aside (rule 13).
+    moved_aside: u64,
+    started: Instant,
+    trips_before: u64,
+}
+
+impl OpenRun {
+    /// Records the run's row (unless dry) and, for a pass or `once`,
+    /// closes earlier runs (`close_earlier_runs`).
+    async fn open(
+        ctx: &Context,
+        kinds: &[Kind],
+        failed: &[JobReport],
+        opts: &RunOptions,
+        run_id: String,
+    ) -> OpenRun {
+        let started = Instant::now();
+        let trips_before = ctx.redis.round_trips();
+        let labels: Vec<&str> = kinds
+            .iter()
+            .chain(failed.iter().map(|j| &j.kind))
+            .map(|k| k.label())
+            .collect();
+        let row = audit_log::RunRow::new(labels.join(","), opts.dry_run);
+        if !opts.dry_run
+            && let Err(e) = row.record(ctx, &run_id).await
         {
-            tracing::warn!(run_id, error = %e, "could not finish the run in reconcile_run");
+            tracing::warn!(run_id, error = %e, "could not record the run in reconcile_run; tried again before its first repair");
+        }
+        let moved_aside = if opts.dry_run || opts.check.is_some() {
+            0
+        } else {
+            close_earlier_runs(ctx).await
+        };
+        OpenRun {
+            run_id,
+            row,
+            moved_aside,
+            started,
+            trips_before,
         }
     }
-    report
+
+    /// The audit log of this run's job `kind`.
+    fn audit<'a>(
+        &'a self,
+        ctx: &'a Context,
+        kind: Kind,
+        repaired: &'a audit_log::RepairedShowtimes,
+    ) -> audit_log::AuditLog<'a> {
+        audit_log::AuditLog::new(ctx, &self.run_id, &self.row, kind, repaired)
+    }
+
+    /// Closes the run with its jobs' reports (`failed` last): logged, and
+    /// its row finished with the summary.
+    async fn close(
+        self,
+        ctx: &Context,
+        opts: &RunOptions,
+        mut jobs: Vec<JobReport>,
+        failed: Vec<JobReport>,
+        deviations: Vec<deviations::DeviationReport>,
+    ) -> RunReport {
+        jobs.extend(failed);
+        // Our own key of the wrong type (rule 13): invalid data of the run,
+        // counted once, on its first job.
+        if let Some(first) = jobs.first_mut() {
+            (0..self.moved_aside).for_each(|_| first.invalid());
+        }
+        // A run that never got its row (and so made no repair) says so.
+        let recorded = self.row.is_recorded().await;
+        if !opts.dry_run && !recorded {
+            for report in &mut jobs {
+                report.error_at(Stage::Audit);
+                report.finish();
+            }
+        }
+        let run_id = self.run_id;
+        let mut report = RunReport::new(
+            run_id.clone(),
+            opts.dry_run,
+            jobs,
+            self.started.elapsed().as_millis() as u64,
+        );
+        report.redis_round_trips = ctx.redis.round_trips() - self.trips_before;
+        report.check = opts.check.map(|s| s.label());
+        report.contract_deviations = deviations;
+        log_run(ctx, &report);
+        if !opts.dry_run && recorded {
+            let summary = serde_json::to_string(&report).unwrap_or_default();
+            if let Err(e) = ctx
+                .mysql
+                .finish_run(
+                    &run_id,
+                    report.outcome().label(),
+                    report.total_fixed(),
+                    &summary,
+                )
+                .await
+            {
+                tracing::warn!(run_id, error = %e, "could not finish the run in reconcile_run");
+            }
+        }
+        report
+    }
 }

@@ -71,6 +71,14 @@ pub enum Rebuild {
 }
 
 impl Trigger {
+    /// Fired by a schedule (`pass.schedule`, or `expired-orders`' own).
+    pub fn is_scheduled(&self) -> bool {
+        matches!(
+            self,
+            Trigger::Pass { slot: Some(_), .. } | Trigger::ExpiredOrders
+        )
+    }
+
     /// For log lines: `pass`, `check`, `once`, `admin`, the job's label.
     pub fn label(&self) -> &'static str {
         match self {

@@ -9,9 +9,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use seatflow_reconciler::daemon::change_state::events::{Channels, Message, OwnWrites};
 use seatflow_reconciler::daemon::change_state::queue::Source;
-use seatflow_reconciler::daemon::runner;
 use seatflow_reconciler::model::{Kind, SeatState};
-use seatflow_reconciler::run::jobs::{RunRequest, Trigger};
+use seatflow_reconciler::run::jobs::{self, RunRequest, Trigger};
 use seatflow_reconciler::store::redis::Fenced;
 use seatflow_test_support::TestEnv;
 use seatflow_test_support::daemon::{
@@ -320,7 +319,7 @@ async fn an_unpaid_order_is_cancelled_at_its_deadline_without_a_run() {
 }
 
 /// One `expired-orders` at a time, whatever started it (the one door,
-/// `runner::enter`): a deadline's check of a showtime, due while a run of
+/// `jobs::run`): a deadline's check of a showtime, due while a run of
 /// the job is under way (here held up by a lock on the audit table), waits
 /// for that run to finish before it starts, and then cancels its order.
 #[tokio::test]
@@ -340,7 +339,7 @@ async fn a_deadline_check_waits_for_the_running_expired_orders() {
         |trigger| RunRequest::new(&env.ctx, trigger, CancellationToken::new(), None, None);
     let enter = |request| {
         let ctx = env.ctx.clone();
-        tokio::spawn(async move { runner::enter(&ctx, request).await.report })
+        tokio::spawn(async move { jobs::run(&ctx, request).await.report })
     };
     let runs = async || -> Vec<(String, chrono::NaiveDateTime, Option<chrono::NaiveDateTime>)> {
         sqlx::query_as(

@@ -26,11 +26,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use seatflow_reconciler::daemon::runner;
 use seatflow_reconciler::model::Kind;
 use seatflow_reconciler::ops::inspect;
 use seatflow_reconciler::run::jobs::report::RunReport;
-use seatflow_reconciler::run::jobs::{RunRequest, Trigger};
+use seatflow_reconciler::run::jobs::{self, RunRequest, Trigger};
 use seatflow_test_support::TestEnv;
 use tokio_util::sync::CancellationToken;
 
@@ -607,7 +606,7 @@ async fn inspect_agrees_with_a_dry_run(e: Estate) -> Result<(), TestCaseError> {
             progress: false,
         };
         let request = RunRequest::new(&env.ctx, trigger, CancellationToken::new(), None, None);
-        let report = runner::enter(&env.ctx, request).await.report;
+        let report = jobs::run(&env.ctx, request).await.report;
         let key = env.ctx.redis.keys.seat(s.id);
         let mut inspected = inspected_drift(&map);
         if inspected.remove(Kind::MissingHashes.cli_name()).is_some() {

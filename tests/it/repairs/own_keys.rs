@@ -14,6 +14,7 @@ use seatflow_reconciler::daemon::runner::Runner;
 use seatflow_reconciler::error::Stage;
 use seatflow_reconciler::metrics::Metrics;
 use seatflow_reconciler::model::{Kind, SeatState};
+use seatflow_reconciler::run::jobs::Trigger;
 use seatflow_reconciler::run::jobs::report::{JobReport, Outcome};
 use seatflow_reconciler::store::redis::{CursorMove, Fenced, LeaseTake, SuspectOp};
 use seatflow_test_support::own_keys::{backlog_aside, key_type, orphan_lock, release_locks};
@@ -412,7 +413,14 @@ async fn a_lease_without_expiry_is_reported_as_stuck_and_left_alone() {
     let runner = Runner::new(env.ctx.clone(), Metrics::new());
     let initial = serde_json::to_value(&runner.status()[&Kind::OrphanLocks]).unwrap();
     assert_eq!(initial["stuck_leases"], 0, "{initial}");
-    runner.start(Kind::OrphanLocks, false).unwrap();
+    runner
+        .start(
+            Trigger::Admin {
+                kind: Kind::OrphanLocks,
+            },
+            false,
+        )
+        .unwrap();
     // Waits for the run to finish; the limit only stops a run that never does.
     let started = std::time::Instant::now();
     let status = loop {

@@ -697,7 +697,7 @@ pub fn run_line_jobs(line: &serde_json::Value) -> Vec<BTreeMap<String, String>> 
 /// A run of `kinds` with `opts`, as a library caller makes one: outside any
 /// pass (no pass lease).
 pub async fn run(ctx: &Context, kinds: &[Kind], opts: RunOptions) -> RunReport {
-    seatflow_reconciler::daemon::runner::enter(ctx, RunRequest::direct(ctx, kinds, opts))
+    seatflow_reconciler::run::jobs::run(ctx, RunRequest::direct(ctx, kinds, opts))
         .await
         .report
 }

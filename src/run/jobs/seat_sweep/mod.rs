@@ -88,24 +88,12 @@ impl JobShare<'_> {
 }
 
 /// Runs the seat jobs `kinds` (one sweep when their cursors agree) and
-/// returns each job's report with its audit log, in the order given.
+/// returns each job's report with its audit log, in the order given. Bad
+/// data is counted and logged by `reporter` alone, so that one bad value is
+/// one `invalid_data` error and one log line, whichever jobs saw it.
+/// `ring`: a pass's sweep may go round the estate (see `cover`); jobs swept
+/// one by one never do.
 pub async fn run<'a>(
-    ctx: &'a Context,
-    kinds: &[Kind],
-    opts: &RunOptions,
-    audits: Vec<AuditLog<'a>>,
-) -> Vec<(JobReport, AuditLog<'a>)> {
-    let Some(&first) = kinds.first() else {
-        return Vec::new();
-    };
-    let reporter = opts.bad_data_reporter.unwrap_or(first);
-    run_with_reporter(ctx, kinds, opts, audits, reporter, true).await
-}
-
-/// As `run`; bad data is counted and logged by `reporter` alone, so that one
-/// bad value is one `invalid_data` error and one log line, whichever jobs
-/// saw it. `ring`: a pass's sweep may go round the estate (see `cover`).
-async fn run_with_reporter<'a>(
     ctx: &'a Context,
     kinds: &[Kind],
     opts: &RunOptions,
@@ -146,17 +134,7 @@ async fn run_with_reporter<'a>(
     if kinds.len() > 1 && !shared {
         let mut out = Vec::with_capacity(kinds.len());
         for (kind, audit) in kinds.iter().zip(audits) {
-            out.extend(
-                Box::pin(run_with_reporter(
-                    ctx,
-                    &[*kind],
-                    opts,
-                    vec![audit],
-                    reporter,
-                    false,
-                ))
-                .await,
-            );
+            out.extend(Box::pin(run(ctx, &[*kind], opts, vec![audit], reporter, false)).await);
         }
         return out;
     }
