@@ -1,18 +1,23 @@
 //! The sweep's reads of seat hashes on the fast reader (its own RESP2
 //! connection, `store/redis/bulk_read.rs`) are the crate's reads: the same
 //! hashes, byte for byte, the same wrong types, the same errors; and where
-//! it cannot read (a closed connection, a refusal) the read still succeeds
-//! or fails as it would through the crate.
+//! it cannot read (a closed connection, a reply cut off halfway, a refusal)
+//! the read still succeeds or fails as it would through the crate.
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree as _;
 use proptest::test_runner::{Config, TestRunner};
+use redis::IntoConnectionInfo as _;
 use seatflow_reconciler::model::{SeatFields, ShowtimeId};
 use seatflow_reconciler::store::redis::{
     FastReads, HashRead, RedisEndpoint, RedisStore, RedisTls, ShowtimeRead, client_name,
 };
 use seatflow_test_support::{AclUser, TestEnv, property_cases, redis_url, test_settings};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
 
 /// What one key holds before the read.
 #[derive(Debug, Clone)]
@@ -174,6 +179,80 @@ async fn a_connection_the_server_closed_is_replaced_and_the_read_stays_fast() {
     );
     let after = fast(&env.ctx.redis);
     assert_eq!((after.served, after.stood_aside), (before.served + 1, 0));
+}
+
+/// A proxy in front of the test's Redis that forwards every byte both ways,
+/// except that the first connection whose replies pass `cut_after` bytes is
+/// closed right there, in the middle of a reply (once: later connections,
+/// and the others, are forwarded whole). Its URL, and whether it cut.
+async fn cutting_proxy(cut_after: usize) -> (String, Arc<AtomicBool>) {
+    let url = redis_url();
+    let info = url.as_str().into_connection_info().unwrap();
+    let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
+        panic!("the tests' Redis is over plain TCP");
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = listener.local_addr().unwrap();
+    let cut = Arc::new(AtomicBool::new(false));
+    let cut_once = cut.clone();
+    let target = format!("{host}:{port}");
+    let proxied = url.replacen(&target, &proxy.to_string(), 1);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = TcpStream::connect(target.as_str()).await.unwrap();
+            let (mut from_client, mut to_client) = client.into_split();
+            let (mut from_server, mut to_server) = server.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
+            let cut = cut_once.clone();
+            tokio::spawn(async move {
+                let (mut buf, mut sent) = (vec![0u8; 16 * 1024], 0);
+                loop {
+                    let n = match from_server.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if sent + n > cut_after && !cut.swap(true, Ordering::SeqCst) {
+                        // Part of this reply, then the connection drops.
+                        let _ = to_client.write_all(&buf[..cut_after - sent]).await;
+                        return;
+                    }
+                    if to_client.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                    sent += n;
+                }
+            });
+        }
+    });
+    (proxied, cut)
+}
+
+/// The connection drops in the middle of a reply (Redis restarting while a
+/// pipeline's replies arrive): no part of it is used; the same keys are
+/// read through the crate, whole, and the fast reader stands aside.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_cut_off_halfway_is_read_again_through_the_crate() {
+    let env = TestEnv::new().await;
+    let k = &env.ctx.redis.keys;
+    write(&env, &k.seat(1), &Shape::Big(3_000)).await;
+    write(
+        &env,
+        &k.seat(2),
+        &Shape::Hash(vec![(b"A-1".to_vec(), b"2".to_vec())]),
+    )
+    .await;
+    let (url, cut) = cutting_proxy(20_000).await;
+    let store = store_at(&url, &env.prefix).await;
+    let (_, through_proxy) = store.read_showtimes(&[1, 2], true).await.unwrap();
+    assert!(cut.load(Ordering::SeqCst), "the big reply was cut");
+    let (_, direct) = env.ctx.redis.read_showtimes(&[1, 2], true).await.unwrap();
+    assert_eq!(comparable(&through_proxy), comparable(&direct));
+    assert!(matches!(&direct[0].hash, HashRead::Fields(f) if f.len() == 3_000));
+    let after = fast(&store);
+    assert_eq!(
+        (after.served, after.stood_aside, after.resting),
+        (0, 1, true)
+    );
 }
 
 /// A read the server refuses (NOPERM on one of the keys) fails as it does
