@@ -115,6 +115,7 @@ impl RedisStore {
     ) -> Result<RedisStore> {
         let subscriber;
         let mut bulk = None;
+        let client_name = client_name(instance);
         let conn = match endpoint {
             RedisEndpoint::Single(url) => {
                 let client = match tls.certificates() {
@@ -124,7 +125,7 @@ impl RedisStore {
                 subscriber = Subscriber::Single(Arc::new(client.clone()));
                 bulk = BulkReader::for_server(
                     client.get_connection_info(),
-                    &client_name(instance),
+                    &client_name,
                     response_timeout,
                 )
                 .map(Arc::new);
@@ -157,7 +158,7 @@ impl RedisStore {
         let store = RedisStore {
             conn,
             keys: Keys::new(key_prefix.to_string()),
-            client_name: client_name(instance),
+            client_name,
             round_trips: Arc::default(),
             subscriber,
             bulk,
