@@ -99,7 +99,7 @@ FOLDER_LAYERS = {
     "daemon": [{"change_state"}, {"runner"}, {"http", "change_watch"}],
     "daemon/change_watch": [{"holder", "binlog"}, {"data_loss"}],
     "daemon/runner": [{"status"}],
-    "metrics": [{"process", "telemetry", "families"}, {"pass", "changes"}],
+    "metrics": [{"process", "telemetry", "families", "seat_reads"}, {"pass", "changes"}],
     "ops": [{"stdout"}, {"access", "inspect", "push"}, {"demo"}],
     "ops/access": [{"probe"}, {"start"}],
     "ops/demo": [{"fixtures", "servers"}, {"tour"}],

@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::daemon::runner::{Fire, Runner};
 use crate::metrics::Metrics;
+use crate::metrics::seat_reads::SeatHashReadMetrics;
 use crate::model::Kind;
 use crate::run::context::Context;
 use crate::schedule::Schedule;
@@ -155,6 +156,9 @@ pub async fn run_on(
     if let Some(replica) = &ctx.replica {
         metrics.register(replica.collectors());
     }
+    let redis = ctx.redis.clone();
+    let seat_reads = SeatHashReadMetrics::new(move || redis.seat_hash_reads());
+    metrics.register(vec![Box::new(seat_reads)]);
     // Rule 17: the schema judged at start (and again before every pass).
     crate::run::jobs::deviations::at_start(&ctx).await;
     let runner = Runner::new(ctx.clone(), metrics.clone());

@@ -26,6 +26,7 @@ mod families;
 mod pass;
 #[cfg(target_os = "linux")]
 pub mod process;
+pub mod seat_reads;
 pub mod telemetry;
 
 pub use self::changes::{ChangeMetrics, GAP_REASONS};

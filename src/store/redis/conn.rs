@@ -160,6 +160,7 @@ impl RedisStore {
             keys: Keys::new(key_prefix.to_string()),
             client_name,
             round_trips: Arc::default(),
+            crate_seat_reads: Arc::default(),
             subscriber,
             bulk,
         };
@@ -179,6 +180,14 @@ impl RedisStore {
     /// is none (TLS, a Unix socket, a cluster).
     pub fn fast_reads(&self) -> Option<FastReads> {
         self.bulk.as_ref().map(|b| b.counts())
+    }
+
+    /// The reads of seat hashes so far, by the reader that answered them.
+    pub fn seat_hash_reads(&self) -> SeatHashReads {
+        SeatHashReads {
+            fast: self.bulk.as_ref().map_or(0, |b| b.counts().served),
+            through_crate: self.crate_seat_reads.load(Ordering::Relaxed),
+        }
     }
 
     /// Round trips to Redis made through this store so far.

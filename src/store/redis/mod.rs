@@ -145,6 +145,19 @@ pub struct RedisStore {
     subscriber: Subscriber,
     /// The sweep's reader of seat hashes (a single server over plain TCP).
     bulk: Option<Arc<bulk_read::BulkReader>>,
+    /// Reads of seat hashes made through the crate (`read_showtimes`).
+    crate_seat_reads: Arc<AtomicU64>,
+}
+
+/// The reads of seat hashes so far (`RedisStore::read_showtimes`, one a
+/// pipeline), by the reader that answered them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeatHashReads {
+    /// By the fast reader (`bulk_read.rs`).
+    pub fast: u64,
+    /// Through the crate: no fast reader (TLS, a Unix socket, a cluster,
+    /// `redis.fast_seat_reads = false`), or it stood aside.
+    pub through_crate: u64,
 }
 
 /// What a subscriber connection is opened with: the single server's client,

@@ -133,7 +133,11 @@ impl RedisStore {
                 self.trip();
                 read
             }
-            None => self.hashes(&keys).await?,
+            None => {
+                self.crate_seat_reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.hashes(&keys).await?
+            }
         };
         let mut hashes = hashes.into_iter();
         let mut next = || {

@@ -115,6 +115,13 @@ fn registered_families() -> Vec<prometheus::proto::MetricFamily> {
         Duration::from_secs(5),
     );
     metrics.register(replica.collectors());
+    let no_reads = || seatflow_reconciler::store::redis::SeatHashReads {
+        fast: 0,
+        through_crate: 0,
+    };
+    metrics.register(vec![Box::new(
+        seatflow_reconciler::metrics::seat_reads::SeatHashReadMetrics::new(no_reads),
+    )]);
     metrics.show_contract(&[
         seatflow_reconciler::run::jobs::deviations::DeviationReport {
             table: "ticket_order",

@@ -4,10 +4,12 @@
 //! it cannot read (a closed connection, a reply cut off halfway, a refusal)
 //! the read still succeeds or fails as it would through the crate.
 
+use prometheus::core::Collector as _;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree as _;
 use proptest::test_runner::{Config, TestRunner};
 use redis::IntoConnectionInfo as _;
+use seatflow_reconciler::metrics::seat_reads::{self, SeatHashReadMetrics};
 use seatflow_reconciler::model::{SeatFields, ShowtimeId};
 use seatflow_reconciler::store::redis::{
     FastReads, HashRead, RedisEndpoint, RedisStore, RedisTls, ShowtimeRead, client_name,
@@ -253,6 +255,39 @@ async fn a_reply_cut_off_halfway_is_read_again_through_the_crate() {
         (after.served, after.stood_aside, after.resting),
         (0, 1, true)
     );
+    let reads = store.seat_hash_reads();
+    assert_eq!((reads.fast, reads.through_crate), (0, 1));
+}
+
+/// `seatflow_reconcile_seat_hash_reads_total` counts each read by the
+/// reader that answered it, both series there from the start.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_read_is_counted_by_the_reader_that_answered_it() {
+    let env = TestEnv::new().await;
+    let store = store_at(&redis_url(), &env.prefix).await;
+    let counted = store.clone();
+    let metrics = SeatHashReadMetrics::new(move || counted.seat_hash_reads());
+    let exported = || -> Vec<(String, u64)> {
+        let families = metrics.collect();
+        assert_eq!(families.len(), 1);
+        assert_eq!(families[0].name(), seat_reads::FAMILY);
+        families[0]
+            .get_metric()
+            .iter()
+            .map(|m| {
+                let label = m.get_label()[0].value().to_string();
+                (label, m.get_counter().get_value() as u64)
+            })
+            .collect()
+    };
+    let series = |fast, through_crate| vec![("crate".into(), through_crate), ("fast".into(), fast)];
+    assert_eq!(exported(), series(0, 0));
+    store.read_showtimes(&[1], false).await.unwrap();
+    store.read_showtimes(&[1, 2], true).await.unwrap();
+    let without = store.clone().without_fast_reads();
+    without.read_showtimes(&[1], false).await.unwrap();
+    assert_eq!(exported(), series(2, 1));
+    assert_eq!(exported(), series(2, 1), "a second scrape adds nothing");
 }
 
 /// A read the server refuses (NOPERM on one of the keys) fails as it does
