@@ -266,7 +266,7 @@ local u = import 'lib/util.libsonnet';
                         [gr.target(q('max by (instance) (seatflow_reconcile_replica_lag_seconds{%(s)s})'), '{{instance}}')],
                         unit='s'), 8, 8],
          [gr.timeseries('Seat hash reads per minute, by reader',
-                        'The sweep\'s reads of seat hashes, one a chunk\'s pipeline (seatflow_reconcile_seat_hash_reads_total): fast, the reconciler\'s own reader, or crate, the redis crate (TLS, a cluster, redis.fast_seat_reads = false, or the fast reader standing aside 30 s after something it did not expect; an info log line says what). A growing crate share on a single plain-TCP Redis costs CPU, not correctness.',
+                        'The sweep\'s reads of seat hashes, one a chunk\'s pipeline (seatflow_reconcile_seat_hash_reads_total): fast, the reconciler\'s own reader, or crate, the redis crate (a cluster, a Unix socket, redis.fast_seat_reads = false, or the fast reader standing aside 30 s after something it did not expect; an info log line says what). A growing crate share on a single Redis costs CPU, not correctness.',
                         [gr.target(q('sum by (reader) (rate(seatflow_reconcile_seat_hash_reads_total{%(s)s}[$__rate_interval])) * 60'), '{{reader}}')],
                         unit='opm'), 8, 8],
        ] else []),

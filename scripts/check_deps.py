@@ -125,6 +125,7 @@ FOLDER_LAYERS = {
     ],
     "store/mysql/binlog": [{"connection", "decode", "position", "reader"}, {"setup"}, {"stream"}],
     "store/redis": [
+        {"tls"},
         {"bulk_read"},
         {"conn"},
         {"acl_check", "audit_backlog", "binlog_position", "cursors", "data_marker", "leases", "notify",

@@ -1,7 +1,7 @@
 //! `seatflow_reconcile_seat_hash_reads_total`: the sweep's reads of seat
 //! hashes by the reader that answered them, counted by the store and read
-//! at each scrape. A `crate` count that grows against a single Redis over
-//! plain TCP means the fast reader stands aside (its log line says why):
+//! at each scrape. A `crate` count that grows against a single Redis means
+//! the fast reader stands aside (its log line says why):
 //! the reads still succeed, only at a higher cost in CPU.
 
 use std::sync::Mutex;
@@ -31,7 +31,7 @@ impl SeatHashReadMetrics {
             Opts::new(
                 FAMILY,
                 "Reads of seat hashes (one a chunk's pipeline), by reader: `fast` (the \
-                 reconciler's own RESP2 reader) or `crate` (the redis crate: TLS, a cluster, \
+                 reconciler's own RESP2 reader) or `crate` (the redis crate: a cluster, a Unix socket, \
                  redis.fast_seat_reads = false, or the fast reader standing aside).",
             ),
             &["reader"],

@@ -9,21 +9,25 @@
 //! written as RESP2 and each reply decoded straight into `SeatFields`
 //! (seatflow-core's `resp.rs`).
 //!
-//! It serves a single server over plain TCP, logged in as the crate would
-//! (user and password, database, client name, the same timeout). A server
-//! over TLS or a Unix socket, or a cluster, is read through the crate. And
+//! It serves a single server over TCP, plain or TLS, logged in as the crate
+//! would (user and password, database, client name, the same timeout); over
+//! TLS with the crate's verification (`tls_config`: the same roots, client
+//! certificate and server name). A server over a Unix socket, a URL with
+//! `#insecure` (which the crate refuses too), or a cluster is read through
+//! the crate. And
 //! whatever this reader does not expect (a connect or login that fails, an
 //! error reply other than `WRONGTYPE`, a reply it does not decode, a
 //! timeout) gives `None`: the caller reads the same keys through the crate,
 //! whose errors and reconnects are the product's, and this reader rests for
 //! `REST` before it tries again.
 
+use super::tls::{RedisTls, Tls};
 use crate::model::SeatFields;
 use seatflow_core::resp::{self, Reply};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 /// How long the reader stands aside after a failure. Long enough that a
@@ -34,9 +38,16 @@ const REST: Duration = Duration::from_secs(30);
 /// The least a read asks the socket for.
 const READ_AHEAD: usize = 64 * 1024;
 
+/// A connection of the reader's: plain TCP or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+type Conn = Box<dyn Stream>;
+
 pub struct BulkReader {
     host: String,
     port: u16,
+    /// None: plain TCP.
+    tls: Option<Tls>,
     username: Option<String>,
     password: Option<String>,
     db: i64,
@@ -45,7 +56,7 @@ pub struct BulkReader {
     /// Connections between calls; a call takes one (or opens one) and
     /// gives it back only after a reply read in full, so a connection whose
     /// call failed or was dropped halfway is never reused out of step.
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Conn>>,
     resting_until: Mutex<Option<Instant>>,
     served: AtomicU64,
     stood_aside: AtomicU64,
@@ -61,20 +72,36 @@ pub struct FastReads {
 }
 
 impl BulkReader {
-    /// A reader for the server `info` names, or `None` where the crate
-    /// must read (TLS, a Unix socket).
+    /// A reader for the server `info` names (over TLS with `tls`'s files,
+    /// as the crate's connections), or `None` where the crate must read (a
+    /// Unix socket, `#insecure`, a TLS configuration it cannot build).
     pub fn for_server(
         info: &redis::ConnectionInfo,
+        tls: &RedisTls,
         client_name: &str,
         timeout: Duration,
     ) -> Option<BulkReader> {
-        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
-            return None;
+        let (host, port, tls) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host, port, None),
+            redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            } => match tls.client_like_the_crates(host) {
+                Ok(t) => (host, port, Some(t)),
+                Err(why) => {
+                    tracing::info!(why, "seat hashes are read through the redis crate");
+                    return None;
+                }
+            },
+            _ => return None,
         };
         let settings = info.redis_settings();
         Some(BulkReader {
             host: host.clone(),
             port: *port,
+            tls,
             username: settings.username().map(str::to_string),
             password: settings.password().map(str::to_string),
             db: settings.db(),
@@ -163,12 +190,7 @@ impl BulkReader {
         replies
     }
 
-    async fn call(
-        &self,
-        mut stream: TcpStream,
-        request: &[u8],
-        count: usize,
-    ) -> Option<Vec<Reply>> {
+    async fn call(&self, mut stream: Conn, request: &[u8], count: usize) -> Option<Vec<Reply>> {
         let replies = tokio::time::timeout(self.timeout, async {
             stream.write_all(request).await?;
             read_replies(&mut stream, count).await
@@ -191,10 +213,14 @@ impl BulkReader {
     }
 
     /// A new connection, logged in and named as the crate's are.
-    async fn open(&self) -> std::io::Result<TcpStream> {
+    async fn open(&self) -> std::io::Result<Conn> {
         tokio::time::timeout(self.timeout, async {
-            let mut stream = TcpStream::connect((self.host.as_str(), self.port)).await?;
-            stream.set_nodelay(true)?;
+            let tcp = TcpStream::connect((self.host.as_str(), self.port)).await?;
+            tcp.set_nodelay(true)?;
+            let mut stream: Conn = match &self.tls {
+                None => Box::new(tcp),
+                Some(tls) => Box::new(tls.connector.connect(tls.server.clone(), tcp).await?),
+            };
             let mut hello = Vec::new();
             let mut checked = 0;
             match (&self.username, &self.password) {
@@ -254,11 +280,11 @@ impl BulkReader {
         lock(&self.idle).clear();
     }
 
-    fn take_idle(&self) -> Option<TcpStream> {
+    fn take_idle(&self) -> Option<Conn> {
         lock(&self.idle).pop()
     }
 
-    fn give_back(&self, stream: TcpStream) {
+    fn give_back(&self, stream: Conn) {
         lock(&self.idle).push(stream);
     }
 }
@@ -291,7 +317,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Reads exactly `count` replies, error replies among them. An I/O error,
 /// an end of stream, a reply the decoder does not read, or bytes beyond the
 /// last reply (the connection out of step) is an error.
-async fn read_replies(stream: &mut TcpStream, count: usize) -> std::io::Result<Vec<Reply>> {
+async fn read_replies(stream: &mut Conn, count: usize) -> std::io::Result<Vec<Reply>> {
     let mut buf: Vec<u8> = Vec::with_capacity(READ_AHEAD);
     let mut at = 0;
     let mut replies = Vec::with_capacity(count);

@@ -3,6 +3,7 @@
 
 use super::bulk_read::{BulkReader, FastReads};
 use super::keys::hash_tag;
+use super::tls::RedisTls;
 use super::*;
 use crate::error::{Error, Result};
 use redis::aio::ConnectionManager;
@@ -16,44 +17,6 @@ use std::time::Duration;
 pub enum RedisEndpoint<'a> {
     Single(&'a str),
     Cluster(&'a [&'a str]),
-}
-
-/// TLS material for `rediss://`, as plain PEM bytes (filled from the
-/// settings). Empty: the system's roots, no client certificate.
-#[derive(Clone, Default)]
-pub struct RedisTls {
-    /// CA bundle; when set, the only roots trusted.
-    pub ca_pem: Option<Vec<u8>>,
-    /// Client certificate and key, for mutual TLS.
-    pub client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl std::fmt::Debug for RedisTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisTls")
-            .field("ca_pem", &self.ca_pem.is_some())
-            .field("client", &self.client.is_some())
-            .finish()
-    }
-}
-
-impl RedisTls {
-    /// redis-rs's form, or `None` when nothing is configured.
-    pub(super) fn certificates(&self) -> Option<redis::TlsCertificates> {
-        if self.ca_pem.is_none() && self.client.is_none() {
-            return None;
-        }
-        Some(redis::TlsCertificates {
-            client_tls: self
-                .client
-                .as_ref()
-                .map(|(cert, key)| redis::ClientTlsConfig {
-                    client_cert: cert.clone(),
-                    client_key: key.clone(),
-                }),
-            root_cert: self.ca_pem.clone(),
-        })
-    }
 }
 
 /// `seatflow-reconciler:<instance>`, reduced to characters Redis accepts.
@@ -125,6 +88,7 @@ impl RedisStore {
                 subscriber = Subscriber::Single(Arc::new(client.clone()));
                 bulk = BulkReader::for_server(
                     client.get_connection_info(),
+                    tls,
                     &client_name,
                     response_timeout,
                 )
@@ -177,7 +141,7 @@ impl RedisStore {
     }
 
     /// What the fast reader of seat hashes did so far; `None` where there
-    /// is none (TLS, a Unix socket, a cluster).
+    /// is none (a Unix socket, `#insecure`, a cluster).
     pub fn fast_reads(&self) -> Option<FastReads> {
         self.bulk.as_ref().map(|b| b.counts())
     }

@@ -22,17 +22,19 @@ use seatflow_core::keys;
 mod leases;
 mod notify;
 mod seats;
+mod tls;
 
 pub use acl_check::AclVerdict;
 pub use binlog_position::{PositionSave, SavedPosition, parse_saved, saved_value};
 pub use bulk_read::FastReads;
-pub use conn::{RedisEndpoint, RedisTls, client_name};
+pub use conn::{RedisEndpoint, client_name};
 pub use cursors::{CursorMove, WrongType};
 pub use data_marker::MarkerRead;
 pub use keys::{Keys, aside_key, key_slot};
 pub use leases::{LeaseTake, PassClaim, PassRecord, pass_lease_value};
 pub use notify::{Primary, Topology};
 pub use seats::{Fenced, HashRead, Replied, SeatBatch, ShowtimeRead, SuspectOp};
+pub use tls::RedisTls;
 
 /// A Lua script: its source (for SCRIPT LOAD) and SHA1 (for EVALSHA).
 pub struct Lua {
@@ -143,7 +145,7 @@ pub struct RedisStore {
     round_trips: Arc<AtomicU64>,
     /// How to open subscriber connections of their own (`notify.rs`).
     subscriber: Subscriber,
-    /// The sweep's reader of seat hashes (a single server over plain TCP).
+    /// The sweep's reader of seat hashes (a single server, TCP or TLS).
     bulk: Option<Arc<bulk_read::BulkReader>>,
     /// Reads of seat hashes made through the crate (`read_showtimes`).
     crate_seat_reads: Arc<AtomicU64>,
@@ -155,7 +157,7 @@ pub struct RedisStore {
 pub struct SeatHashReads {
     /// By the fast reader (`bulk_read.rs`).
     pub fast: u64,
-    /// Through the crate: no fast reader (TLS, a Unix socket, a cluster,
+    /// Through the crate: no fast reader (a Unix socket, a cluster,
     /// `redis.fast_seat_reads = false`), or it stood aside.
     pub through_crate: u64,
 }
@@ -171,7 +173,7 @@ enum Subscriber {
 
 struct ClusterSeed {
     seed: redis::ConnectionInfo,
-    tls: conn::RedisTls,
+    tls: tls::RedisTls,
 }
 
 fn evalsha(lua: &Lua, keys: &[String]) -> Cmd {

@@ -5,14 +5,18 @@
 //! failed. Every server is the test's own (a private `redis-server` with its
 //! TLS port only, a private `mariadbd` with `require_secure_transport`), on
 //! certificates the test makes with `openssl`; they are killed when the test
-//! ends, whatever its outcome.
+//! ends, whatever its outcome. Over TLS the sweep's own reader of seat
+//! hashes reads as the crate does.
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use seatflow_reconciler::config::Settings;
+use seatflow_reconciler::model::SeatFields;
 use seatflow_reconciler::ops::demo::fixtures::{self, Fixtures};
 use seatflow_reconciler::run::context::Context;
+use seatflow_reconciler::store::redis::{HashRead, RedisEndpoint, RedisStore, RedisTls};
 use seatflow_test_support::servers::{PrivateServer, root_url};
 use seatflow_test_support::tls::{Pki, tls_mariadb, tls_redis};
 
@@ -224,4 +228,108 @@ fn redis_certificate_errors_and_plain_text_are_configuration_errors() {
     std::fs::write(&not_pem, "hello\n").unwrap();
     let out = once(&with(rediss_url(&redis), &not_pem), &["paid-seats"]);
     assert_config_error(&out, "redis.tls_ca_file", "no PEM certificate");
+}
+
+/// A store of the product's over TLS to `url`, its hash `seat:{1}` holding
+/// one field, written through a connection of the crate's.
+async fn tls_store(url: &str, tls: &RedisTls) -> RedisStore {
+    let certs = redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.ca_pem.clone(),
+    };
+    let mut conn = redis::Client::build_with_tls(url, certs)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let store = RedisStore::connect(
+        RedisEndpoint::Single(url),
+        tls,
+        "tls:",
+        Duration::from_secs(5),
+        "tls-test",
+    )
+    .await
+    .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(store.keys.seat(1))
+        .arg("A-1")
+        .arg("2")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    store
+}
+
+/// Over TLS the sweep reads seat hashes on its fast reader too, verified as
+/// the crate's connections are (the private CA alone; a client certificate
+/// where the server requires one), and reads what the crate reads.
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_the_fast_reader_reads_seat_hashes_as_the_crate_does() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = Pki::new();
+    let redis = tls_redis(&pki, &pki.server, "optional");
+    let mtls_redis = tls_redis(&pki, &pki.server, "yes");
+    let ca_only = RedisTls {
+        ca_pem: Some(std::fs::read(&pki.ca).unwrap()),
+        client: None,
+    };
+    let with_client = RedisTls {
+        client: Some((
+            std::fs::read(&pki.client.cert).unwrap(),
+            std::fs::read(&pki.client.key).unwrap(),
+        )),
+        ..ca_only.clone()
+    };
+    for (server, tls) in [(&redis, &ca_only), (&mtls_redis, &with_client)] {
+        let store = tls_store(&rediss_url(server), tls).await;
+        let (_, fast) = store.read_showtimes(&[1, 2], true).await.unwrap();
+        let through_crate = store.clone().without_fast_reads();
+        let (_, read) = through_crate.read_showtimes(&[1, 2], true).await.unwrap();
+        assert_eq!(format!("{fast:?}"), format!("{read:?}"));
+        assert_eq!(
+            fast[0].hash,
+            HashRead::Fields(SeatFields::from_items(&["A-1", "2"]))
+        );
+        let counts = store.fast_reads().expect("a fast reader over TLS");
+        assert_eq!((counts.served, counts.stood_aside), (1, 0), "{tls:?}");
+    }
+
+    // The server presents a certificate for another host from now on (the
+    // crate's connection, made before, stays up): the fast reader's new
+    // connection refuses it, as the crate's would, and the read goes through
+    // the crate.
+    let url = rediss_url(&redis);
+    let store = tls_store(&url, &ca_only).await;
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: ca_only.ca_pem.clone(),
+    };
+    let mut admin = redis::Client::build_with_tls(url.as_str(), certs)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("tls-cert-file")
+        .arg(path(&pki.wrong_name.cert))
+        .arg("tls-key-file")
+        .arg(path(&pki.wrong_name.key))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let (_, read) = store.read_showtimes(&[1], false).await.unwrap();
+    assert_eq!(
+        read[0].hash,
+        HashRead::Fields(SeatFields::from_items(&["A-1", "2"]))
+    );
+    let counts = store.fast_reads().unwrap();
+    assert_eq!((counts.served, counts.stood_aside), (0, 1));
 }

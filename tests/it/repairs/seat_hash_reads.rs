@@ -96,7 +96,7 @@ async fn store_at(url: &str, prefix: &str) -> RedisStore {
 fn fast(store: &RedisStore) -> FastReads {
     store
         .fast_reads()
-        .expect("a single server over plain TCP has a fast reader")
+        .expect("a single server has a fast reader")
 }
 
 /// On random hashes (binary fields, CRLF and `$` inside them, empty values,
