@@ -195,6 +195,21 @@ impl TestEnv {
         rows
     }
 
+    /// `found_by` once at least `n` repairs are audited, or after 10 s with
+    /// what it holds then. A run writes its audit rows when its job closes,
+    /// a moment after the repair itself: a test that saw a seat change
+    /// waits here before it asks who changed it.
+    pub async fn found_by_at_least(&self, n: usize) -> Vec<(String, String)> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let rows = self.found_by().await;
+            if rows.len() >= n || std::time::Instant::now() >= deadline {
+                return rows;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Runs statements of the test's own (seatflow's side: schema changes,
     /// data nobody cleaned; several separated by `;`) in the test's database.
     pub async fn sql(&self, statements: &str) {
