@@ -100,9 +100,10 @@ impl Schedules {
     }
 }
 
-/// `fire`'s run started on `runner` at each slot of `schedule`. The job holds the runner
-/// weakly: the crate's tasks (and the jobs they keep) outlive its
-/// `shutdown()`, and must not keep the runner and its stores alive.
+/// `fire`'s run started on `runner` at each slot of `schedule`. The job
+/// holds the runner weakly: the crate's tasks (and the jobs they keep)
+/// outlive its `shutdown()`, and must not keep the runner and its stores
+/// alive.
 async fn schedule_fire(
     schedules: &Schedules,
     runner: &Arc<Runner>,

@@ -468,10 +468,8 @@ impl Runner {
     pub async fn check(&self, source: Source, due: Vec<Due>) {
         let showtimes = due.iter().map(|d| d.showtime).collect();
         let trigger = Trigger::Check { source, showtimes };
-        // Boxed: the whole run is a deep future, kept off the caller's own.
-        let report = Box::pin(jobs::run(&self.ctx, self.request(trigger)))
-            .await
-            .report;
+        // `jobs::run` boxes the run's deep future itself.
+        let report = jobs::run(&self.ctx, self.request(trigger)).await.report;
         self.record_check(&report);
         tracing::debug!(
             source = source.label(),

@@ -11,11 +11,11 @@
 //!
 //! It serves a single server over TCP, plain or TLS, logged in as the crate
 //! would (user and password, database, client name, the same timeout); over
-//! TLS with the crate's verification (`tls_config`: the same roots, client
-//! certificate and server name). A server over a Unix socket, a URL with
-//! `#insecure` (which the crate refuses too), or a cluster is read through
-//! the crate. And
-//! whatever this reader does not expect (a connect or login that fails, an
+//! TLS with the crate's verification (`RedisTls::client_like_the_crates`:
+//! the same roots, client certificate and server name). A server over a
+//! Unix socket, a URL with `#insecure` (which the crate refuses too), or a
+//! cluster is read through the crate. And whatever this reader does not
+//! expect (a connect or login that fails, an
 //! error reply other than `WRONGTYPE`, a reply it does not decode, a
 //! timeout) gives `None`: the caller reads the same keys through the crate,
 //! whose errors and reconnects are the product's, and this reader rests for

@@ -35,7 +35,7 @@ impl std::fmt::Debug for RedisTls {
 
 impl RedisTls {
     /// redis-rs's form, or `None` when nothing is configured.
-    pub(super) fn certificates(&self) -> Option<redis::TlsCertificates> {
+    pub fn certificates(&self) -> Option<redis::TlsCertificates> {
         if self.ca_pem.is_none() && self.client.is_none() {
             return None;
         }

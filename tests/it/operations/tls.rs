@@ -233,16 +233,7 @@ fn redis_certificate_errors_and_plain_text_are_configuration_errors() {
 /// A store of the product's over TLS to `url`, its hash `seat:{1}` holding
 /// one field, written through a connection of the crate's.
 async fn tls_store(url: &str, tls: &RedisTls) -> RedisStore {
-    let certs = redis::TlsCertificates {
-        client_tls: tls
-            .client
-            .as_ref()
-            .map(|(cert, key)| redis::ClientTlsConfig {
-                client_cert: cert.clone(),
-                client_key: key.clone(),
-            }),
-        root_cert: tls.ca_pem.clone(),
-    };
+    let certs = tls.certificates().expect("a CA bundle");
     let mut conn = redis::Client::build_with_tls(url, certs)
         .unwrap()
         .get_multiplexed_async_connection()
@@ -307,10 +298,7 @@ async fn over_tls_the_fast_reader_reads_seat_hashes_as_the_crate_does() {
     // the crate.
     let url = rediss_url(&redis);
     let store = tls_store(&url, &ca_only).await;
-    let certs = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: ca_only.ca_pem.clone(),
-    };
+    let certs = ca_only.certificates().expect("a CA bundle");
     let mut admin = redis::Client::build_with_tls(url.as_str(), certs)
         .unwrap()
         .get_multiplexed_async_connection()
